@@ -1,0 +1,1 @@
+"""The public dataset classes, one file each."""

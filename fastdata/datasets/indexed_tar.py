@@ -1,0 +1,124 @@
+"""``IndexedTarDataset``: random access into tar shards through their per-shard indexes."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from fastdata.datasets.base import DatasetBase
+from fastdata.datasets.tar_source import Sample, TarSource
+from fastdata.decode import DecodeMode, Decoder, make_decoder
+from fastdata.errors import BadSample, OnError
+from fastdata.sampler import EpochSampler
+from fastdata.sharding import Remainder
+from fastdata.storage import expand_urls
+from fastdata.worker import on_epoch
+
+
+class IndexedTarDataset(DatasetBase, Dataset[Any]):
+    """Map-style access to the samples of WebDataset-format tar shards.
+
+    Index ``i`` runs across shards in the order given. Works with any ``Sampler`` (use
+    :meth:`sampler` for a rank-aware, resumable one). Readers are opened lazily in each worker and kept
+    in a bounded LRU (``max_open``), so thousands of shards never exhaust file descriptors.
+
+    Under ``on_error="skip"``, a bad sample is left out of its batch (through ``__getitems__``, which
+    the DataLoader uses when batching) and counted in :attr:`skipped`; fetched alone with ``ds[i]``,
+    it comes back as None.
+
+    Args:
+        urls (str | list[str]): shard paths or URLs (brace ranges and globs expand).
+        decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
+        transform (Callable | None): applied to each decoded sample dict.
+        on_error ("raise" | "skip"): Defaults to "raise".
+        seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
+        rank, world_size (int | None): Default to the detected ones.
+        max_open (int | None): readers open at once per process. Defaults to
+            :func:`fastdata.worker.default_max_open`.
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        decode: DecodeMode | Decoder | Callable[[Sample], Sample] = "raw",
+        transform: Callable[[Sample], Any] | None = None,
+        on_error: OnError = "raise",
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        max_open: int | None = None,
+    ) -> None:
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size)
+        self.source = TarSource(expand_urls(urls), policy=self._policy, decoder=make_decoder(decode),
+                                transform=transform, max_open=max_open)
+        self._starts = [0, *accumulate(self.source.counts)]
+        self._seen_epoch = -1
+
+    @property
+    def urls(self) -> list[str]:
+        return self.source.urls
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """``(shard number, sample number in that shard)`` of dataset index ``i``."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {n} samples")
+        i %= n
+        shard = bisect.bisect_right(self._starts, i) - 1
+        return shard, i - self._starts[shard]
+
+    def _epoch_hook(self) -> None:
+        if self._seen_epoch != self.epoch:
+            self._seen_epoch = self.epoch
+            on_epoch(self.worker_world())
+
+    def __getitem__(self, i: int) -> Any:
+        self._epoch_hook()
+        shard, local = self.locate(i)
+        got = self.source.read(shard, [local])
+        return got[0] if got else None
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch)."""
+        self._epoch_hook()
+        out: list[Any] = []
+        run: list[int] = []
+        run_shard = -1
+        for i in indices:
+            shard, local = self.locate(i)
+            if shard != run_shard and run:
+                out.extend(self.source.read(run_shard, run))
+                run = []
+            run_shard = shard
+            run.append(local)
+        if run:
+            out.extend(self.source.read(run_shard, run))
+        if not out and indices:
+            raise BadSample(f"every sample of a batch of {len(indices)} was bad (all skipped); "
+                            f"see the warnings above for the shards", self.urls[run_shard])
+        return out
+
+    def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
+        """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``."""
+        return EpochSampler(len(self), shuffle=shuffle, seed=self.seed, remainder=remainder,
+                            rank=self.rank, world_size=self.world_size, shared=self._shared)
+
+    def warm(self) -> None:
+        """Open this worker's first shard reader before the first batch is asked for."""
+        if self.urls:
+            self.source.index(self.urls[0])
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __repr__(self) -> str:
+        return f"IndexedTarDataset({len(self.urls)} shards, {len(self)} samples)"

@@ -1,0 +1,139 @@
+"""The shards of a tar dataset, and reading samples from them in one process (shared by the
+iterable :class:`~fastdata.TarShardDataset` and the map-style :class:`~fastdata.IndexedTarDataset`)."""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tqdm import tqdm
+
+from fastdata.errors import BadSample, ErrorPolicy, SourceNotFound, SourceUnreadable
+from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
+from fastdata.manifest import sample_counts
+from fastdata.storage import Reader, open_reader
+from fastdata.worker import HandleCache
+
+Sample = dict[str, Any]
+# Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
+INDEX_CACHE_SHARDS = 64
+
+
+def load_index(url: str, reader: Reader) -> ShardIndex:
+    """The shard's sidecar index (``URL.idx``) if it exists and matches the shard, else a fresh scan."""
+    try:
+        side = open_reader(index_url(url))
+    except (SourceNotFound, SourceUnreadable):
+        return scan(reader)
+    try:
+        index = ShardIndex.from_bytes(url, side.read(0, side.size))
+    except Exception as e:  # noqa: BLE001 - a damaged sidecar is rebuilt, never trusted
+        warnings.warn(f"{index_url(url)}: unreadable index ({e}); scanning the shard instead", stacklevel=2)
+        return scan(reader)
+    finally:
+        side.close()
+    if index.size != reader.size:
+        warnings.warn(f"{index_url(url)}: index is for a shard of {index.size} bytes, the shard has "
+                      f"{reader.size}; scanning the shard instead", stacklevel=2)
+        return scan(reader)
+    return index
+
+
+class TarSource:
+    """Shards, their sample counts, and per-process readers and indexes.
+
+    Args:
+        urls (list[str]): the shards.
+        policy (ErrorPolicy): what to do with bad samples and missing shards.
+        decoder, transform: applied to each sample, in that order.
+        max_open (int | None): readers open at once per process; see :class:`~fastdata.worker.HandleCache`.
+    """
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        policy: ErrorPolicy,
+        decoder: Callable[[Sample], Sample] | None,
+        transform: Callable[[Sample], Any] | None,
+        max_open: int | None,
+    ) -> None:
+        self.urls = urls
+        self.policy = policy
+        self.decoder = decoder
+        self.transform = transform
+        self._readers: HandleCache[str, Reader] = HandleCache(open_reader, max_open=max_open)
+        self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
+        self.counts = self._count_samples()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_indexes"] = OrderedDict()  # rebuilt in the worker: cheaper than pickling them
+        return state
+
+    def _count_samples(self) -> list[int]:
+        """Samples per shard: from a manifest beside the shards, else from each shard's index."""
+        known = sample_counts(self.urls)
+        todo = [u for u in self.urls if u not in known]
+        for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50,
+                        leave=False):
+            try:
+                known[url] = len(self.index(url))
+            except (SourceNotFound, SourceUnreadable) as e:
+                # without a manifest, a missing shard's sample count is unknown: it cannot be planned
+                self.policy.handle(e)
+                known[url] = 0
+            finally:
+                self._readers.discard(url)
+        return [known[u] for u in self.urls]
+
+    def index(self, url: str) -> ShardIndex:
+        """The index of shard ``url``, from this process's cache, its sidecar, or a scan."""
+        index = self._indexes.get(url)
+        if index is None:
+            index = load_index(url, self._readers.get(url))
+            self._indexes[url] = index
+            if len(self._indexes) > INDEX_CACHE_SHARDS:
+                self._indexes.popitem(last=False)
+        else:
+            self._indexes.move_to_end(url)
+        return index
+
+    def read(self, shard: int, which: Sequence[int]) -> list[Any]:
+        """Samples ``which`` of shard number ``shard``, decoded and transformed; bad ones handled
+        by the policy (raised, or counted and left out)."""
+        url = self.urls[shard]
+        try:
+            reader = self._readers.get(url)
+            index = self.index(url)
+        except (SourceNotFound, SourceUnreadable) as e:
+            for _ in which:
+                self.policy.handle(e)
+            return []
+        good = []
+        for i in which:
+            problem = index.error_at(i)
+            if problem is None:
+                good.append(i)
+            else:
+                self.policy.handle(problem)
+        samples: list[Any] = read_samples(reader, index, good)
+        decoder, transform = self.decoder, self.transform
+        if decoder is None and transform is None:
+            return samples
+        out = []
+        for sample in samples:
+            if decoder is not None:
+                try:
+                    sample = decoder(sample)
+                except BadSample as e:
+                    self.policy.handle(e)
+                    continue
+            out.append(transform(sample) if transform is not None else sample)
+        return out
+
+    def close(self) -> None:
+        """Close every reader this process opened."""
+        self._readers.close()

@@ -1,0 +1,149 @@
+"""The error tree and the bad-input policy shared by every backend.
+
+::
+
+    FastdataError                              everything fastdata raises on purpose
+    ├── ConfigError (ValueError)               a bad option, caught at construction
+    ├── PlanError (ValueError)                 a layout that cannot be split fairly (too few shards ...)
+    ├── SourceNotFound (FileNotFoundError)     a missing file, shard, HDF5 field or S3 key
+    ├── SourceUnreadable (PermissionError)     a file or key that exists but cannot be read
+    └── BadSample                              the data itself is bad; ``on_error`` decides
+        ├── CorruptShard                       a truncated tar or a damaged header
+        ├── UnsafeMember                       a member name with ``..``, an absolute path, a link
+        └── DecodeFailed                       bytes that the decoder (PIL, OpenCV, json ...) rejects
+
+``on_error="raise"`` (the default) raises the first :class:`BadSample` with a message that names the
+file, member or key and says what to do. ``on_error="skip"`` drops the sample, counts it in a counter
+shared by every worker of the dataset (:meth:`ErrorPolicy.counts`), and warns once per file.
+A missing source (:class:`SourceNotFound`) is skipped too under ``"skip"``, and counted.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Literal, get_args
+
+OnError = Literal["raise", "skip"]
+
+
+class FastdataError(Exception):
+    """Base of every error fastdata raises on purpose."""
+
+
+class ConfigError(FastdataError, ValueError):
+    """An option is out of range or misspelled; raised when the object is built."""
+
+
+class PlanError(FastdataError, ValueError):
+    """The data cannot be split over ranks and workers as asked (for example, too few shards)."""
+
+
+class SourceNotFound(FastdataError, FileNotFoundError):
+    """A file, shard, field or object does not exist."""
+
+
+class SourceUnreadable(FastdataError, PermissionError):
+    """A file or object exists but cannot be read."""
+
+
+class BadSample(FastdataError):
+    """The bytes of one sample (or of the file holding it) are bad. Subject to ``on_error``.
+
+    Attributes:
+        source (str): the file, shard or key that holds the bad sample.
+    """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class CorruptShard(BadSample):
+    """A tar shard is truncated or has a damaged header."""
+
+
+class UnsafeMember(BadSample):
+    """A tar member would escape its folder (``..``, absolute path) or is not a regular file."""
+
+
+class DecodeFailed(BadSample):
+    """A decoder rejected a member's bytes (corrupt JPEG, bad JSON, ...)."""
+
+
+def check_choice(name: str, value: object, allowed: object) -> None:
+    """Raise :class:`ConfigError` listing the allowed values when ``value`` is not one of them.
+
+    Args:
+        name (str): the option's name, for the message.
+        value (object): what the user passed.
+        allowed (object): a ``Literal[...]`` type or an iterable of allowed values.
+    """
+    choices = get_args(allowed) or tuple(allowed)  # type: ignore[call-overload,arg-type]
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+
+
+def check_positive(name: str, value: int | float, *, allow_zero: bool = False) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is > 0 (or >= 0 with ``allow_zero``)."""
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name}={value!r} must be {bound}")
+
+
+class ErrorPolicy:
+    """What a dataset does with a bad sample: raise it, or skip it and count it.
+
+    The counters live in the dataset's shared state (:class:`fastdata.worker.SharedState`), so the
+    counts from every worker process are visible in the main process while and after it iterates.
+
+    Args:
+        on_error ("raise" | "skip"): Defaults to ``"raise"``.
+        counters: a callable that returns the shared counter array (one slot per process).
+    """
+
+    def __init__(self, on_error: OnError, shared: object) -> None:
+        check_choice("on_error", on_error, OnError)
+        self.on_error = on_error
+        self._shared = shared
+        self._warned: set[str] = set()
+
+    def __getstate__(self) -> dict[str, object]:
+        # the set of files already warned about belongs to one process
+        return {"on_error": self.on_error, "_shared": self._shared, "_warned": set()}
+
+    def handle(self, error: BadSample | SourceNotFound | SourceUnreadable) -> None:
+        """Raise ``error`` under ``"raise"``; under ``"skip"`` count it and warn once per source."""
+        if self.on_error == "raise":
+            raise error
+        self._shared.count_skip()  # type: ignore[attr-defined]
+        source = getattr(error, "source", "") or str(getattr(error, "filename", "") or "")
+        if source not in self._warned:
+            self._warned.add(source)
+            warnings.warn(
+                f"fastdata: skipping bad sample(s) in {source or 'a source'}: {error} "
+                "(on_error='skip'; see dataset.skipped for the count)",
+                BadSampleWarning,
+                stacklevel=3,
+            )
+
+
+class BadSampleWarning(UserWarning):
+    """Warned once per file when ``on_error="skip"`` drops a sample from it."""
+
+
+__all__ = [
+    "BadSample",
+    "BadSampleWarning",
+    "ConfigError",
+    "CorruptShard",
+    "DecodeFailed",
+    "ErrorPolicy",
+    "FastdataError",
+    "OnError",
+    "PlanError",
+    "SourceNotFound",
+    "SourceUnreadable",
+    "UnsafeMember",
+    "check_choice",
+    "check_positive",
+]

@@ -1,0 +1,55 @@
+"""``manifest.json``: what a converted folder holds, written last by ``fastdata convert``.
+
+Readers use it to know each shard's sample count without opening the shard, so that every rank can
+plan the epoch at construction. Layout::
+
+    {"format": "tar", "version": 1, "samples": 10000, "bytes": 312000000,
+     "classes": ["cat", "dog"], "class_counts": {"cat": 5000, "dog": 5000},
+     "shards": [{"name": "train-000000.tar", "samples": 1000, "bytes": 31200000, "sha256": "..."}]}
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from fastdata.errors import FastdataError, SourceNotFound
+from fastdata.storage import open_reader
+
+MANIFEST = "manifest.json"
+
+
+def parent(url: str) -> str:
+    """The folder (or prefix) holding ``url``."""
+    return posixpath.dirname(url)
+
+
+def read_manifest(folder: str) -> dict[str, Any] | None:
+    """The manifest in ``folder``, or None when there is none."""
+    url = posixpath.join(folder, MANIFEST) if folder else MANIFEST
+    try:
+        reader = open_reader(url)
+    except SourceNotFound:
+        return None
+    try:
+        data = reader.read(0, reader.size)
+    finally:
+        reader.close()
+    try:
+        manifest: dict[str, Any] = json.loads(data)
+    except ValueError as e:
+        raise FastdataError(f"{url}: not valid JSON ({e}); delete it or rerun 'fastdata convert'") from None
+    return manifest
+
+
+def sample_counts(urls: list[str]) -> dict[str, int]:
+    """Sample counts of the shards in ``urls`` that a manifest beside them lists."""
+    counts: dict[str, int] = {}
+    for folder in sorted({parent(u) for u in urls}):
+        manifest = read_manifest(folder)
+        if not manifest:
+            continue
+        for shard in manifest.get("shards", []):
+            counts[posixpath.join(folder, shard["name"]) if folder else shard["name"]] = int(shard["samples"])
+    return {u: counts[u] for u in urls if u in counts}

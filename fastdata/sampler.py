@@ -1,0 +1,86 @@
+"""``EpochSampler``: the indices one rank reads in one epoch, for map-style datasets.
+
+Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.sharding`,
+the rank detected at construction, the epoch shared with the dataset (``dataset.set_epoch`` moves both),
+and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never depends on
+``num_workers``: the DataLoader hands this order to its workers and returns batches in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import Sampler
+
+from fastdata.errors import ConfigError
+from fastdata.sharding import Remainder, rank_indices, rank_span
+from fastdata.worker import SharedState
+from fastdata.world import current_rank
+
+
+class EpochSampler(Sampler[int]):
+    """Indices of a map-style dataset for this rank, shuffled per epoch.
+
+    Args:
+        n (int): samples in the dataset.
+        shuffle (bool): a new order every epoch, from (seed, epoch). Defaults to True.
+        seed (int): Defaults to 0.
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.sharding.Remainder`. Defaults to "drop".
+        rank, world_size (int | None): Default to the detected ones (``torch.distributed``, ``RANK``).
+        shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        remainder: Remainder = "drop",
+        rank: int | None = None,
+        world_size: int | None = None,
+        shared: SharedState | None = None,
+    ) -> None:
+        detected = current_rank()
+        self.rank = detected[0] if rank is None else rank
+        self.world_size = detected[1] if world_size is None else world_size
+        self.n, self.shuffle, self.seed, self.remainder = n, shuffle, seed, remainder
+        _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
+        self._shared = shared if shared is not None else SharedState(())
+        self._resume: tuple[int, int] | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self._shared.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._shared.epoch = epoch
+
+    def indices(self) -> Any:
+        """This rank's indices for the current epoch (a numpy array)."""
+        return rank_indices(self.n, rank=self.rank, world_size=self.world_size, shuffle=self.shuffle,
+                            seed=self.seed, epoch=self.epoch, remainder=self.remainder)
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.indices()
+        start = 0
+        if self._resume is not None and self._resume[0] == self.epoch:
+            start = self._resume[1]
+            self._resume = None
+        return iter(order[start:].tolist())
+
+    def __len__(self) -> int:
+        return self._length
+
+    def state_dict(self, consumed: int = 0) -> dict[str, int]:
+        """The position to resume from: the epoch and the samples of it already consumed."""
+        return {"epoch": self.epoch, "consumed": consumed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next iteration of ``state["epoch"]`` skip the first ``state["consumed"]`` indices."""
+        consumed = int(state.get("consumed", 0))
+        if not 0 <= consumed <= self._length:
+            raise ConfigError(f"consumed={consumed} is outside this rank's epoch of {self._length} samples")
+        self.set_epoch(int(state["epoch"]))
+        self._resume = (int(state["epoch"]), consumed)

@@ -1,0 +1,78 @@
+"""Local files: read through a read-only memory map, so that reading a member is a slice of pages
+already in the page cache (no system call, no fresh buffer per read)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Sequence
+
+from fastdata.errors import SourceNotFound, SourceUnreadable
+
+
+class LocalReader:
+    """Random-access reads of one local file.
+
+    Args:
+        path (str): the file.
+        sequential (bool): hint the kernel that reads go forward (more read-ahead). Defaults to False.
+    """
+
+    def __init__(self, path: str, *, sequential: bool = False) -> None:
+        self.url = path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise SourceNotFound(
+                f"{path}: no such file; check the path (and the brace range, if any)"
+            ) from None
+        except PermissionError:
+            raise SourceUnreadable(f"{path}: permission denied; check the file's mode and owner") from None
+        except IsADirectoryError:
+            raise SourceUnreadable(f"{path}: is a folder, not a file") from None
+        try:
+            self.size = os.fstat(fd).st_size
+            # mmap cannot map an empty file; an empty file simply has nothing to read
+            self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if self.size else None
+        finally:
+            os.close(fd)  # the map keeps its own reference to the file
+        if self._map is not None and sequential:
+            self._map.madvise(mmap.MADV_SEQUENTIAL)
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (fewer at the end of the file)."""
+        if self._map is None:
+            if self.size == 0:
+                return b""
+            raise ValueError(f"{self.url}: read after close")
+        return self._map[offset : offset + length]
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(offset, length)`` range, in order."""
+        m = self._map
+        if m is None:
+            return [self.read(o, n) for o, n in ranges]
+        return [m[o : o + n] for o, n in ranges]
+
+    def buffer(self) -> memoryview | bytes:
+        """The whole file as a buffer (no copy), for parsers that scan it."""
+        return memoryview(self._map) if self._map is not None else b""
+
+    def close(self) -> None:
+        """Unmap the file. Idempotent."""
+        m, self._map = self._map, None
+        if m is not None:
+            try:
+                m.close()
+            except BufferError:
+                # a memoryview from buffer() is still alive; the map goes when it does
+                pass
+
+    def __enter__(self) -> LocalReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalReader({self.url!r})"

@@ -1,0 +1,89 @@
+"""Who is reading: rank and world size, worker and number of workers, seed and epoch.
+
+The rank is read when a dataset is built (in the training process, after ``init_process_group``);
+the worker is read inside ``__iter__``/``__getitem__``, where ``get_worker_info()`` knows it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from fastdata.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class World:
+    """Where one reader sits among all readers of a job.
+
+    Attributes:
+        rank (int): this process's rank among ``world_size`` training processes. Defaults to 0.
+        world_size (int): number of training processes. Defaults to 1.
+        worker (int): this DataLoader worker's id, 0 in the main process. Defaults to 0.
+        num_workers (int): DataLoader workers per rank; 1 when reading in the main process.
+        seed (int): the job's seed. Defaults to 0.
+        epoch (int): the current epoch. Defaults to 0.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+    seed: int = 0
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank={self.rank} must lie in [0, world_size={self.world_size})")
+        if self.num_workers < 1 or not 0 <= self.worker < self.num_workers:
+            raise ConfigError(f"worker={self.worker} must lie in [0, num_workers={self.num_workers})")
+
+    @property
+    def total_workers(self) -> int:
+        """Readers in the whole job: ``world_size * num_workers``."""
+        return self.world_size * self.num_workers
+
+    @property
+    def global_worker(self) -> int:
+        """This reader's position among all readers of the job."""
+        return self.rank * self.num_workers + self.worker
+
+    def with_worker(self) -> World:
+        """This world with the worker id and count of the calling process filled in."""
+        worker, num_workers = current_worker()
+        return replace(self, worker=worker, num_workers=num_workers)
+
+    @classmethod
+    def detect(cls, seed: int = 0, epoch: int = 0) -> World:
+        """The world of the calling process: rank, world size, worker and number of workers.
+
+        Rank and world size come from ``torch.distributed`` when it is initialised, else from the
+        ``RANK``/``WORLD_SIZE`` environment variables that ``torchrun`` sets, else 0 and 1.
+        """
+        rank, world_size = current_rank()
+        worker, num_workers = current_worker()
+        return cls(rank, world_size, worker, num_workers, seed, epoch)
+
+
+def current_rank() -> tuple[int, int]:
+    """``(rank, world_size)`` from ``torch.distributed`` if initialised, else the environment."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as e:
+        raise ConfigError(f"RANK/WORLD_SIZE must be integers: {e}") from None
+    return rank, world_size
+
+
+def current_worker() -> tuple[int, int]:
+    """``(worker_id, num_workers)`` inside a DataLoader worker, ``(0, 1)`` in the main process."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    if info is None:
+        return 0, 1
+    return info.id, info.num_workers

@@ -1,0 +1,109 @@
+"""The conformance suite every fastdata backend passes (DESIGN.md, house style 7).
+
+A backend's test module subclasses :class:`Conformance` and provides a ``backend`` fixture returning a
+:class:`Backend`. The suite then checks, through real DataLoader worker processes under ``fork`` and
+``spawn``: every sample exactly once for ``num_workers`` in {0, 2, 3}; the same order for the same seed
+and epoch and a new order for a new epoch; no handle left open after iteration (or after ``close()``);
+and that a dataset touched in the parent before the workers start is still read correctly.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+
+from fastdata.worker import open_descriptors
+
+
+@dataclass
+class Backend:
+    """How the suite drives one backend.
+
+    Attributes:
+        make: builds a dataset; called with keyword arguments ``seed`` and ``shuffle``.
+        expected: the identities of every sample in the data.
+        keys_of: identities of the samples in one batch from the DataLoader.
+        iterable: True for an IterableDataset (batched by the dataset: ``batch_size``), False for
+            map-style (batched by the DataLoader through ``dataset.sampler()``).
+        batch_size: the batch size to use.
+    """
+
+    make: Callable[..., Any]
+    expected: list[Any]
+    keys_of: Callable[[Any], list[Any]]
+    iterable: bool
+    batch_size: int = 4
+
+
+def loader(backend: Backend, ds: Any, num_workers: int, context: str | None = None) -> DataLoader:
+    ctx = multiprocessing.get_context(context) if num_workers and context else None
+    if backend.iterable:
+        return DataLoader(ds, batch_size=None, num_workers=num_workers, multiprocessing_context=ctx)
+    return DataLoader(ds, batch_size=backend.batch_size, sampler=ds.sampler(shuffle=ds_shuffle(ds)),
+                      num_workers=num_workers, multiprocessing_context=ctx)
+
+
+def ds_shuffle(ds: Any) -> bool:
+    return bool(getattr(ds, "_conformance_shuffle", False))
+
+
+def make(backend: Backend, *, seed: int = 0, shuffle: bool = False) -> Any:
+    ds = backend.make(seed=seed, shuffle=shuffle)
+    ds._conformance_shuffle = shuffle
+    return ds
+
+
+def read_order(backend: Backend, ds: Any, num_workers: int = 0, context: str | None = None) -> list[Any]:
+    keys: list[Any] = []
+    for batch in loader(backend, ds, num_workers, context):
+        keys.extend(backend.keys_of(batch))
+    return keys
+
+
+class Conformance:
+    """Subclass in a backend's tests and define the ``backend`` fixture."""
+
+    @pytest.mark.parametrize("context", ["fork", "spawn"])
+    @pytest.mark.parametrize("num_workers", [0, 2, 3])
+    def test_every_sample_exactly_once(self, backend: Backend, num_workers: int, context: str) -> None:
+        if num_workers == 0 and context == "spawn":
+            pytest.skip("no worker processes to start")
+        ds = make(backend, shuffle=True)
+        keys = read_order(backend, ds, num_workers, context)
+        counts = Counter(keys)
+        assert not [k for k, c in counts.items() if c > 1], "samples read twice"
+        assert sorted(counts) == sorted(backend.expected), "samples missing or unexpected"
+
+    def test_same_seed_and_epoch_same_order_new_epoch_new_order(self, backend: Backend) -> None:
+        a, b = make(backend, seed=7, shuffle=True), make(backend, seed=7, shuffle=True)
+        first = read_order(backend, a, num_workers=2, context="fork")
+        assert read_order(backend, b, num_workers=2, context="fork") == first
+        a.set_epoch(1)
+        second = read_order(backend, a, num_workers=2, context="fork")
+        assert sorted(second) == sorted(first) and second != first
+        assert read_order(backend, make(backend, seed=8, shuffle=True)) != first
+
+    def test_order_does_not_depend_on_num_workers(self, backend: Backend) -> None:
+        ds = make(backend, seed=3, shuffle=True)
+        assert read_order(backend, ds, 0) == read_order(backend, ds, 3, "fork")
+
+    def test_no_handle_left_open(self, backend: Backend) -> None:
+        ds = make(backend, shuffle=True)
+        before = open_descriptors()
+        read_order(backend, ds, 0)
+        ds.close()
+        assert open_descriptors() == before
+        ds.close()  # idempotent
+
+    def test_touched_in_parent_then_forked_workers_read_correctly(self, backend: Backend) -> None:
+        ds = make(backend, shuffle=False)
+        read_order(backend, ds, 0)  # opens handles in the parent, as a user checking ds[0] would
+        keys = read_order(backend, ds, 2, "fork")
+        assert sorted(keys) == sorted(backend.expected)
+        ds.close()
