@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from collections.abc import Sequence
 
 from fastdata.errors import SourceNotFound, SourceUnreadable
@@ -21,21 +22,28 @@ class LocalReader:
     def __init__(self, path: str, *, sequential: bool = False) -> None:
         self.url = path
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: opening a FIFO by mistake must not block; it is refused below like a folder
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise SourceNotFound(
                 f"{path}: no such file; check the path (and the brace range, if any)"
             ) from None
         except PermissionError:
             raise SourceUnreadable(f"{path}: permission denied; check the file's mode and owner") from None
-        except IsADirectoryError:
-            raise SourceUnreadable(f"{path}: is a folder, not a file") from None
+        except OSError as e:
+            raise SourceUnreadable(f"{path}: cannot be opened ({e.strerror})") from None
         try:
-            self.size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+                raise SourceUnreadable(f"{path}: is {kind}, not a file fastdata can read")
+            self.size = st.st_size
             # mmap cannot map an empty file; an empty file simply has nothing to read
             self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if self.size else None
-        finally:
-            os.close(fd)  # the map keeps its own reference to the file
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the map keeps its own reference to the file
         if self._map is not None and sequential:
             self._map.madvise(mmap.MADV_SEQUENTIAL)
 
