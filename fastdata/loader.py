@@ -21,8 +21,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.errors import ConfigError, check_positive
-from fastdata.sharding import Remainder
+from fastdata.errors import ConfigError, PlanError, check_positive
+from fastdata.sharding import Remainder, rank_span
 from fastdata.worker import WorkerInit, compose_worker_init
 from fastdata.worker import worker_init_fn as default_worker_init
 
@@ -72,6 +72,7 @@ class Loader:
 
     Raises:
         ConfigError: for a combination that cannot resume exactly, at construction.
+        PlanError: when a rank would get no batch at all (``drop_last`` with fewer samples than a batch).
     """
 
     def __init__(
@@ -119,6 +120,10 @@ class Loader:
         self._dataloader: DataLoader[Any] | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
+        if len(self) == 0 or self._starves_a_rank():
+            raise PlanError(f"a rank reads fewer samples per epoch than batch_size={self.batch_size}, so "
+                            "drop_last=True leaves it no batch; use a smaller batch_size, fewer ranks, or "
+                            "drop_last=False")
 
     def _check_iterable(self, batch_size: int | None, shuffle: bool | None, remainder: Remainder | None,
                         drop_last: bool | None, sampler: Any, kwargs: dict[str, Any]) -> int:
@@ -154,6 +159,16 @@ class Loader:
             if not callable(getattr(sampler, method, None)):
                 raise ConfigError(f"sampler {type(sampler).__name__} has no {method}(); use fastdata.EpochSampler")
         return sampler
+
+    def _starves_a_rank(self) -> bool:
+        """Whether ``drop_last`` leaves the rank that reads the fewest samples (the last one, under
+        ``remainder="uneven"``) without a batch: judged alike on every rank, so all of them refuse it."""
+        sampler = self.sampler
+        if self.iterable or not self._drop_last or not all(hasattr(sampler, a) for a in ("n", "world_size",
+                                                                                          "remainder")):
+            return False
+        ws = sampler.world_size
+        return rank_span(sampler.n, ws - 1, ws, sampler.remainder)[1] < self.batch_size
 
     @property
     def dataloader(self) -> DataLoader[Any]:
@@ -199,7 +214,9 @@ class Loader:
         if self.iterable:
             self.dataset.load_state_dict({"epoch": epoch, "batches": start})
         else:
-            self.sampler.load_state_dict({"epoch": epoch, "consumed": start * self.batch_size})
+            # the last batch may be short: k batches are at most the whole epoch
+            consumed = min(start * self.batch_size, len(self.sampler))
+            self.sampler.load_state_dict({"epoch": epoch, "consumed": consumed})
         self._position = (epoch, start)
         batches = iter(self.dataloader)
         if self.iterable:

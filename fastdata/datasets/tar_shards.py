@@ -83,8 +83,10 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
                                 transform=transform, max_open=max_open)
         self.total = sum(self.source.counts)
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)
-        if self.batch_size is not None and drop_last and self._span[1] < self.batch_size:
-            raise PlanError(f"rank {self.rank} reads {self._span[1]} samples per epoch, fewer than batch_size="
+        # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
+        fewest = rank_span(self.total, self.world_size - 1, self.world_size, remainder)[1]
+        if self.batch_size is not None and drop_last and fewest < self.batch_size:
+            raise PlanError(f"rank {self.world_size - 1} reads {fewest} samples per epoch, fewer than batch_size="
                             f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
                             "fewer ranks, or drop_last=False")
         # (epoch, batches, worker, num_workers): where the next pass starts; worker None = the whole rank
