@@ -31,7 +31,8 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
     With ``batch_size``, the dataset yields whole batches (use ``DataLoader(ds, batch_size=None)``): each
     rank then sees the same batches in the same order for any ``num_workers``, a skipped bad sample
     makes one batch smaller instead of shifting all later ones, and ``state_dict``/``load_state_dict``
-    resume mid-epoch exactly.
+    resume mid-epoch exactly: through :class:`fastdata.Loader` with any ``num_workers``, or through
+    torchdata's ``StatefulDataLoader`` with the same ``num_workers`` (see docs/distributed.md).
 
     Args:
         urls (str | list[str]): shard paths or URLs; brace ranges (``train-{000000..000099}.tar``) and
