@@ -23,6 +23,7 @@ from fastdata.errors import (
     SourceUnreadable,
     UnsafeMember,
 )
+from fastdata.loader import Loader
 from fastdata.sampler import EpochSampler
 from fastdata.worker import WorkerInit, compose_worker_init, worker_init_fn
 from fastdata.world import World
@@ -60,6 +61,7 @@ __all__ = [
     "EpochSampler",
     "FastdataError",
     "IndexedTarDataset",
+    "Loader",
     "PlanError",
     "SourceNotFound",
     "SourceUnreadable",

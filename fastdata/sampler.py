@@ -49,6 +49,7 @@ class EpochSampler(Sampler[int]):
         _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
         self._shared = shared if shared is not None else SharedState(())
         self._resume: tuple[int, int] | None = None
+        self._position: list[int] | None = None
 
     @property
     def epoch(self) -> int:
@@ -68,13 +69,36 @@ class EpochSampler(Sampler[int]):
         if self._resume is not None and self._resume[0] == self.epoch:
             start = self._resume[1]
             self._resume = None
-        return iter(order[start:].tolist())
+        # [epoch, indices handed out]: what state_dict() reports when it is not told what was consumed
+        self._position = [self.epoch, start]
+        return self._walk(order[start:].tolist(), self._position)
+
+    @staticmethod
+    def _walk(indices: list[int], position: list[int]) -> Iterator[int]:
+        for i in indices:
+            position[1] += 1  # before the yield: a state taken right after next() counts this index
+            yield i
 
     def __len__(self) -> int:
         return self._length
 
-    def state_dict(self, consumed: int = 0) -> dict[str, int]:
-        """The position to resume from: the epoch and the samples of it already consumed."""
+    def state_dict(self, consumed: int | None = None) -> dict[str, int]:
+        """The position to resume from: the epoch and the samples of it already consumed.
+
+        Args:
+            consumed (int | None): indices of this epoch already consumed. Defaults to the number the
+                latest iteration has handed out, which is right when nothing reads ahead (no DataLoader
+                workers, or ``torchdata``'s ``StatefulDataLoader``, which snapshots this per batch); a
+                plain ``DataLoader`` with workers prefetches, so pass the count, or use
+                :class:`fastdata.Loader`.
+        """
+        if consumed is None:
+            if self._resume is not None and self._resume[0] == self.epoch:
+                consumed = self._resume[1]
+            elif self._position is not None and self._position[0] == self.epoch:
+                consumed = self._position[1]
+            else:
+                consumed = 0
         return {"epoch": self.epoch, "consumed": consumed}
 
     def load_state_dict(self, state: dict[str, int]) -> None:

@@ -52,10 +52,11 @@ def rank_span(n: int, rank: int, world_size: int, remainder: Remainder = "drop")
     else:
         base, extra = divmod(n, world_size)
         start, length = rank * base + min(rank, extra), base + (rank < extra)
-    if length == 0 or n == 0:
+    # judged on the whole plan, not this rank's part, so that every rank refuses it alike
+    if n == 0 or (remainder != "pad" and n < world_size):
         raise PlanError(
-            f"{n} samples cannot be split over {world_size} ranks (rank {rank} would read nothing); "
-            "use fewer ranks or more data"
+            f"{n} samples cannot be split over {world_size} ranks (with remainder={remainder!r} some rank "
+            "would read nothing); use fewer ranks, more data, or remainder='pad'"
         )
     return start, length
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -12,10 +13,11 @@ from torch.utils.data import IterableDataset, default_collate
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.tar_source import Sample, TarSource
 from fastdata.decode import DecodeMode, Decoder, make_decoder
-from fastdata.errors import ConfigError, OnError, check_choice, check_positive
+from fastdata.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
 from fastdata.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
 from fastdata.storage import expand_urls
 from fastdata.worker import on_epoch
+from fastdata.world import World
 
 
 class TarShardDataset(DatasetBase, IterableDataset[Any]):
@@ -29,7 +31,8 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
     With ``batch_size``, the dataset yields whole batches (use ``DataLoader(ds, batch_size=None)``): each
     rank then sees the same batches in the same order for any ``num_workers``, a skipped bad sample
     makes one batch smaller instead of shifting all later ones, and ``state_dict``/``load_state_dict``
-    resume mid-epoch exactly.
+    resume mid-epoch exactly: through :class:`fastdata.Loader` with any ``num_workers``, or through
+    torchdata's ``StatefulDataLoader`` with the same ``num_workers`` (see docs/distributed.md).
 
     Args:
         urls (str | list[str]): shard paths or URLs; brace ranges (``train-{000000..000099}.tar``) and
@@ -81,7 +84,16 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
                                 transform=transform, max_open=max_open)
         self.total = sum(self.source.counts)
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)
-        self._resume: tuple[int, int] | None = None
+        # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
+        fewest = rank_span(self.total, self.world_size - 1, self.world_size, remainder)[1]
+        if self.batch_size is not None and drop_last and fewest < self.batch_size:
+            raise PlanError(f"rank {self.world_size - 1} reads {fewest} samples per epoch, fewer than batch_size="
+                            f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
+                            "fewer ranks, or drop_last=False")
+        # (epoch, batches, worker, num_workers): where the next pass starts; worker None = the whole rank
+        self._resume: tuple[int, int, int | None, int | None] | None = None
+        # (pid, epoch, next batch, worker, num_workers) of this process's latest pass, for state_dict()
+        self._progress: tuple[int, int, int, int, int] | None = None
 
     @property
     def urls(self) -> list[str]:
@@ -99,30 +111,72 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
+        # Not a generator: the resume position is taken now, when the DataLoader (or its worker) asks
+        # for the iterator, so it applies to exactly one pass.
         world = self.worker_world()
         on_epoch(world)
         start, length = self._span
         if self.batch_size is not None and self.drop_last:
             length -= length % self.batch_size
-        first = 0
-        if self._resume is not None and self._resume[0] == world.epoch:
-            first = self._resume[1] * (self.batch_size or 1)
+        first, stride, worker = self._first_batch(world)
         order = epoch_order(len(self.urls), shuffle=self.shuffle, seed=self.seed, epoch=world.epoch)
         offsets = split_counts(self.source.counts, order)
         window = self.shuffle_window if self.shuffle else 1
         shuffled = WindowShuffle(length, window, seed=self.seed, epoch=world.epoch, rank=self.rank)
+        read = functools.partial(self._read_positions, shuffled, start, offsets, order)
+        if self.batch_size is None:
+            return self._samples(read, world, length, window)
+        where = functools.partial(self._shards_at, shuffled, start, offsets, order)
+        self._progress = (os.getpid(), world.epoch, first, world.worker, world.num_workers)
+        return self._batches(read, where, world, length, first, stride, worker)
+
+    def _first_batch(self, world: World) -> tuple[int, int, int]:
+        """``(first batch, stride, worker slot)`` of this worker's pass, from a pending resume."""
+        resume = self._resume
+        if resume is None or resume[0] != world.epoch:
+            return world.worker, world.num_workers, world.worker
+        self._resume = None
+        _, batches, saved_worker, saved_workers = resume
+        if saved_worker is None:  # a rank-level position: deal batches from ``batches`` on afresh
+            return batches + world.worker, world.num_workers, world.worker
+        if (saved_worker, saved_workers) != (world.worker, world.num_workers):
+            raise ConfigError(f"this state was saved by worker {saved_worker} of {saved_workers} and is being "
+                              f"loaded in worker {world.worker} of {world.num_workers}; a per-worker state "
+                              "(from StatefulDataLoader) needs the same num_workers, or resume through "
+                              "fastdata.Loader, which allows any")
+        return batches, world.num_workers, 0
+
+    def _samples(self, read: Callable[[int, int], list[Any]], world: World, length: int,
+                 window: int) -> Iterator[Any]:
         try:
-            for lo, hi in worker_ranges(length, worker=world.worker, num_workers=world.num_workers,
-                                        unit=self.batch_size, start=first):
-                if self.batch_size is None:
-                    # one worker's contiguous range: read it a window at a time
-                    for wlo in range(lo, hi, max(window, 256)):
-                        yield from self._read_positions(shuffled, start, offsets, order,
-                                                        wlo, min(hi, wlo + max(window, 256)))
-                else:
-                    batch = self._read_positions(shuffled, start, offsets, order, lo, hi)
-                    if batch:
-                        yield self.collate_fn(batch)
+            for lo, hi in worker_ranges(length, worker=world.worker, num_workers=world.num_workers, unit=None):
+                # one worker's contiguous range: read it a window at a time
+                step = max(window, 256)
+                for wlo in range(lo, hi, step):
+                    yield from read(wlo, min(hi, wlo + step))
+        finally:
+            self.source.close()
+
+    def _batches(self, read: Callable[[int, int], list[Any]], where: Callable[[int, int], list[str]],
+                 world: World, length: int, first: int, stride: int, worker: int) -> Iterator[Any]:
+        unit = self.batch_size
+        assert unit is not None
+        # batch ``first + j * stride`` is this worker's j-th: worker_ranges deals units from ``first``
+        # to slot ``worker`` of ``stride`` (slot 0 when ``first`` is already this worker's own)
+        base = (first - worker) * unit
+        try:
+            for lo, hi in worker_ranges(length, worker=worker, num_workers=stride, unit=unit, start=base):
+                batch = read(lo, hi)
+                # counted before the yield, so that a state taken right after this batch resumes past it
+                self._progress = (os.getpid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
+                if not batch:
+                    # leaving the batch out would give this rank fewer batches than the others (a hang at
+                    # the next collective) and shift every later batch (a wrong resume)
+                    shards = where(lo, hi)
+                    raise BadSample(f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)}) "
+                                    "was bad and skipped; an empty batch cannot be collated; see the warnings above",
+                                    shards[0])
+                yield self.collate_fn(batch)
         finally:
             self.source.close()
 
@@ -138,23 +192,55 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             out.extend(self.source.read(int(run_shards[0]), run_local.tolist()))
         return out
 
-    def state_dict(self, batches: int = 0) -> dict[str, int]:
-        """Where to resume: the epoch, and how many batches of it the rank has consumed."""
-        return {"epoch": self.epoch, "batches": batches}
+    def _shards_at(self, shuffled: WindowShuffle, start: int, offsets: np.ndarray, order: np.ndarray,
+                   lo: int, hi: int) -> list[str]:
+        """The shards that positions ``lo .. hi-1`` of this rank's part of the epoch fall in."""
+        shards, _ = locate(offsets, order, (start + shuffled.positions(lo, hi)) % self.total)
+        return [self.urls[i] for i in dict.fromkeys(shards.tolist())]
+
+    def state_dict(self, batches: int | None = None) -> dict[str, int]:
+        """Where to resume: the epoch, and how many batches of it the rank has consumed.
+
+        Args:
+            batches (int | None): batches of this epoch the rank has consumed (what
+                :class:`fastdata.Loader` passes). Defaults to this process's own position: in the main
+                process (no workers), the batches it has yielded; in a DataLoader worker, that worker's next
+                batch (keys ``worker``/``num_workers`` added), which is what ``torchdata``'s
+                ``StatefulDataLoader`` collects from each worker.
+        """
+        if batches is not None:
+            return {"epoch": self.epoch, "batches": batches}
+        if self._resume is not None and self._resume[0] == self.epoch:
+            epoch, batches, worker, workers = self._resume
+        elif self._progress is not None and self._progress[:2] == (os.getpid(), self.epoch):
+            _, epoch, batches, worker, workers = self._progress
+            if workers == 1:
+                worker = None
+        else:
+            return {"epoch": self.epoch, "batches": 0}
+        state = {"epoch": epoch, "batches": batches}
+        if worker is not None and workers is not None:
+            state.update(worker=worker, num_workers=workers)
+        return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Make the next pass over ``state["epoch"]`` start after ``state["batches"]`` batches.
 
-        Needs ``batch_size`` (so that a batch means the same samples for any number of workers).
+        Needs ``batch_size`` (so that a batch means the same samples for any number of workers). A state
+        with ``worker``/``num_workers`` (one worker's, as ``StatefulDataLoader`` saves) resumes that worker
+        and needs the same ``num_workers``; one without resumes the whole rank, with any ``num_workers``.
         """
         batches = int(state.get("batches", 0))
         if batches and self.batch_size is None:
             raise ConfigError("resuming mid-epoch needs TarShardDataset(batch_size=...), so that the "
                               "order of batches does not depend on num_workers")
-        if batches < 0 or batches > len(self):
+        worker, workers = state.get("worker"), state.get("num_workers")
+        limit = len(self) + (int(workers) if workers is not None else 1)  # a worker's next batch may lie past the end
+        if not 0 <= batches < limit:
             raise ConfigError(f"batches={batches} is outside this rank's epoch of {len(self)} batches")
         self.set_epoch(int(state["epoch"]))
-        self._resume = (int(state["epoch"]), batches)
+        self._resume = (int(state["epoch"]), batches,
+                        None if worker is None else int(worker), None if workers is None else int(workers))
 
     def close(self) -> None:
         self.source.close()

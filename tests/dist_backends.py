@@ -1,0 +1,118 @@
+"""The backends the distributed and resume tests run over: one entry per dataset class.
+
+Adding a backend is one entry in :data:`BACKENDS`: a function that writes small seeded data into a
+folder and returns the identity of every sample, and a function that builds the dataset from that
+folder. The torchrun worker (``tests/dist_worker.py``) and the in-process tests (``test_resume.py``,
+``test_distributed_plan.py``) all build their datasets and loaders through here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastdata as fd
+from tests.datagen import make_shards
+
+SEED = 11
+BATCH = 4
+
+
+@dataclass(frozen=True)
+class DistBackend:
+    """How the tests drive one dataset class.
+
+    Attributes:
+        prepare: ``prepare(folder) -> keys``: write the data into ``folder`` (created by the caller, once
+            per test session) and return the identity of every sample. Aim for an odd count of a few dozen
+            samples, so that two ranks cannot split it evenly.
+        make: ``make(folder, *, seed, shuffle, remainder, batch_size, drop_last, rank, world_size)``: the
+            dataset. A map-style dataset may ignore ``shuffle``/``remainder``/``batch_size``/``drop_last``
+            (the Loader passes them to its ``sampler()``); an iterable one must plan with them.
+        keys_of: the identities of the samples of one batch.
+        iterable: True for an IterableDataset (it batches itself), False for a map-style dataset.
+    """
+
+    prepare: Callable[[Path], list[str]]
+    make: Callable[..., Any]
+    keys_of: Callable[[Any], list[str]]
+    iterable: bool
+
+
+def _tar_data(folder: Path) -> list[str]:
+    # 3 shards of 11: 33 samples, odd, and fewer shards than 2 ranks x 2 workers
+    make_shards(folder, shards=3, per_shard=11, seed=1)
+    return [f"s{i:06d}" for i in range(33)]
+
+
+def _tar_urls(folder: Path) -> list[str]:
+    return sorted(str(p) for p in Path(folder).glob("*.tar"))
+
+
+def _make_tar_shards(folder: Path, *, seed: int, shuffle: bool, remainder: str, batch_size: int,
+                     drop_last: bool = False, rank: int | None = None, world_size: int | None = None) -> Any:
+    return fd.TarShardDataset(_tar_urls(folder), seed=seed, shuffle=shuffle, shuffle_window=8, batch_size=batch_size,
+                              drop_last=drop_last, remainder=remainder, rank=rank,  # type: ignore[arg-type]
+                              world_size=world_size)
+
+
+def _make_indexed_tar(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
+                      **_: Any) -> Any:
+    return fd.IndexedTarDataset(_tar_urls(folder), seed=seed, rank=rank, world_size=world_size)
+
+
+def _tar_keys(batch: Any) -> list[str]:
+    return list(batch["__key__"])
+
+
+BACKENDS: dict[str, DistBackend] = {
+    "tar_shards": DistBackend(_tar_data, _make_tar_shards, _tar_keys, iterable=True),
+    "indexed_tar": DistBackend(_tar_data, _make_indexed_tar, _tar_keys, iterable=False),
+}
+
+
+def make_dataset(name: str, folder: str | os.PathLike[str], *, seed: int = SEED, shuffle: bool = True,
+                 remainder: str = "drop", batch_size: int = BATCH, drop_last: bool = False,
+                 rank: int | None = None, world_size: int | None = None) -> Any:
+    """Backend ``name``'s dataset over ``folder`` (rank and world size detected unless given)."""
+    return BACKENDS[name].make(Path(folder), seed=seed, shuffle=shuffle, remainder=remainder, batch_size=batch_size,
+                               drop_last=drop_last, rank=rank, world_size=world_size)
+
+
+def make_loader(name: str, folder: str | os.PathLike[str], *, num_workers: int, seed: int = SEED,
+                shuffle: bool = True, remainder: str = "drop", batch_size: int = BATCH, drop_last: bool = False,
+                rank: int | None = None, world_size: int | None = None, **dataloader_kwargs: Any) -> fd.Loader:
+    """A :class:`fastdata.Loader` over backend ``name``, planned with the given options."""
+    ds = make_dataset(name, folder, seed=seed, shuffle=shuffle, remainder=remainder, batch_size=batch_size,
+                      drop_last=drop_last, rank=rank, world_size=world_size)
+    # shuffle/remainder/drop_last go to the Loader for both kinds: for an iterable dataset it checks they
+    # agree with the dataset's own
+    return fd.Loader(ds, batch_size=batch_size, num_workers=num_workers, shuffle=shuffle,
+                     remainder=remainder, drop_last=drop_last, **dataloader_kwargs)  # type: ignore[arg-type]
+
+
+def make_stateful(name: str, ds: Any, *, num_workers: int, shuffle: bool = True, remainder: str = "drop",
+                  batch_size: int = BATCH, **kwargs: Any) -> Any:
+    """A ``torchdata`` ``StatefulDataLoader`` over ``ds``, built the way fastdata's docs say."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    if BACKENDS[name].iterable:
+        return StatefulDataLoader(ds, batch_size=None, num_workers=num_workers, **kwargs)
+    return StatefulDataLoader(ds, batch_size=batch_size, sampler=ds.sampler(shuffle=shuffle, remainder=remainder),
+                              num_workers=num_workers, **kwargs)
+
+
+def batch_keys(name: str, batches: Any, limit: int | None = None) -> list[list[str]]:
+    """The keys of each batch from ``batches``, stopping after ``limit`` batches."""
+    keys_of = BACKENDS[name].keys_of
+    out: list[list[str]] = []
+    if limit == 0:
+        return out
+    for batch in batches:
+        out.append(keys_of(batch))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
