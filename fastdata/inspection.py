@@ -83,7 +83,7 @@ def inspect_tar(url: str, checksum: bool = False) -> FileReport:
         report.extensions = dict(sorted(Counter(m[0] for ms in index.members for m in ms).items()))
         report.bad = [str(index.bad[i]) for i in sorted(index.bad)]
         report.complete = index.complete
-        if index.tail_error is not None:
+        if index.tail_error is not None and str(index.tail_error) not in report.bad:
             report.bad.append(str(index.tail_error))
         try:
             side = open_reader(index_url(url))
