@@ -31,15 +31,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info  # noqa: E402
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-import fastdata as fd  # noqa: E402
-from fastdata.convert import convert  # noqa: E402
-from fastdata.datasets.tar_source import load_index  # noqa: E402
-from fastdata.formats.tar import read_samples  # noqa: E402
-from fastdata.storage.local import LocalReader  # noqa: E402
+import fastdata as fd
+from fastdata.convert import convert
+from fastdata.datasets.tar_source import load_index
+from fastdata.formats.tar import read_samples
+from fastdata.storage.local import LocalReader
 
 CHUNK = 1 << 20
 
@@ -130,11 +130,15 @@ class RawSequential(IterableDataset[int]):
         info = get_worker_info()
         mine = self.urls if info is None else self.urls[info.id :: info.num_workers]
         buf = bytearray(CHUNK)
+        total = 0
         for url in mine:
-            total = 0
             with open(url, "rb", buffering=0) as f:
                 while n := f.readinto(buf):
                     total += n
+                    if total >= 8 * CHUNK:  # report every 8 MiB, so the steady state can be timed
+                        yield total
+                        total = 0
+        if total:
             yield total
 
 
@@ -154,19 +158,24 @@ def count_items(item: Any) -> tuple[int, int]:
 
 
 def run_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None) -> dict[str, float]:
-    """One pass over a reader: samples/s and payload MB/s (the timer includes starting the workers)."""
+    """One pass over a reader: samples/s and payload MB/s, in the steady state: the clock starts when
+    the first item arrives (so starting the workers is not counted; it is reported as ``startup_s``)."""
     if cold_paths is not None:
         evict(cold_paths)
     dataset = make()
     loader = DataLoader(dataset, batch_size=None, num_workers=workers, shuffle=False,
                         multiprocessing_context="fork" if workers else None)
     samples = nbytes = 0
+    begin = time.perf_counter()
+    it = iter(loader)
+    next(it)
     start = time.perf_counter()
-    for item in loader:
+    for item in it:
         n, b = count_items(item)
         samples, nbytes = samples + n, nbytes + b
     elapsed = time.perf_counter() - start
-    return {"seconds": elapsed, "samples": samples, "samples_per_s": samples / elapsed, "mb_per_s": nbytes / elapsed / 1e6}
+    return {"seconds": elapsed, "startup_s": start - begin, "samples": samples, "samples_per_s": samples / elapsed,
+            "mb_per_s": nbytes / elapsed / 1e6}
 
 
 def median_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None, repeats: int) -> dict[str, float]:
@@ -176,7 +185,8 @@ def median_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | N
     return best
 
 
-def readers(urls: list[str], files: list[tuple[str, int]], mode: str, limit: int | None) -> dict[str, Callable[[], Any]]:
+def readers(urls: list[str], files: list[tuple[str, int]], mode: str,
+            limit: int | None) -> dict[str, Callable[[], Any]]:
     import webdataset as wds
 
     decode = mode == "decode"
@@ -194,11 +204,22 @@ def readers(urls: list[str], files: list[tuple[str, int]], mode: str, limit: int
         ds = wds.WebDataset(shard_subset, shardshuffle=False, empty_check=False)
         return ds.decode("rgb8") if decode else ds
 
+    def ours_batched_shm() -> Any:
+        from fastdata.transport import SharedMemoryCollate
+
+        return fd.TarShardDataset(shard_subset, decode="numpy" if decode else "raw", batch_size=64,
+                                  collate_fn=SharedMemoryCollate(list))
+
+    def webdataset_batched() -> Any:
+        return webdataset().batched(64, collation_fn=None)
+
     def small() -> Any:
         return SmallFiles(subset, decode)
 
     out: dict[str, Callable[[], Any]] = {"fastdata": ours, "fastdata_batched64": ours_batched,
-                                         "webdataset": webdataset, "small_files": small}
+                                         "fastdata_batched64_shm": ours_batched_shm,
+                                         "webdataset": webdataset, "webdataset_batched64": webdataset_batched,
+                                         "small_files": small}
     if not decode:
         out["raw_sequential"] = lambda: RawSequential(urls)
     return out
@@ -323,7 +344,8 @@ def bench_breakdown(urls: list[str], n: int = 3000) -> dict[str, Any]:
     per_item = time.perf_counter() - start
     us = {"worker_read": read, "pickle": dump, "pipe_transfer": pipe, "unpickle": load, "dataloader_per_item": per_item}
     out = {k: v / n * 1e6 for k, v in us.items()}
-    out["implied_max_samples_per_s_one_worker"] = 1e6 / (out["pipe_transfer"] + out["unpickle"] + out["dataloader_per_item"])
+    main_side = out["pipe_transfer"] + out["unpickle"] + out["dataloader_per_item"]
+    out["implied_max_samples_per_s_one_worker"] = 1e6 / main_side
     return {"us_per_sample": out, "samples": n, "mean_bytes": sum(len(p) for p in pickled) / n}
 
 
@@ -333,7 +355,8 @@ def versions() -> dict[str, str]:
     import webdataset
 
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "webdataset": getattr(webdataset, "__version__", "?"), "pillow": PIL.__version__, "fastdata": fd.__version__,
+            "webdataset": getattr(webdataset, "__version__", "?"), "pillow": PIL.__version__,
+            "fastdata": fd.__version__,
             "tar": subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout.splitlines()[0]}
 
 
@@ -350,7 +373,8 @@ def markdown(result: dict[str, Any]) -> str:
     workers = result["args"]["workers"]
     lines.append(f"Corpus: {result['corpus']['files']} JPEGs, mean {result['corpus']['mean_kb']:.1f} KB, "
                  f"{result['corpus']['shards']} shards; {result['machine']['cpus']} cores; medians of "
-                 f"{result['args']['repeats']} passes. Samples/s (ratio to webdataset at the same worker count).")
+                 f"{result['args']['repeats']} passes. Samples/s (ratio to webdataset at the same worker count; "
+                 "batched rows against webdataset batched the same way).")
     lines.append("")
     lines.append("| reader | mode | cache | " + " | ".join(f"workers={w}" for w in workers) + " |")
     lines.append("|---|---|---|" + "---|" * len(workers))
@@ -362,10 +386,11 @@ def markdown(result: dict[str, Any]) -> str:
             if r is None:
                 cells.append("")
                 continue
-            wds_row = reads.get(f"webdataset/{mode}/{cache}", {}).get(str(w))
+            peer = "webdataset_batched64" if "batched64" in reader else "webdataset"
+            wds_row = reads.get(f"{peer}/{mode}/{cache}", {}).get(str(w))
             if reader == "raw_sequential":
                 cells.append(f"{r['mb_per_s']:,.0f} MB/s ({r['samples_equiv_per_s']:,.0f}/s)")
-            elif wds_row and reader != "webdataset":
+            elif wds_row and not reader.startswith("webdataset"):
                 cells.append(f"{r['samples_per_s']:,.0f} ({r['samples_per_s'] / wds_row['samples_per_s']:.1f}x)")
             else:
                 cells.append(f"{r['samples_per_s']:,.0f}")
@@ -471,12 +496,12 @@ def main(argv: list[str] | None = None) -> int:
 def summarize(result: dict[str, Any], workers: list[int]) -> dict[str, Any]:
     """The issue's targets, as ratios measured in this run."""
     reads, s = result["read"], {}
-    for name in ("fastdata", "fastdata_batched64"):
+    for name in ("fastdata", "fastdata_batched64", "fastdata_batched64_shm"):
         hot = reads.get(f"{name}/raw/hot")
-        wds_hot = reads.get("webdataset/raw/hot")
+        wds_hot = reads.get("webdataset_batched64/raw/hot" if "batched64" in name else "webdataset/raw/hot")
         if hot and wds_hot:
-            s[f"{name}_vs_webdataset_raw_hot"] = {w: round(hot[str(w)]["samples_per_s"] / wds_hot[str(w)]["samples_per_s"], 2)
-                                                  for w in workers}
+            s[f"{name}_vs_webdataset_raw_hot"] = {
+                w: round(hot[str(w)]["samples_per_s"] / wds_hot[str(w)]["samples_per_s"], 2) for w in workers}
         raw = reads.get("raw_sequential/raw/hot")
         if hot and raw:
             best_w = max(workers, key=lambda w: hot[str(w)]["mb_per_s"])
@@ -485,8 +510,8 @@ def summarize(result: dict[str, Any], workers: list[int]) -> dict[str, Any]:
                                                        "ratio": round(hot[str(best_w)]["mb_per_s"] / best_raw, 3)}
         cold, small = reads.get(f"{name}/raw/cold"), reads.get("small_files/raw/cold")
         if cold and small:
-            s[f"{name}_vs_small_files_raw_cold"] = {w: round(cold[str(w)]["samples_per_s"] / small[str(w)]["samples_per_s"], 2)
-                                                    for w in workers}
+            s[f"{name}_vs_small_files_raw_cold"] = {
+                w: round(cold[str(w)]["samples_per_s"] / small[str(w)]["samples_per_s"], 2) for w in workers}
     if "convert" in result:
         s["convert_workers2_vs_tar_cf"] = round(result["convert"]["fastdata_workers2"]["vs_tar_cf"], 2)
         s["convert_workers2_fsync_vs_tar_cf"] = round(result["convert"]["fastdata_workers2_fsync"]["vs_tar_cf"], 2)
