@@ -177,6 +177,8 @@ def test_refuses_other_options_or_a_foreign_folder_and_restart_discards(corpus, 
     with pytest.raises(ConfigError, match="not empty"):
         convert(root, foreign, progress=False)
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    with pytest.raises(ConfigError, match="inside the corpus"):
+        convert(root, root / "class_0" / "shards", progress=False)
     with pytest.raises(ConfigError, match="format='hdf5'"):
         convert(root, tmp_path / "x", decode=True)
     with pytest.raises(ConfigError, match="is not one of"):
@@ -231,3 +233,22 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path) -> None:
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())  # no leftovers
     keys = [k for s in a["shards"] for k in scan(LocalReader(str(out / s["name"]))).keys]
     assert len(keys) == len(set(keys)) == 160
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_that_vanishes_mid_run_is_named_or_skipped(tmp_path, workers: int) -> None:
+    from fastdata.convert.corpus import scan_corpus
+    from fastdata.convert.tar import convert_tar
+
+    root = tmp_path / "src"
+    make_image_folder(root, classes=2, per_class=6)
+    corpus = scan_corpus(root)
+    (root / "class_1" / "img_0003.jpg").unlink()  # listed, then gone before it is written
+    with pytest.raises(fd.SourceNotFound, match=r"img_0003\.jpg: no such file"):
+        convert_tar(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, progress=False, fsync=False)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
+    manifest = convert_tar(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, skip_bad=True,
+                           restart=True, progress=False, fsync=False)
+    assert manifest["samples"] == 11 and manifest["skipped"] == 1 and "img_0003.jpg" in manifest["problems"][0]
+    assert manifest["class_counts"] == {"class_0": 6, "class_1": 5}

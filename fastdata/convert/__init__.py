@@ -75,7 +75,12 @@ def convert(
         if shard_count is not None or shuffle or workers != 1:
             raise ConfigError("shard_count, shuffle and workers apply to format='tar' only")
         corpus = _scan_checked(src, skip_bad)
-        from fastdata.convert.hdf5 import convert_hdf5  # another engineer's module, imported on use
+        try:
+            from fastdata.convert.hdf5 import convert_hdf5  # imported on use: it needs h5py
+        except ModuleNotFoundError as e:
+            if e.name == "fastdata.convert.hdf5":
+                raise ConfigError("format='hdf5' is not part of this version of fastdata; use format='tar'") from None
+            raise ImportError(f"format='hdf5' needs {e.name}; install it with pip install 'fastdata[hdf5]'") from e
 
         manifest: dict[str, Any] = convert_hdf5(corpus, out, decode=decode, size=size, progress=progress)
         return manifest

@@ -198,6 +198,9 @@ def convert_tar(
     See :func:`fastdata.convert.convert` for the options. Returns the manifest written.
     """
     publish_shard("", out)  # refuses remote output early
+    if os.path.commonpath([os.path.realpath(out), corpus.root]) == corpus.root:
+        raise ConfigError(f"{out}: is inside the corpus {corpus.root}; its shards would be converted next "
+                          "time; write them somewhere else")
     if workers < 1:
         raise ConfigError(f"workers={workers} must be >= 1")
     if shard_count is not None:
