@@ -54,11 +54,9 @@ def _split_ustar(name: bytes) -> tuple[bytes, bytes] | None:
     """``(prefix, name)`` fitting ustar's 155 + 100 bytes, cut at a ``/``, or None."""
     if len(name) <= 100:
         return b"", name
-    cut = name.rfind(b"/", 0, 156)
-    while cut > 0:
-        if len(name) - cut - 1 <= 100:
-            return name[:cut], name[cut + 1 :]
-        cut = name.rfind(b"/", 0, cut)  # never reached with a shorter tail; kept for clarity
+    cut = name.rfind(b"/", 0, 156)  # the longest prefix that fits leaves the shortest name
+    if cut > 0 and len(name) - cut - 1 <= 100:
+        return name[:cut], name[cut + 1 :]
     return None
 
 
@@ -228,7 +226,7 @@ class TarShardWriter:
             os.close(fd)
         self.index.size = total
         if self.write_index:
-            _write_atomic(index_url(self.path), self.index.to_bytes(), fsync=self.fsync)
+            write_atomic(index_url(self.path), self.index.to_bytes(), fsync=self.fsync)
         self._publish(self.tmp_path, self.path)
         return ShardResult(self.path, len(self.index), total, self._hash.hexdigest(), self.index)
 
@@ -388,7 +386,8 @@ def _check_key(key: str) -> None:
                          "without a dot in its last part (the WebDataset key ends at the first dot)")
 
 
-def _write_atomic(path: str, data: bytes, *, fsync: bool) -> None:
+def write_atomic(path: str, data: bytes, *, fsync: bool) -> None:
+    """Write ``data`` to ``path`` under a temporary name, then rename it into place."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
@@ -398,7 +397,5 @@ def _write_atomic(path: str, data: bytes, *, fsync: bool) -> None:
             os.fsync(f.fileno())
     os.replace(tmp, path)
 
-
-write_atomic = _write_atomic
 
 __all__ = ["RECORD", "ShardResult", "TarShardWriter", "write_atomic"]
