@@ -158,7 +158,8 @@ def count_items(item: Any) -> tuple[int, int]:
     return 1, size
 
 
-def run_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None) -> dict[str, float]:
+def run_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None,
+             limit: int | None = None) -> dict[str, float]:
     """One pass over a reader: samples/s and payload MB/s, in the steady state: the clock starts when
     the first item arrives (so starting the workers is not counted; it is reported as ``startup_s``)."""
     if cold_paths is not None:
@@ -174,13 +175,19 @@ def run_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None
     for item in it:
         n, b = count_items(item)
         samples, nbytes = samples + n, nbytes + b
+        if limit is not None and samples >= limit:
+            break
     elapsed = time.perf_counter() - start
+    shutdown = getattr(it, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()  # stopped early: let the workers go now
     return {"seconds": elapsed, "startup_s": start - begin, "samples": samples, "samples_per_s": samples / elapsed,
             "mb_per_s": nbytes / elapsed / 1e6}
 
 
-def median_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None, repeats: int) -> dict[str, float]:
-    runs = [run_pass(make, workers, cold_paths) for _ in range(repeats)]
+def median_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None, repeats: int,
+                limit: int | None = None) -> dict[str, float]:
+    runs = [run_pass(make, workers, cold_paths, limit) for _ in range(repeats)]
     best = sorted(runs, key=lambda r: r["samples_per_s"] or r["mb_per_s"])[len(runs) // 2]
     best["spread"] = (max(r["mb_per_s"] for r in runs) / max(min(r["mb_per_s"] for r in runs), 1e-9)) - 1
     return best
@@ -192,7 +199,7 @@ def readers(urls: list[str], files: list[tuple[str, int]], mode: str,
 
     decode = mode == "decode"
     subset = files[:limit] if limit else files
-    shard_subset = urls[: max(4, -(-len(urls) * len(subset) // len(files)))] if limit else urls
+    shard_subset = urls  # shard readers stop after `limit` samples (see run_pass)
 
     def ours() -> Any:
         return fd.TarShardDataset(shard_subset, decode="numpy" if decode else "raw")
@@ -255,20 +262,34 @@ def bench_convert(src: Path, work: Path, shard_size: str, repeats: int, payload:
     methods = {"fastdata_workers1": ours(1, False), "fastdata_workers2": ours(2, False),
                "fastdata_workers2_fsync": ours(2, True), "tar_cf": tar_cf, "webdataset_shardwriter": shardwriter}
     times: dict[str, list[float]] = {m: [] for m in methods}
+    cpu: dict[str, list[float]] = {m: [] for m in methods}
     for _ in range(repeats):
         for name, run in methods.items():  # interleaved, so a burst of load hits every method alike
             shutil.rmtree(work / "conv", ignore_errors=True)
+            os.sync()  # each starts with no dirty pages of the others to be throttled by
+            cpu0 = cpu_seconds()
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(cpu_seconds() - cpu0)
     shutil.rmtree(work / "conv", ignore_errors=True)
     out: dict[str, Any] = {}
     for name, ts in times.items():
         t = statistics.median(ts)
-        out[name] = {"seconds": t, "mb_per_s": payload / t / 1e6, "files_per_s": len(files) / t}
+        out[name] = {"seconds": t, "mb_per_s": payload / t / 1e6, "files_per_s": len(files) / t,
+                     "cpu_seconds": statistics.median(cpu[name])}
     for name in methods:
         out[name]["vs_tar_cf"] = out[name]["mb_per_s"] / out["tar_cf"]["mb_per_s"]
+        out[name]["cpu_vs_tar_cf"] = out[name]["cpu_seconds"] / out["tar_cf"]["cpu_seconds"]
     return out
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process, its threads and its finished children (tar, conversion workers)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def fd_size(text: str) -> int:
@@ -402,10 +423,11 @@ def markdown(result: dict[str, Any]) -> str:
                 cells.append(f"{r['samples_per_s']:,.0f}")
         lines.append(f"| {reader} | {mode} | {cache} | " + " | ".join(cells) + " |")
     if "convert" in result:
-        lines += ["", "| conversion | s | MB/s | files/s | vs tar cf |", "|---|---|---|---|---|"]
+        lines += ["", "| conversion | s | MB/s | files/s | MB/s vs tar cf | CPU s | CPU vs tar cf |",
+                  "|---|---|---|---|---|---|---|"]
         for name, r in result["convert"].items():
             lines.append(f"| {name} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | {r['files_per_s']:,.0f} | "
-                         f"{r['vs_tar_cf']:.2f} |")
+                         f"{r['vs_tar_cf']:.2f} | {r['cpu_seconds']:.2f} | {r['cpu_vs_tar_cf']:.2f} |")
     if "core_overhead" in result:
         c = result["core_overhead"]
         lines += ["", f"Worker-safety core overhead (workers=0, raw): {100 * c['overhead']:+.1f}% "
@@ -474,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                         warm([f for f, _ in files] if name == "small_files" else urls)
                     repeats = args.repeats if (mode, cache) == ("raw", "hot") else args.repeats_other
                     for w in workers:
-                        r = median_pass(make, w, cold, repeats)
+                        r = median_pass(make, w, cold, repeats, limit)
                         if name == "raw_sequential":
                             r["samples_equiv_per_s"] = r["mb_per_s"] * 1e6 / mean_sample
                         row[str(w)] = r

@@ -23,10 +23,11 @@ import hashlib
 import os
 import struct
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fastdata.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
+from fastdata.errors import ConfigError, SourceNotFound, SourceUnreadable
 from fastdata.formats.tar import BLOCK, Member, ShardIndex, index_url, is_safe_name
 
 RECORD = 20 * BLOCK  # tar and tarfile pad archives to 10 KiB records; so do we
@@ -119,8 +120,13 @@ class TarShardWriter:
         self._fd: int | None = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         self._buf = bytearray(buffer_size)
         self._mv = memoryview(self._buf)
+        # double buffering: a thread hashes and writes one buffer (both release the GIL) while the
+        # caller fills the other, so hashing and writing overlap reading the next files
+        self._spare = bytearray(buffer_size)
+        self._pool: ThreadPoolExecutor | None = None
+        self._job: Future[None] | None = None
         self._pos = 0  # bytes waiting in the buffer
-        self._flushed = 0  # bytes already written to the file
+        self._flushed = 0  # bytes handed to the file (written, or being written by the thread)
         self._hash = hashlib.sha256()
         self.index = ShardIndex(self.path)
         self._key: str | None = None
@@ -181,14 +187,12 @@ class TarShardWriter:
             try:
                 data_at = self._member_header(key, ext, size, int(st.st_mtime) if mtime is None else mtime)
                 pos = self._pos
-                if pos + size <= len(self._buf) and os.readv(fd, [self._mv[pos : pos + size]]) == size:
+                if pos + size <= len(self._buf) and _readv(fd, self._mv[pos : pos + size], path) == size:
                     self._pos = pos + size  # the common case: the whole file in one read
                 else:
                     self._read_into_buffer(fd, size, path)
-            except BaseException as e:
+            except BaseException:
                 self._restore(mark)
-                if isinstance(e, OSError) and not isinstance(e, FastdataError):
-                    raise SourceUnreadable(f"{path}: cannot be read ({e.strerror}); skip it with --skip-bad") from None
                 raise
             self._pad(size)
             self._exts.append((ext, data_at, size))
@@ -220,10 +224,12 @@ class TarShardWriter:
         self._flush()
         fd, self._fd = self._fd, None
         try:
+            self._wait()
             if self.fsync:
                 os.fsync(fd)
         finally:
             os.close(fd)
+            self._stop_thread()
         self.index.size = total
         if self.write_index:
             write_atomic(index_url(self.path), self.index.to_bytes(), fsync=self.fsync)
@@ -234,7 +240,12 @@ class TarShardWriter:
         """Drop the shard: close and remove the temporary file. Idempotent."""
         fd, self._fd = self._fd, None
         if fd is not None:
+            try:
+                self._wait()
+            except OSError:
+                pass  # the write that failed is why we are dropping the shard
             os.close(fd)
+            self._stop_thread()
             try:
                 os.unlink(self.tmp_path)
             except FileNotFoundError:
@@ -329,7 +340,7 @@ class TarShardWriter:
             if self._pos == len(self._buf):
                 self._flush()
             room = min(left, len(self._buf) - self._pos)
-            n = os.readv(fd, [self._mv[self._pos : self._pos + room]])
+            n = _readv(fd, self._mv[self._pos : self._pos + room], path)
             if n == 0:
                 raise SourceUnreadable(f"{path}: shrank by {left} bytes while being read (is something "
                                        "writing it?); rerun when the corpus is stable")
@@ -338,8 +349,11 @@ class TarShardWriter:
         # bytes appended after the fstat are not read, as with tar: the member matches its header
 
     def _mark(self) -> tuple[Any, ...]:
-        return (self._pos, self._flushed, len(self.index.keys), self._key, tuple(self._exts), self._start,
-                self._hash.copy() if self._pos == 0 else None)
+        hash_copy = None
+        if self._pos == 0:  # a member that may be flushed half-way: keep the digest to go back to
+            self._wait()
+            hash_copy = self._hash.copy()
+        return (self._pos, self._flushed, len(self.index.keys), self._key, tuple(self._exts), self._start, hash_copy)
 
     def _restore(self, mark: tuple[Any, ...]) -> None:
         """Undo a member that failed half-way (see :meth:`add_file`)."""
@@ -347,6 +361,7 @@ class TarShardWriter:
         if flushed != self._flushed:
             # a member too big for the buffer already reached the file: cut it back off
             assert self._fd is not None and hash_copy is not None
+            self._wait()
             os.ftruncate(self._fd, flushed)
             os.lseek(self._fd, flushed, os.SEEK_SET)
             self._flushed, self._hash = flushed, hash_copy
@@ -364,24 +379,55 @@ class TarShardWriter:
             self._key, self._exts = None, []
 
     def _flush(self) -> None:
-        if self._pos:
-            view = self._mv[: self._pos]
-            self._hash.update(view)
-            self._write(view, hashed=True)
-            self._pos = 0
-
-    def _write(self, view: memoryview, *, hashed: bool = False) -> None:
-        if not hashed:
-            self._hash.update(view)
+        """Hand the filled buffer to the writing thread and go on with the other one."""
+        if not self._pos:
+            return
+        view = self._mv[: self._pos]
+        self._wait()  # the other buffer is free once its write is done
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="fastdata-tar-writer")
         assert self._fd is not None
+        self._job = self._pool.submit(self._hash_and_write, view, self._fd)
+        self._flushed += self._pos
+        self._buf, self._spare = self._spare, self._buf
+        self._mv = memoryview(self._buf)
+        self._pos = 0
+
+    def _hash_and_write(self, view: memoryview, fd: int) -> None:
+        self._hash.update(view)
         while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-            self._flushed += n
+            view = view[os.write(fd, view) :]
+
+    def _wait(self) -> None:
+        """Wait for the writing thread; raise its error (a full disk ...) here."""
+        job, self._job = self._job, None
+        if job is not None:
+            job.result()
+
+    def _stop_thread(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _write(self, view: memoryview) -> None:
+        """Write ``view`` through, after everything before it (for data bigger than the buffer)."""
+        self._flush()
+        self._wait()
+        assert self._fd is not None
+        self._hash_and_write(view, self._fd)
+        self._flushed += len(view)
+
+
+def _readv(fd: int, view: memoryview, path: str) -> int:
+    try:
+        return os.readv(fd, [view])
+    except OSError as e:
+        raise SourceUnreadable(f"{path}: cannot be read ({e.strerror}); skip it with --skip-bad") from None
 
 
 def _check_key(key: str) -> None:
-    if not key or "." in key.rsplit("/", 1)[-1] or not is_safe_name(key) or key.endswith("/"):
+    if not key or "." in key[key.rfind("/") + 1 :] or key[0] == "/" or key[-1] == "/" or \
+            (".." in key and not is_safe_name(key)):
         raise ValueError(f"sample key {key!r} is not usable: it must be a relative name without '..' and "
                          "without a dot in its last part (the WebDataset key ends at the first dot)")
 
