@@ -1,15 +1,83 @@
-"""Placeholder: this command is being built."""
+"""``fastdata convert SRC OUT --format tar|hdf5 ...``: a thin layer over :func:`fastdata.convert.convert`."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
+
+from fastdata.errors import ConfigError
+
+
+def _hw(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HxW, like 224x224") from None
+    return h, w
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``fastdata convert`` (shared with ``tools/make_shards.py``)."""
+    p.add_argument("src", help="an ImageFolder tree (one folder per class) or a flat folder of files")
+    p.add_argument("out", help="output folder (new or empty, or holding an interrupted run to resume)")
+    p.add_argument("--format", choices=["tar", "hdf5"], default="tar", help="output format (default: tar)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--shard-size", default="256MB", metavar="SIZE",
+                      help="most bytes per shard, like 256MB, 1GB or 64MiB (default: 256MB)")
+    size.add_argument("--shard-count", type=int, metavar="N", help="exactly N shards of equal sample counts")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="processes writing shards (default: 1)")
+    p.add_argument("--shuffle", action="store_true", help="shuffle files across shards (seeded by --seed)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --shuffle (default: 0)")
+    p.add_argument("--prefix", default="shard", help="shard names are PREFIX-000000.tar ... (default: shard)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="convert the files that can be read and list the others in the manifest "
+                        "(default: stop before writing anything and list the problems)")
+    p.add_argument("--restart", action="store_true",
+                   help="discard an interrupted conversion in OUT made with other options")
+    p.add_argument("--no-fsync", dest="fsync", action="store_false",
+                   help="do not flush shards to disk before recording them (faster; a killed run still "
+                        "resumes correctly, a power loss may not)")
+    p.add_argument("--decode", action="store_true", help="hdf5: store decoded pixels")
+    p.add_argument("--size", type=_hw, metavar="HxW", help="hdf5 with --decode: resize images to HxW")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("convert", help="(not built yet)")
+    p = sub.add_parser("convert", help="convert a folder of small files into tar shards or HDF5",
+                       description="Convert an ImageFolder tree or a flat folder into WebDataset tar shards "
+                                   "(or HDF5). Rerun the same command to resume an interrupted conversion.")
+    add_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("not built yet")
+    from fastdata.convert import convert
+
+    if args.format == "tar" and (args.decode or args.size):
+        raise ConfigError("--decode and --size apply to --format hdf5 only")
+    manifest = convert(
+        args.src, args.out, format=args.format,
+        shard_size=args.shard_size if args.shard_count is None else None, shard_count=args.shard_count,
+        workers=args.workers, shuffle=args.shuffle, seed=args.seed, prefix=args.prefix, skip_bad=args.skip_bad,
+        restart=args.restart, fsync=args.fsync, decode=args.decode, size=args.size, progress=not args.quiet,
+    ) if args.format == "tar" else convert(
+        args.src, args.out, format="hdf5", skip_bad=args.skip_bad, decode=args.decode, size=args.size,
+        progress=not args.quiet,
+    )
+    summary(manifest, args.out)
+    return 0
+
+
+def summary(manifest: dict[str, Any], out: str) -> None:
+    """Print what was written and how to read it."""
+    shards = manifest.get("shards", [])
+    line = f"fastdata convert: {manifest.get('samples', '?')} samples"
+    if shards:
+        line += f" in {len(shards)} shard(s), {manifest.get('bytes', 0) / 1e6:.1f} MB"
+    if manifest.get("skipped"):
+        line += f"; {manifest['skipped']} file(s) skipped (listed in manifest.json 'problems')"
+    print(line, file=sys.stderr)
+    if manifest.get("pattern"):
+        print(f"read them with fastdata.TarShardDataset({os.path.join(out, manifest['pattern'])!r})", file=sys.stderr)

@@ -109,35 +109,43 @@ def _dir_id(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _walk(corpus: Corpus, root: Path, folder: Path, label: int, seen_dirs: set[tuple[int, int]]) -> None:
+def _walk(corpus: Corpus, root: Path, folder: Path, label: int, seen_dirs: set[tuple[int, int]],
+          rel: str | None = None) -> None:
+    # plain strings and DirEntry.stat(), not Path objects and os.path.relpath: listing dominated the
+    # conversion of small files (0.6 s for 10k files, as long as 'tar cf' takes for all of them)
+    if rel is None:
+        rel = Path(os.path.relpath(folder, root)).as_posix()
+        rel = "" if rel == "." else rel
     try:
         seen_dirs.add(_dir_id(folder))
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as e:
         corpus.problems.append(f"{folder}: cannot list folder ({e.strerror})")
         return
+    absolute = os.path.abspath(folder)
+    items = corpus.items
     for entry in entries:
-        if entry.name.startswith("."):
+        name = entry.name
+        if name.startswith("."):
             corpus.ignored += 1
             continue
-        path = Path(entry.path)
         try:
-            st = path.stat()  # follows links
+            st = entry.stat()  # follows links
         except OSError as e:
             why = "broken link" if entry.is_symlink() else e.strerror
-            corpus.problems.append(f"{path}: cannot be read ({why})")
+            corpus.problems.append(f"{entry.path}: cannot be read ({why})")
             continue
+        child_rel = f"{rel}/{name}" if rel else name
         if stat.S_ISDIR(st.st_mode):
             key = (st.st_dev, st.st_ino)
             if key in seen_dirs:
-                corpus.problems.append(f"{path}: symlink loop (leads back to a folder already listed); skipped")
+                corpus.problems.append(f"{entry.path}: symlink loop (leads back to a folder already listed); skipped")
                 continue
-            _walk(corpus, root, path, label, seen_dirs)
+            _walk(corpus, root, Path(entry.path), label, seen_dirs, child_rel)
         elif stat.S_ISREG(st.st_mode):
-            if not os.access(path, os.R_OK):
-                corpus.problems.append(f"{path}: cannot be read (permission denied)")
+            if not os.access(entry.path, os.R_OK):
+                corpus.problems.append(f"{entry.path}: cannot be read (permission denied)")
                 continue
-            rel = Path(os.path.relpath(path, root)).as_posix()
-            corpus.items.append(Item(str(path.absolute()), rel, label, st.st_size))
+            items.append(Item(os.path.join(absolute, name), child_rel, label, st.st_size))
         else:
-            corpus.problems.append(f"{path}: not a regular file; skipped")
+            corpus.problems.append(f"{entry.path}: not a regular file; skipped")

@@ -112,13 +112,16 @@ class TarSource:
             for _ in which:
                 self.policy.handle(e)
             return []
-        good = []
-        for i in which:
-            problem = index.error_at(i)
-            if problem is None:
-                good.append(i)
-            else:
-                self.policy.handle(problem)
+        if not index.bad and (not which or max(which) < len(index.keys)):
+            good: Sequence[int] = which  # the common case: a sound shard, no per-sample check
+        else:
+            good = []
+            for i in which:
+                problem = index.error_at(i)
+                if problem is None:
+                    good.append(i)
+                else:
+                    self.policy.handle(problem)
         samples: list[Any] = read_samples(reader, index, good)
         decoder, transform = self.decoder, self.transform
         if decoder is None and transform is None:

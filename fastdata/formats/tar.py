@@ -176,13 +176,23 @@ def scan(reader: Reader) -> ShardIndex:
         header_at.append(at)
         data_at = at + BLOCK
         if data_at + member_size > size:
-            _fail(index, f"truncated: a member needs {member_size} bytes, the shard ends after {size - data_at}", at)
-            if cur_key is not None:
-                bad[len(keys)] = index.tail_error  # type: ignore[assignment]
+            cut = pax.get("path") or long_name or "/".join(
+                f.split(b"\0", 1)[0].decode("utf-8", "surrogateescape") for f in (prefix_f, name_f) if f[0])
+            _fail(index, f"truncated: member {cut!r} needs {member_size} bytes, the shard ends after "
+                         f"{size - data_at}", at)
+            dot = cut.find(".", cut.rfind("/") + 1)
+            cut_key = cut[:dot] if dot > 0 else cut
+            if cur_key is not None and cut_key != cur_key:
+                # the cut member starts a new sample: the one before it is whole and stays readable
                 keys.append(cur_key)
                 members.append(tuple(cur))
                 spans.append((cur_start, at))
                 cur_key = None
+            bad[len(keys)] = index.tail_error  # type: ignore[assignment]
+            keys.append(cur_key if cur_key is not None else cut_key)
+            members.append(tuple(cur) if cur_key is not None else ())
+            spans.append((cur_start if cur_key is not None else at, at))
+            cur_key = None
             break
         at = data_at + member_size + (-member_size % BLOCK)
         if typeflag in b"xgLK":
