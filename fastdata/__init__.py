@@ -35,6 +35,7 @@ __version__ = "0.1.0"
 # name -> (module, the extra that provides its libraries)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("fastdata.bench", None),
+    "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
 }
 
 
@@ -59,6 +60,7 @@ __all__ = [
     "Decoder",
     "EpochSampler",
     "FastdataError",
+    "HDF5Dataset",
     "IndexedTarDataset",
     "PlanError",
     "SourceNotFound",
