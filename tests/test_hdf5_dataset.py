@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import multiprocessing
 import os
@@ -230,16 +231,24 @@ def test_handle_opened_in_parent_is_not_used_by_workers(files: tuple[list[str], 
     ds.close()
 
 
+@pytest.mark.parametrize("held", ["file", "dataset"])
 def test_user_handle_held_in_parent_is_not_shared_with_forked_workers(
-        files: tuple[list[str], dict[str, Any]]) -> None:
-    # an h5py.File the user keeps open in the parent: HDF5 would give a forked worker's own open of that
-    # file the parent's open file (descriptor and caches); the worker must open it apart (stdio driver)
+        files: tuple[list[str], dict[str, Any]], held: str) -> None:
+    # an h5py object the user keeps open in the parent (a File, or only a Dataset of it): HDF5 would give
+    # a forked worker's own open of that file the parent's open file (descriptor and caches); the worker
+    # must open it apart (through the stdio driver)
     paths, every = files
     ds = ProbedHDF5Dataset(paths, FIELDS)
-    with h5py.File(paths[1], "r") as own:
-        theirs = tuple(own.id.fileno)
+    own = h5py.File(paths[1], "r")
+    theirs = tuple(own.id.fileno)
+    kept = own if held == "file" else own["key"]
+    del own
+    gc.collect()
+    try:
         keys, probes = read_probes(ds, "fork")
-        own["key"][0]  # still readable in the parent
+        assert kept.file.id.fileno == theirs  # the user's object still works in the parent
+    finally:
+        kept.file.close()
     assert sorted(keys) == every["key"].tolist()
     from_second = probes[:, 5] == 1
     assert from_second.any() and (~from_second).any()

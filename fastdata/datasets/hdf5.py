@@ -68,11 +68,6 @@ class SampleBatch(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         return iter(self._all())
 
-    def __eq__(self, other: object) -> bool:
-        return self._all() == (list(other) if isinstance(other, SampleBatch) else other)
-
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"SampleBatch({len(self)} samples, keys={self.keys})"
 

@@ -33,10 +33,6 @@ from fastdata.storage.local import LocalReader
 # one copy of a few KiB beats a Python-level copy per row.
 MERGE_GAP_BYTES = 8192
 
-# (st_dev, st_ino) -> ids of the handles this process opened on that file. Cleared in a forked child:
-# the handles it lists there belong to the parent.
-_opened_here: dict[tuple[int, int], set[int]] = {}
-os.register_at_fork(after_in_child=_opened_here.clear)
 # Every open handle of this process, and (in a forked child) of its parent.
 _live: weakref.WeakSet[H5Handle] = weakref.WeakSet()
 
@@ -75,6 +71,7 @@ class H5Handle:
                               "inode differ); build the dataset again (was the file rewritten while reading?)",
                               info.path)
         self._key = info.identity[:2]
+        self.datasets: dict[str, Any] = {}
         if worker._generation > 0:
             _close_inherited()
         self.file = open_file(info.path, cache)
@@ -84,11 +81,11 @@ class H5Handle:
             self.file = open_file(info.path, cache, driver="stdio")
             self.driver = "stdio"
             warnings.warn(
-                f"fastdata: {info.path} is open through an h5py handle inherited from the parent process; "
-                "HDF5 would share it with this worker, so the worker opened the file through HDF5's stdio "
-                "driver instead. Close your own h5py.File objects before the DataLoader starts its workers "
-                "(or use multiprocessing_context='spawn')", RuntimeWarning, stacklevel=2)
-        _opened_here.setdefault(self._key, set()).add(id(self))
+                f"fastdata: {info.path} is also open through an h5py object this worker inherited from the "
+                "parent process (or opened itself); HDF5 would share that open file with the worker, so the "
+                "worker opened the file through HDF5's stdio driver instead. Close your own h5py objects "
+                "before the DataLoader starts its workers (or use multiprocessing_context='spawn')",
+                RuntimeWarning, stacklevel=2)
         _live.add(self)
         self.fileno: tuple[int, int] = tuple(self.file.id.fileno)  # type: ignore[assignment]
         self.datasets = {f.name: self.file[f.name] for f in info.fields}
@@ -102,10 +99,14 @@ class H5Handle:
         self._offsets: dict[str, tuple[np.ndarray, int] | None] = {}
 
     def _shared_with_others(self) -> bool:
+        """Whether HDF5 objects (files, datasets ...) other than this process's handles are open on the
+        file just opened: then HDF5 shares its open file with theirs."""
         from h5py import h5f
 
-        ours = len(_opened_here.get(self._key, ()))
-        return int(h5f.get_obj_count(self.file.id, h5f.OBJ_FILE)) > ours + 1
+        pid = os.getpid()
+        ours = sum(1 + len(h.datasets) for h in list(_live)
+                   if h is not self and h.pid == pid and h.file is not None and h._key == self._key)
+        return int(h5f.get_obj_count(self.file.id, h5f.OBJ_ALL)) > ours + 1
 
     # -- direct reads ------------------------------------------------------------------------------
     def file_bytes(self) -> np.ndarray:
@@ -128,9 +129,6 @@ class H5Handle:
         if self._map is not None:
             self._map.close()
             self._map = None
-        ids = _opened_here.get(self._key)
-        if ids is not None:
-            ids.discard(id(self))
         file, self.file = self.file, None
         if file is not None:
             self.datasets = {}
