@@ -108,6 +108,16 @@ def test_corrupt_image_named_and_nothing_left_behind(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "out")) == []
 
 
+def test_files_of_equal_length_keep_their_bytes(tmp_path: Path) -> None:
+    src = tmp_path / "same"
+    src.mkdir()
+    blob = jpeg_bytes(np.random.default_rng(5))
+    for i in range(3):
+        (src / f"{i}.jpg").write_bytes(blob)
+    convert_hdf5(scan_corpus(src), str(tmp_path / "out"), decode=False, size=None, progress=False)
+    assert [s["image"] for s in read_all(tmp_path / "out" / "data.h5")] == [blob] * 3
+
+
 def test_flat_folder_has_no_classes(tmp_path: Path) -> None:
     src = tmp_path / "flat"
     src.mkdir()

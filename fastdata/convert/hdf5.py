@@ -131,9 +131,7 @@ def _write(path: Path, corpus: Corpus, items: list[Item], *, decode: bool, size:
                 if image is None:
                     image = f.create_dataset("image", (n,), dtype=h5py.vlen_dtype(np.uint8),
                                              chunks=(min(n, VLEN_CHUNK_ROWS),))
-                rows = np.empty(len(blobs), dtype=object)
-                rows[:] = [np.frombuffer(b, dtype=np.uint8) for b in blobs]
-                image[lo : lo + len(batch)] = rows
+                _write_vlen(image, lo, blobs)
             else:
                 arrays = [_decode(item, blob, size) for item, blob in zip(batch, blobs)]
                 expected = shape or arrays[0].shape
@@ -151,6 +149,19 @@ def _write(path: Path, corpus: Corpus, items: list[Item], *, decode: bool, size:
                 image[lo : lo + len(batch)] = np.stack(arrays)
             bar.update(len(batch))
     return shape
+
+
+def _write_vlen(ds: Any, lo: int, blobs: list[bytes]) -> None:
+    """Rows ``lo ..`` of a variable-length uint8 dataset. Through h5py's low-level write: its ``ds[a:b] = rows``
+    turns rows that happen to be of equal length into a 2-D array and refuses them."""
+    from h5py import h5s
+
+    rows = np.empty(len(blobs), dtype=ds.dtype)
+    for k, blob in enumerate(blobs):  # one by one: numpy would also stack equal-length arrays
+        rows[k] = np.frombuffer(blob, dtype=np.uint8)
+    space = ds.id.get_space()
+    space.select_hyperslab((lo,), (len(blobs),))
+    ds.id.write(h5s.create_simple((len(blobs),)), space, rows)
 
 
 def _attrs(f: Any, corpus: Corpus, decode: bool) -> None:
