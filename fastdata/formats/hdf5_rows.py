@@ -18,6 +18,7 @@ A read that fails is retried row by row, so that one damaged chunk costs only it
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 import weakref
@@ -29,8 +30,9 @@ from fastdata import worker
 from fastdata.formats.hdf5 import ChunkCache, CorruptHDF5, FieldInfo, FileChanged, FileInfo, file_identity, open_file
 from fastdata.storage.local import LocalReader
 
-# Rows closer than this in the file are read as one span and picked from it: for small rows (labels)
-# one copy of a few KiB beats a Python-level copy per row.
+# Small rows (up to SMALL_ROW_BYTES) closer than MERGE_GAP_BYTES in the file are taken from one span of
+# it with a single copy: for labels, one copy of a few KiB beats a Python-level copy per row.
+SMALL_ROW_BYTES = 512
 MERGE_GAP_BYTES = 8192
 
 # Every open handle of this process, and (in a forked child) of its parent.
@@ -193,30 +195,43 @@ def _read_direct(handle: H5Handle, field: FieldInfo, rows: np.ndarray, placed: t
     if consecutive and _read_direct_run(data, addr, per_chunk, size, first, m, dest):
         return {}
     offsets = addr[rows // per_chunk] + (rows % per_chunk) * size
+    positions = np.arange(m)
     errors: dict[int, str] = {}
     past_end = offsets + size > len(data)
     if past_end.any():
         for r in np.unique(rows[past_end]).tolist():
             errors[r] = f"its bytes lie past the end of the file ({len(data)} bytes): the file is truncated"
-    order = np.argsort(offsets, kind="stable")
-    sorted_off = offsets[order]
-    breaks = np.flatnonzero(np.diff(sorted_off) - size > MERGE_GAP_BYTES) + 1
-    for a, b in zip(np.concatenate([[0], breaks]).tolist(), np.concatenate([breaks, [len(order)]]).tolist()):
-        lo, hi = int(sorted_off[a]), int(sorted_off[b - 1]) + size
-        if hi > len(data):
-            continue  # past the end: reported above
-        targets = order[a:b]
-        n = b - a
-        if hi - lo == n * size and (n == 1 or (targets[-1] - targets[0] == n - 1 and (np.diff(targets) == 1).all())):
-            first = int(targets[0])
-            dest[first : first + n].reshape(-1)[:] = data[lo:hi]
-        elif not ((sorted_off[a:b] - lo) % size).any():
-            span = data[lo:hi].reshape(-1, size)
-            dest[targets] = span[(sorted_off[a:b] - lo) // size]
-        else:  # rows of one span that are not aligned to each other: copy one by one
-            for k, off in zip(targets.tolist(), sorted_off[a:b].tolist()):
-                dest[k] = data[off : off + size]
+        offsets, positions = offsets[~past_end], positions[~past_end]
+    if not len(offsets):
+        return errors
+    order = np.argsort(offsets, kind="stable")  # in file order: the page cache and read-ahead like it
+    offsets, positions = offsets[order], positions[order]
+    if size <= SMALL_ROW_BYTES:
+        _gather_small(data, offsets, positions, size, dest)
+        return errors
+    # runs of rows adjacent both in the file and in the batch: one copy each
+    joined = (np.diff(offsets) == size) & (np.diff(positions) == 1)
+    bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(offsets)]
+    offs, pos = offsets.tolist(), positions.tolist()
+    for a, b in itertools.pairwise(bounds):
+        lo, k = offs[a], pos[a]
+        dest[k : k + b - a].reshape(-1)[:] = data[lo : lo + (b - a) * size]
     return errors
+
+
+def _gather_small(data: np.ndarray, offsets: np.ndarray, positions: np.ndarray, size: int,
+                  dest: np.ndarray) -> None:
+    """Small rows (labels ...), sorted by ``offsets``: rows less than :data:`MERGE_GAP_BYTES` apart are
+    taken from one span of the file with a single fancy-index copy."""
+    breaks = (np.flatnonzero(np.diff(offsets) - size > MERGE_GAP_BYTES) + 1).tolist()
+    for a, b in zip([0, *breaks], [*breaks, len(offsets)]):
+        lo = int(offsets[a])
+        rel = offsets[a:b] - lo
+        if not (rel % size).any():
+            dest[positions[a:b]] = data[lo : int(offsets[b - 1]) + size].reshape(-1, size)[rel // size]
+        else:  # rows of one span that are not aligned to each other (chunks apart): one by one
+            for k, off in zip(positions[a:b].tolist(), offsets[a:b].tolist()):
+                dest[k] = data[off : off + size]
 
 
 def _read_direct_run(data: np.ndarray, addr: np.ndarray, per_chunk: int, size: int, first: int, m: int,
