@@ -47,6 +47,12 @@ variable-length rows (numpy arrays of varying length)."""
 # Bytes of one block that the chunk-aware sampler keeps together in a file without chunks.
 CONTIGUOUS_BLOCK_BYTES = 1 << 20
 
+VLEN_BLOCK_ROWS = 64
+"""Rows per block of the chunk-aware sampler when a field has variable-length rows. Their bytes lie in
+HDF5's heap in the order they were written, whatever the chunking of their references, so small blocks
+keep a batch in a few runs of neighbouring rows: measured on 14 KiB rows, blocks of 64 or 256 rows read as
+fast as sequential order, blocks of 1024 about 0.7 of it, random order about 0.5."""
+
 
 class CorruptHDF5(CorruptShard):
     """An HDF5 file is truncated or damaged (a :class:`~fastdata.errors.CorruptShard`, so one ``except``
@@ -128,14 +134,16 @@ class FileInfo:
 
     @property
     def block_rows(self) -> int:
-        """Rows that are cheap to read together: the chunk rows of the widest field (a variable-length
-        field counts as the widest), or about 1 MiB of rows when that field has no chunks."""
+        """Rows that are cheap to read together: :data:`VLEN_BLOCK_ROWS` when a field has variable-length
+        rows, else the chunk rows of the widest field, or about 1 MiB of rows when it has no chunks."""
         if not self.fields:
             return 1
-        widest = max(self.fields, key=lambda f: (f.kind != "array", f.row_bytes))
+        if any(f.kind != "array" for f in self.fields):
+            return VLEN_BLOCK_ROWS
+        widest = max(self.fields, key=lambda f: f.row_bytes)
         if widest.chunk_rows:
             return widest.chunk_rows
-        return max(1, CONTIGUOUS_BLOCK_BYTES // max(1, widest.row_bytes or 1024))
+        return max(1, CONTIGUOUS_BLOCK_BYTES // widest.row_bytes)
 
 
 def file_identity(path: str) -> tuple[int, int, int, int]:
