@@ -229,7 +229,7 @@ def read_probes(ds: fd.HDF5Dataset, context: str, num_workers: int = 2) -> tuple
     return keys, torch.cat(probes)
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_handle_opened_in_parent_is_not_used_by_workers(files: tuple[list[str], dict[str, Any]],
                                                        context: str) -> None:
     paths, every = files
