@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench_hdf5.json")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # collate in the main process must not fight the workers for the 2 cores
+    # 4 workers on 2 cores is part of the sweep on purpose
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
     started = time.perf_counter()
     load_before = os.getloadavg()
     results: list[dict[str, Any]] = []
