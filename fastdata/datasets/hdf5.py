@@ -46,7 +46,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
     then opens a file on first use, read-only, with the chunk cache below; a forked worker never reads
     through its parent's handle (it closes what it inherited and opens its own); pickling drops the
     handles, so the dataset crosses into ``spawn`` workers without them. Rows of uncompressed fixed-size
-    fields are copied straight from a memory map of the file (see :mod:`fastdata.formats.hdf5_rows`).
+    fields are read straight from the file with ``os.preadv`` (see :mod:`fastdata.formats.hdf5_rows`).
 
     Use :meth:`sampler` (indices) or :meth:`chunk_sampler` (batches that stay within chunks: much faster
     for compressed or variable-length fields) and ``collate_fn=ds.collate`` (no second copy of batches).
