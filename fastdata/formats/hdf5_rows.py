@@ -320,7 +320,7 @@ def _hdf5_read(ds: Any, rows: np.ndarray, out: np.ndarray) -> None:
         ds.id.read(h5s.create_simple(part.shape), space, part)
 
 
-def _read_isolating(ds: Any, field: FieldInfo, uniq: np.ndarray, out: np.ndarray) -> dict[int, str]:
+def _read_isolating(ds: Any, uniq: np.ndarray, out: np.ndarray) -> dict[int, str]:
     try:
         _hdf5_read(ds, uniq, out)
         return {}
@@ -337,10 +337,10 @@ def _read_isolating(ds: Any, field: FieldInfo, uniq: np.ndarray, out: np.ndarray
 
 def _read_hdf5_array(ds: Any, field: FieldInfo, rows: np.ndarray, out: np.ndarray) -> dict[int, str]:
     if len(rows) < 2 or bool((np.diff(rows) > 0).all()):
-        return _read_isolating(ds, field, rows, out)
+        return _read_isolating(ds, rows, out)
     uniq, inverse = np.unique(rows, return_inverse=True)
     tmp = np.empty((len(uniq), *field.row_shape), dtype=field.dtype)
-    errors = _read_isolating(ds, field, uniq, tmp)
+    errors = _read_isolating(ds, uniq, tmp)
     np.take(tmp, inverse, axis=0, out=out)
     return errors
 
@@ -348,7 +348,7 @@ def _read_hdf5_array(ds: Any, field: FieldInfo, rows: np.ndarray, out: np.ndarra
 def _read_hdf5_objects(ds: Any, field: FieldInfo, rows: np.ndarray) -> tuple[list[Any], dict[int, str]]:
     uniq, inverse = np.unique(rows, return_inverse=True)
     tmp = np.empty(len(uniq), dtype=field.dtype)
-    errors = _read_isolating(ds, field, uniq, tmp)
+    errors = _read_isolating(ds, uniq, tmp)
     if field.kind == "bytes":
         values = [None if v is None else v.tobytes() for v in tmp.tolist()]
     elif field.kind == "str":
