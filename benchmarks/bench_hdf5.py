@@ -135,14 +135,15 @@ class WarmThenAll:
 
 def time_loader(dataset: Dataset[Any], batches: list[list[int]], workers: int, collate: Callable[..., Any],
                 max_seconds: float) -> tuple[float, float]:
-    """``(samples/s, samples per CPU-second of this process)`` of a steady-state pass: a first pass of one
-    batch per worker starts the (persistent) workers and opens the files; the second pass is timed from
-    ``iter()`` to its end or, past ``max_seconds``, to the batch where it stops (at least ``workers + 2``)."""
-    sampler = WarmThenAll(batches, max(1, workers))
+    """``(samples/s, samples per CPU-second of this process)`` of a steady-state pass: a first pass of a few
+    batches (two per worker, at least three) starts the (persistent) workers, opens the files and fills the
+    readers' buffers; the second pass is timed from ``iter()`` to its end or, past ``max_seconds``, to the
+    batch where it stops (at least ``workers + 2``)."""
+    sampler = WarmThenAll(batches, max(3, 2 * workers))
     loader = DataLoader(dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate,
                         persistent_workers=workers > 0)
-    for _ in loader:
-        pass
+    for batch in loader:
+        del batch  # hold no warm-up batch into the timed pass
     sampler.warming = False
     t0, c0 = time.perf_counter(), time.process_time()
     n = 0
@@ -179,7 +180,7 @@ def raw_rates(path: Path, batches: list[np.ndarray]) -> dict[str, tuple[float, f
             n = 0
             held: list[torch.Tensor] = []
             t0, c0 = time.perf_counter(), time.process_time()
-            for batch in batches[1:]:  # the first batch is the warm-up, as in time_loader
+            for batch in batches[3:]:  # the first batches are the warm-up, as in time_loader
                 # the previous batch stays alive until this one is read, as in a training loop
                 previous, held = held, []
                 for row, per, addr, dtype, shape in fields:
@@ -249,9 +250,9 @@ def run_kind(kind: str, main_kind: bool, folder: str, args: argparse.Namespace) 
                 continue
             t_run = time.perf_counter()
             if impl == "raw":
-                runs[(impl, order, workers)].append(raw_rates(path, batches[order][: args.read // b + 1]))
+                runs[(impl, order, workers)].append(raw_rates(path, batches[order][: args.read // b + 3]))
                 continue
-            chosen = slow_batches[order] if impl in SLOW else batches[order][: args.read // b + 1]
+            chosen = slow_batches[order] if impl in SLOW else batches[order][: args.read // b]
             dataset: Any
             collate: Callable[..., Any] = default_collate
             if impl.startswith("fastdata"):
