@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 # name -> (module, the extra that provides its libraries)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("fastdata.bench", None),
+    "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
 }
 
 
@@ -60,6 +61,7 @@ __all__ = [
     "Decoder",
     "EpochSampler",
     "FastdataError",
+    "HDF5Dataset",
     "IndexedTarDataset",
     "Loader",
     "PlanError",

@@ -1,0 +1,350 @@
+"""``HDF5Dataset``: map-style access to samples stored as HDF5 datasets of rows, safe in any worker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from fastdata.bufferpool import BufferPool
+from fastdata.chunk_sampler import ChunkBatchSampler
+from fastdata.datasets.base import DatasetBase
+from fastdata.datasets.hdf5_batch import Sample, SampleBatch, collate
+from fastdata.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, DecodeMode, Decoder
+from fastdata.errors import BadSample, ConfigError, DecodeFailed, OnError, SourceNotFound, SourceUnreadable
+from fastdata.formats.hdf5 import (
+    DEFAULT_RDCC_NBYTES,
+    DEFAULT_RDCC_NSLOTS,
+    DEFAULT_RDCC_W0,
+    BadLayout,
+    ChunkCache,
+    FieldInfo,
+    FileInfo,
+    describe,
+)
+from fastdata.formats.hdf5_rows import H5Handle, corrupt, read_field
+from fastdata.sampler import EpochSampler
+from fastdata.sharding import Remainder
+from fastdata.storage import expand_urls, scheme
+from fastdata.worker import HandleCache, on_epoch
+
+_KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
+
+
+class HDF5Dataset(DatasetBase, Dataset[Any]):
+    """Samples of one or many HDF5 files; each field is an HDF5 dataset with one row per sample.
+
+    Index ``i`` runs across the files in the order given. Each sample is a dict ``{field: value, ...,
+    "__index__": i}``: fixed-size rows come back as numpy arrays (or numpy scalars), variable-length
+    ``uint8`` rows as ``bytes`` (decoded with ``decode``), strings as ``str``.
+
+    Files are described once at construction (fields checked, lengths read) and closed again. Each process
+    then opens a file on first use, read-only, with the chunk cache below; a forked worker never reads
+    through its parent's handle (it closes what it inherited and opens its own); pickling drops the
+    handles, so the dataset crosses into ``spawn`` workers without them. Rows of uncompressed fixed-size
+    fields are read straight from the file with ``os.preadv`` (see :mod:`fastdata.formats.hdf5_rows`).
+
+    Use :meth:`sampler` (indices) or :meth:`chunk_sampler` (batches that stay within chunks: much faster
+    for compressed or variable-length fields) and ``collate_fn=ds.collate`` (no second copy of batches).
+
+    Args:
+        paths (str | list[str]): HDF5 files; globs and brace ranges expand.
+        fields (tuple[str, ...]): HDF5 paths of the datasets that form a sample, of equal length in every
+            file. Defaults to ``("image", "label")``.
+        transform (Callable | None): applied to each (decoded) sample dict.
+        decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): with a mode or a
+            :class:`~fastdata.Decoder`, variable-length byte fields are decoded: by extension when the
+            field's name ends in one (``meta.json``, ``caption.txt``), else as images. A callable is applied
+            to the whole sample dict instead. Defaults to ``"raw"`` (bytes).
+        on_error ("raise" | "skip"): bad-input policy, see :mod:`fastdata.errors`. Defaults to "raise".
+        seed (int): seed of the samplers' shuffles and of ``worker_init_fn``. Defaults to 0.
+        rank, world_size (int | None): Default to the detected ones.
+        rdcc_nbytes (int): chunk cache per open file and process, in bytes. Defaults to 16 MiB
+            (:data:`~fastdata.formats.hdf5.DEFAULT_RDCC_NBYTES`).
+        rdcc_nslots (int): chunk cache hash slots. Defaults to 10_007.
+        rdcc_w0 (float): chunk cache preemption policy. Defaults to 0.75.
+        max_open (int | None): files open at once per process. Defaults to
+            :func:`fastdata.worker.default_max_open`.
+
+    Raises:
+        SourceNotFound: a file or field does not exist. BadLayout: fields of unequal length, a group or a
+            scalar. CorruptHDF5: a file HDF5 cannot open. (Under ``on_error="skip"``, such a file is left
+            out with a warning and counted once in :attr:`skipped`.)
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        fields: str | Sequence[str] = ("image", "label"),
+        *,
+        transform: Callable[[Sample], Any] | None = None,
+        decode: DecodeMode | Decoder | Callable[[Sample], Sample] = "raw",
+        on_error: OnError = "raise",
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        rdcc_nbytes: int = DEFAULT_RDCC_NBYTES,
+        rdcc_nslots: int = DEFAULT_RDCC_NSLOTS,
+        rdcc_w0: float = DEFAULT_RDCC_W0,
+        max_open: int | None = None,
+    ) -> None:
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size)
+        self.fields = _check_fields(fields)
+        self.cache = ChunkCache(rdcc_nbytes, rdcc_nslots, rdcc_w0)
+        self.transform = transform
+        self._field_decoder, self._sample_decoder = _decoders(decode)
+        self.paths = expand_urls(paths)
+        for path in self.paths:
+            if scheme(path):
+                raise ConfigError(f"{path}: HDF5Dataset reads local files only; copy the file to local disk "
+                                  "(or convert the data to tar shards, which fastdata streams from s3://)")
+        self.infos: list[FileInfo | None] = []
+        first: FileInfo | None = None
+        for path in tqdm(self.paths, desc="fastdata: checking HDF5 files", unit="file",
+                         disable=len(self.paths) < 50, leave=False):
+            self.infos.append(self._describe(path, first))
+            first = first or self.infos[-1]
+        self._fields: tuple[FieldInfo, ...] = next((i.fields for i in self.infos if i is not None), ())
+        self._starts = np.concatenate([[0], np.cumsum([i.length if i else 0 for i in self.infos])]).astype(np.int64)
+        self._handles: HandleCache[int, H5Handle] = HandleCache(self._open, max_open=max_open,
+                                                                close_inherited=True)
+        self._pool = BufferPool()
+        self._seen_epoch = -1
+
+    def _describe(self, path: str, first: FileInfo | None) -> FileInfo | None:
+        try:
+            info = describe(path, self.fields, self.cache)
+            if first is not None:
+                _check_same_rows(first, info)
+            return info
+        except (SourceNotFound, SourceUnreadable, BadSample) as e:
+            self._policy.handle(e)  # raises, or warns and counts the file once
+            return None
+
+    def _open(self, k: int) -> H5Handle:
+        info = self.infos[k]
+        assert info is not None  # indices never land in a file left out at construction
+        return H5Handle(info, self.cache)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def handle(self, file: int) -> H5Handle:
+        """The open file number ``file`` in this process (opened now if it is not yet)."""
+        return self._handles.get(file)
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """``(file number, row in that file)`` of dataset index ``i``."""
+        files, rows = self._locate(np.array([i], dtype=np.int64))
+        return int(files[0]), int(rows[0])
+
+    def _locate(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self)
+        out_of_range = (idx < -n) | (idx >= n)
+        if out_of_range.any():
+            bad = int(idx[out_of_range][0])
+            raise IndexError(f"index {bad} is out of range for {n} samples in {len(self.paths)} file(s) "
+                             f"({self.paths[0]}{', ...' if len(self.paths) > 1 else ''})")
+        idx = idx % n if n else idx
+        files = np.searchsorted(self._starts, idx, side="right") - 1
+        return files, idx - self._starts[files]
+
+    def _epoch_hook(self) -> None:
+        if self._seen_epoch != self.epoch:
+            self._seen_epoch = self.epoch
+            on_epoch(self.worker_world())
+
+    def __getitem__(self, i: int) -> Any:
+        self._epoch_hook()
+        got = self._read(np.array([i], dtype=np.int64))
+        return got[0] if got else None
+
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        """A batch's samples in the order asked; skipped bad ones are left out (the DataLoader calls
+        this to batch). Rows are read file by file, in file order, each field in as few reads as it takes."""
+        self._epoch_hook()
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        out = self._read(idx)
+        if not out and len(idx):
+            raise BadSample(f"every sample of a batch of {len(idx)} was bad (all skipped); see the warnings "
+                            "above for the files", self.paths[self._locate(idx[:1])[0][0]])
+        return out
+
+    def _read(self, idx: np.ndarray) -> SampleBatch:
+        files, rows = self._locate(idx)
+        if len(self.paths) > 1 or (idx < 0).any():
+            idx = self._starts[files] + rows  # negative indices made positive
+        m = len(idx)
+        columns = {f.name: self._pool.empty((m, *f.row_shape), f.dtype) for f in self._fields if f.kind == "array"}
+        objects: dict[str, list[Any]] = {f.name: [None] * m for f in self._fields if f.kind != "array"}
+        bad = np.zeros(m, dtype=bool)
+        if m and (len(self.paths) == 1 or bool((files == files[0]).all())):
+            self._read_file(int(files[0]), np.arange(m), rows, idx, columns, objects, bad)
+        elif m:
+            for k in np.unique(files).tolist():
+                pos = np.flatnonzero(files == k)
+                self._read_file(k, pos, rows[pos], idx, columns, objects, bad)
+        keys = (*self.fields, "__index__")
+        if self.transform is None and self._sample_decoder is None and self._field_decoder is None:
+            if bad.any():
+                keep = np.flatnonzero(~bad)
+                return SampleBatch(keys, idx[keep], None, lambda: self._samples(idx, keep, columns, objects))
+            return SampleBatch(keys, idx, columns, lambda: self._samples(idx, None, columns, objects))
+        samples = self._decoded(self._samples(idx, np.flatnonzero(~bad), columns, objects), bad)
+        return SampleBatch(keys, idx[~bad], None if bad.any() else columns, lambda: samples)
+
+    def _read_file(self, k: int, pos: np.ndarray, rows: np.ndarray, idx: np.ndarray,
+                   columns: dict[str, np.ndarray], objects: dict[str, list[Any]], bad: np.ndarray) -> None:
+        path = self.paths[k]
+        try:
+            handle = self._handles.get(k)
+        except (SourceNotFound, SourceUnreadable, BadSample) as e:
+            for p in pos.tolist():
+                self._policy.handle(e)
+                bad[p] = True
+            return
+        whole = pos[-1] - pos[0] == len(pos) - 1  # consecutive positions: read straight into the column
+        for field in handle.info.fields:
+            if field.kind == "array":
+                col = columns[field.name]
+                target = col[pos[0] : pos[-1] + 1] if whole else None
+                values, errors = read_field(handle, field, rows, out=target)
+                if not whole:
+                    col[pos] = values
+            else:
+                values, errors = read_field(handle, field, rows)
+                dest = objects[field.name]
+                for p, v in zip(pos.tolist(), values):
+                    dest[p] = v
+            if errors:
+                for p, row in zip(pos.tolist(), rows.tolist()):
+                    if row in errors and not bad[p]:
+                        bad[p] = True
+                        self._policy.handle(corrupt(path, field.name, row, int(idx[p]), errors[row]))
+
+    def _samples(self, idx: np.ndarray, keep: np.ndarray | None, columns: dict[str, np.ndarray],
+                 objects: dict[str, list[Any]]) -> list[Sample]:
+        """The sample dicts of positions ``keep`` (all when None), fixed-size fields as views of ``columns``."""
+        sources = [(name, columns[name] if name in columns else objects[name]) for name in self.fields]
+        positions = range(len(idx)) if keep is None else keep.tolist()
+        index = idx.tolist()
+        return [{**{name: src[j] for name, src in sources}, "__index__": index[j]} for j in positions]
+
+    def _decoded(self, samples: list[Sample], bad: np.ndarray) -> list[Any]:
+        """Decode and transform ``samples`` (the good ones of a batch, in order); a sample whose decoding
+        fails is handled by the policy and marked in ``bad``."""
+        field_decoder, sample_decoder, transform = self._field_decoder, self._sample_decoder, self.transform
+        good = np.flatnonzero(~bad).tolist()
+        out = []
+        for j, sample in zip(good, samples):
+            try:
+                if field_decoder is not None:
+                    self._decode_fields(sample, field_decoder)
+                if sample_decoder is not None:
+                    sample = sample_decoder(sample)
+            except BadSample as e:
+                bad[j] = True
+                self._policy.handle(e)
+                continue
+            out.append(transform(sample) if transform is not None else sample)
+        return out
+
+    def _decode_fields(self, sample: Sample, decoder: Decoder) -> None:
+        for f in self._fields:
+            if f.kind != "bytes":
+                continue
+            ext = f.name.rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower()
+            try:
+                sample[f.name] = decoder.decode_member(ext if ext in _KNOWN_EXTS else "jpg", sample[f.name])
+            except Exception as e:
+                i = sample["__index__"]
+                file, row = self.locate(i)
+                path = self.paths[file]
+                raise DecodeFailed(f"{path}: field {f.name!r}, row {row} (dataset index {i}): cannot decode "
+                                   f"({type(e).__name__}: {e}); the bytes are damaged or not an image, or pass "
+                                   "decode='raw' to get the bytes", path) from e
+
+    @staticmethod
+    def collate(samples: Sequence[Sample]) -> Any:
+        """See :func:`collate`: ``default_collate`` without a second copy of whole-batch fields."""
+        return collate(samples)
+
+    def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
+        """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``."""
+        return EpochSampler(len(self), shuffle=shuffle, seed=self.seed, remainder=remainder,
+                            rank=self.rank, world_size=self.world_size, shared=self._shared)
+
+    def block_starts(self) -> np.ndarray:
+        """First dataset index of each block of rows that are cheap to read together (each file's chunks
+        of its widest field; see :attr:`FileInfo.block_rows`)."""
+        parts = []
+        for info, start in zip(self.infos, self._starts[:-1].tolist()):
+            if info is not None and info.length:
+                parts.append(start + np.arange(0, info.length, info.block_rows, dtype=np.int64))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def chunk_sampler(self, batch_size: int, *, shuffle: bool = True, drop_last: bool = False,
+                      remainder: Remainder = "drop", mix: int = 1) -> ChunkBatchSampler:
+        """A rank-aware :class:`~fastdata.chunk_sampler.ChunkBatchSampler` over this dataset's chunks,
+        following its ``set_epoch``: pass it as ``DataLoader(ds, batch_sampler=...)``."""
+        return ChunkBatchSampler(self.block_starts(), len(self), batch_size, shuffle=shuffle, seed=self.seed,
+                                 drop_last=drop_last, remainder=remainder, mix=mix, rank=self.rank,
+                                 world_size=self.world_size, shared=self._shared)
+
+    def warm(self) -> None:
+        """Open this worker's first file before the first batch is asked for."""
+        for k, info in enumerate(self.infos):
+            if info is not None and info.length:
+                try:
+                    self._handles.get(k)
+                except (SourceNotFound, SourceUnreadable, BadSample):
+                    pass  # reported, under the policy, when a batch reads from it
+                return
+
+    def close(self) -> None:
+        """Close every file this process opened. Idempotent; the dataset reopens on next use."""
+        self._handles.close()
+
+    def __repr__(self) -> str:
+        return f"HDF5Dataset({len(self.paths)} file(s), {len(self)} samples, fields={self.fields})"
+
+
+def _check_fields(fields: str | Sequence[str]) -> tuple[str, ...]:
+    names = (fields,) if isinstance(fields, str) else tuple(fields)
+    if not names:
+        raise ConfigError("fields=() names no field; name the HDF5 datasets that form a sample")
+    for name in names:
+        if not isinstance(name, str) or not name.strip("/"):
+            raise ConfigError(f"fields={names!r}: every field must be a non-empty HDF5 path like 'image'")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"fields={names!r} names a field twice")
+    if "__index__" in names:
+        raise ConfigError("'__index__' is the key fastdata adds to every sample; it cannot be a field")
+    return names
+
+
+def _check_same_rows(first: FileInfo, info: FileInfo) -> None:
+    """Samples of every file must collate together: the same kind, row shape and type per field."""
+    for a, b in zip(first.fields, info.fields):
+        if (a.kind, a.row_shape) != (b.kind, b.row_shape) or (a.kind == "array" and a.dtype != b.dtype):
+            def rows(f: FieldInfo) -> str:
+                return f"{f.kind} rows {f.row_shape} {f.dtype}" if f.kind == "array" else f"{f.kind} rows"
+            raise BadLayout(f"{info.path}: field {b.name!r} has {rows(b)}, but {first.path} has {rows(a)}; "
+                            "a field must have the same row shape and type in every file", info.path)
+
+
+def _decoders(decode: Any) -> tuple[Decoder | None, Callable[[Sample], Sample] | None]:
+    """(per-field decoder, whole-sample callable) from the ``decode`` argument."""
+    if decode is None or decode == "raw":
+        return None, None
+    if isinstance(decode, str):
+        return Decoder(decode), None  # type: ignore[arg-type]  # Decoder checks the mode
+    if isinstance(decode, Decoder):
+        return (decode if decode.mode != "raw" else None), None
+    if callable(decode):
+        return None, decode
+    raise ConfigError(f"decode={decode!r} is not one of 'raw', 'pil', 'numpy', 'torch', a Decoder or a callable")
