@@ -68,9 +68,27 @@ def _tar_keys(batch: Any) -> list[str]:
     return list(batch["__key__"])
 
 
+def _hdf5_data(folder: Path) -> list[str]:
+    from tests.hdf5_datagen import make_files
+
+    make_files(folder, (11, 13, 9))  # 33 samples in three files of three layouts
+    return [str(i) for i in range(33)]
+
+
+def _make_hdf5(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
+               **_: Any) -> Any:
+    files = sorted(str(p) for p in Path(folder).glob("*.h5"))
+    return fd.HDF5Dataset(files, ("image", "label", "key"), seed=seed, rank=rank, world_size=world_size)
+
+
+def _hdf5_keys(batch: Any) -> list[str]:
+    return [str(k) for k in batch["key"].tolist()]
+
+
 BACKENDS: dict[str, DistBackend] = {
     "tar_shards": DistBackend(_tar_data, _make_tar_shards, _tar_keys, iterable=True),
     "indexed_tar": DistBackend(_tar_data, _make_indexed_tar, _tar_keys, iterable=False),
+    "hdf5": DistBackend(_hdf5_data, _make_hdf5, _hdf5_keys, iterable=False),
 }
 
 
