@@ -29,12 +29,14 @@ from fastdata.world import World
 
 if TYPE_CHECKING:
     from fastdata import bench
+    from fastdata.datasets.s3 import S3Dataset
 
 __version__ = "0.1.0"
 
 # name -> (module, the extra that provides its libraries)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("fastdata.bench", None),
+    "S3Dataset": ("fastdata.datasets.s3", "s3"),
 }
 
 
@@ -61,6 +63,7 @@ __all__ = [
     "FastdataError",
     "IndexedTarDataset",
     "PlanError",
+    "S3Dataset",
     "SourceNotFound",
     "SourceUnreadable",
     "TarShardDataset",

@@ -1,0 +1,355 @@
+"""``s3://bucket/key``: random access to one object through ranged GETs, as a storage reader.
+
+The tar reader asks for bytes in two patterns, and both must become few, large GETs:
+
+* small sequential reads (the header scan reads 512 bytes per member): served from *windows* fetched
+  with read-ahead (``readahead`` bytes per GET); a reader moving forward through a window has the next
+  one fetched in the background;
+* many ranges at once (``read_ranges``: the members of a batch of samples): ranges closer than
+  ``coalesce_gap`` are merged into one GET, long spans are split into ``part_size`` GETs issued in
+  parallel on this process's thread pool, and when one call continues where the last one ended (a
+  shard streamed in order), the next stretch is prefetched while the caller decodes this one.
+
+Opening costs one GET, not a HEAD and a GET: the first ``open_bytes`` of the object come with its size,
+so a ``manifest.json`` or a ``.idx`` sidecar is read in a single request. Every later GET is pinned to the
+object's ETag, so an object rewritten mid-read fails with :class:`ObjectChanged` instead of mixing two
+versions. The client, retries and counters are described in :mod:`fastdata.storage.s3_client`; the
+resumption of broken bodies in :mod:`fastdata.storage.s3_fetch`; uploads in :mod:`fastdata.storage.s3_upload`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from typing import Any
+
+from fastdata.errors import ConfigError, SourceUnreadable, check_positive
+from fastdata.storage.s3_client import (
+    COUNTERS,
+    MiB,
+    S3Config,
+    Stats,
+    error_code,
+    parse_url,
+    process_counters,
+    release,
+)
+from fastdata.storage.s3_fetch import Fetched, ObjectChanged, S3Unavailable, call, get
+from fastdata.storage.s3_upload import ShardUploader, upload_file
+from fastdata.worker import HandleCache
+
+
+def _shutdown(pool: ThreadPoolExecutor) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+# One pool per process: threads do not survive a fork, so a child must never use its parent's pool
+# (its queue would never be served); the inherited one is left alone, a new one built.
+_pools: HandleCache[int, ThreadPoolExecutor] = HandleCache(
+    lambda n: ThreadPoolExecutor(n, thread_name_prefix="fastdata-s3"), _shutdown, max_open=4,
+    close_inherited=False)
+_pools_lock = threading.Lock()
+
+
+def executor(config: S3Config) -> ThreadPoolExecutor:
+    """This process's thread pool for ``config.concurrency`` parallel requests."""
+    with _pools_lock:
+        return _pools.get(config.concurrency)
+
+
+def _done(data: bytes) -> Future[bytes]:
+    f: Future[bytes] = Future()
+    f.set_result(data)
+    return f
+
+
+class _Windows:
+    """Fetched (or being fetched) stretches of one object, least recently added dropped first once
+    they hold more than ``budget`` bytes."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._items: OrderedDict[int, tuple[int, Future[bytes]]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, start: int, end: int, data: Future[bytes]) -> None:
+        with self._lock:
+            old = self._items.pop(start, None)
+            if old is not None:
+                self._bytes -= old[0] - start
+            self._items[start] = (end, data)
+            self._bytes += end - start
+            while self._bytes > self.budget and len(self._items) > 1:
+                s, (e, f) = self._items.popitem(last=False)
+                f.cancel()
+                self._bytes -= e - s
+
+    def covers(self, start: int) -> bool:
+        with self._lock:
+            return any(s <= start < e for s, (e, _) in self._items.items())
+
+    def get(self, lo: int, hi: int) -> bytes | None:
+        """Bytes ``lo .. hi-1`` if fetched windows cover them all (waiting for pending ones), else None."""
+        with self._lock:
+            found: list[tuple[int, int, Future[bytes]]] = []
+            at = lo
+            while at < hi:
+                hit = next(((s, e, f) for s, (e, f) in self._items.items() if s <= at < e), None)
+                if hit is None:
+                    return None
+                found.append(hit)
+                at = hit[1]
+        pieces = []
+        for s, e, f in found:
+            try:
+                data = f.result()
+            except Exception:  # noqa: BLE001 - a failed prefetch is dropped; the caller fetches it again
+                self.drop(s)
+                return None
+            pieces.append(data[max(lo, s) - s : min(hi, e) - s])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def drop(self, start: int) -> None:
+        with self._lock:
+            item = self._items.pop(start, None)
+            if item is not None:
+                self._bytes -= item[0] - start
+
+    def clear(self) -> list[Future[bytes]]:
+        """Forget every window; returns the fetches still running (to wait for)."""
+        with self._lock:
+            items, self._items, self._bytes = list(self._items.values()), OrderedDict(), 0
+        running = []
+        for _, f in items:
+            if not f.cancel() and not f.done():
+                running.append(f)
+        return running
+
+
+class S3Reader:
+    """Random-access reads of one S3 object (the storage reader for ``s3://`` URLs).
+
+    Args:
+        url (str): ``s3://bucket/key``.
+        config (S3Config | None): endpoint, credentials, retries, timeouts, concurrency. Defaults to
+            one built from ``**options`` (field names of :class:`S3Config`) and the AWS chain.
+        stats (Stats | CounterSink | None): where to count requests, retries ... (see
+            :data:`~fastdata.storage.s3_client.COUNTERS`); always counted in :func:`process_counters` too.
+        readahead (int): bytes fetched by a small read, and by each background read-ahead, in bytes.
+            Defaults to 4 MiB.
+        part_size (int): the largest single GET; longer spans are split and fetched in parallel, in
+            bytes. Defaults to 8 MiB.
+        coalesce_gap (int): ranges of one ``read_ranges`` call closer than this are fetched together
+            (the bytes between them read and dropped), in bytes. Defaults to 1 MiB.
+        prefetch (bool): fetch ahead in the background when reads go forward. Defaults to True.
+        max_prefetch (int): most bytes fetched ahead at once, in bytes. Defaults to 32 MiB.
+        cache_bytes (int): most bytes of fetched windows kept, in bytes. Defaults to 64 MiB.
+        open_bytes (int): bytes fetched by the first GET, which also gives the size. Defaults to 256 KiB.
+        **options: :class:`S3Config` fields (``endpoint_url=...``, ``max_attempts=...``).
+
+    Raises:
+        SourceNotFound: no such key or bucket. SourceUnreadable: access denied.
+        S3Unavailable: the store did not answer after every retry.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        config: S3Config | None = None,
+        stats: Any = None,
+        readahead: int = 4 * MiB,
+        part_size: int = 8 * MiB,
+        coalesce_gap: int = 1 * MiB,
+        prefetch: bool = True,
+        max_prefetch: int = 32 * MiB,
+        cache_bytes: int = 64 * MiB,
+        open_bytes: int = 256 * 1024,
+        **options: Any,
+    ) -> None:
+        for name, value in (("readahead", readahead), ("part_size", part_size), ("max_prefetch", max_prefetch),
+                            ("cache_bytes", cache_bytes), ("open_bytes", open_bytes)):
+            check_positive(name, value)
+        check_positive("coalesce_gap", coalesce_gap, allow_zero=True)
+        self.bucket, self.key = parse_url(url)
+        if not self.key or self.key.endswith("/"):
+            raise ConfigError(f"{url}: names a prefix, not an object; S3Reader reads one object "
+                              "(use fastdata.S3Dataset for every object under a prefix)")
+        self.url = url
+        self.config = S3Config.from_options(config, **options)
+        self.stats = stats if isinstance(stats, Stats) else Stats(stats)
+        self.readahead, self.part_size, self.coalesce_gap = readahead, part_size, coalesce_gap
+        self.prefetch, self.max_prefetch = prefetch, max_prefetch
+        self._windows = _Windows(max(cache_bytes, max_prefetch + readahead))
+        self._closed = False
+        first = self._open(open_bytes)
+        self.size: int = first.size
+        self.etag: str = first.etag
+        if first.data:
+            self._windows.put(0, len(first.data), _done(first.data))
+        self._ahead = (len(first.data), len(first.data) // 2)  # (next byte to read ahead, when to)
+        self._last_end = len(first.data)
+
+    def _open(self, n: int) -> Any:
+        from botocore.exceptions import ClientError
+
+        try:
+            return get(self.config, self.stats, self.url, 0, n)
+        except SourceUnreadable as e:
+            cause = e.__cause__
+            if not (isinstance(cause, ClientError) and error_code(cause.response) == "InvalidRange"):
+                raise
+        # only an empty object has no byte 0; ask its size to be sure
+        head = call(self.config, self.stats, self.url, lambda s3: s3.head_object(Bucket=self.bucket, Key=self.key))
+        return Fetched(b"", int(head["ContentLength"]), head.get("ETag", ""))
+
+    # -- fetching -----------------------------------------------------------------------------------
+    def _get(self, start: int, end: int) -> bytes:
+        return get(self.config, self.stats, self.url, start, end - start, etag=self.etag, size=self.size).data
+
+    def _parts(self, start: int, end: int) -> list[tuple[int, int]]:
+        return [(s, min(end, s + self.part_size)) for s in range(start, end, self.part_size)]
+
+    def _fetch_many(self, jobs: list[tuple[int, int]], then: Callable[[], None] | None = None) -> list[bytes]:
+        """Fetch every ``(start, end)``: the first on this thread, the others in parallel on the pool;
+        ``then`` runs once they are queued (a read-ahead queued behind them)."""
+        futures = []
+        if len(jobs) > 1:
+            pool = executor(self.config)
+            futures = [pool.submit(self._get, s, e) for s, e in jobs[1:]]
+        if then is not None:
+            then()
+        try:
+            first = self._get(*jobs[0])
+            return [first, *(f.result() for f in futures)]
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def _read_ahead(self, start: int, length: int) -> None:
+        """Fetch ``length`` bytes from ``start`` in the background, as windows of ``part_size``."""
+        end = min(self.size, start + length)
+        if not self.prefetch or start >= end or self._closed:
+            return
+        pool = executor(self.config)
+        for s, e in self._parts(start, end):
+            if not self._windows.covers(s):
+                self._windows.put(s, e, pool.submit(self._get, s, e))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.url}: read after close")
+
+    # -- the reader interface -----------------------------------------------------------------------
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (fewer at the end of the object)."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"{self.url}: negative offset or length ({offset}, {length})")
+        end = min(self.size, offset + length)
+        if end <= offset:
+            return b""
+        self._check_open()
+        data = self._windows.get(offset, end)
+        if data is None:
+            if end - offset >= self.readahead:
+                return b"".join(self._fetch_many(self._parts(offset, end)))
+            stop = min(self.size, offset + self.readahead)
+            window = self._get(offset, stop)
+            self._windows.put(offset, stop, _done(window))
+            self._ahead = (stop, offset + (stop - offset) // 2)
+            data = window[: end - offset]
+        ahead, when = self._ahead
+        if end > when and ahead < self.size and offset < ahead:
+            # reads are moving forward through what is fetched: fetch the next stretch now
+            self._read_ahead(ahead, self.readahead)
+            self._ahead = (ahead + self.readahead, ahead + self.readahead // 2)
+        return data
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(offset, length)`` range, in order; nearby ranges fetched together,
+        long spans in parallel parts."""
+        self._check_open()
+        out: list[bytes] = [b""] * len(ranges)
+        need: list[tuple[int, int, int]] = []
+        hits = 0
+        for i, (offset, length) in enumerate(ranges):
+            if offset < 0 or length < 0:
+                raise ValueError(f"{self.url}: negative offset or length ({offset}, {length})")
+            end = min(self.size, offset + length)
+            if end <= offset:
+                continue
+            data = self._windows.get(offset, end)
+            if data is None:
+                need.append((offset, end, i))
+            else:
+                out[i] = data
+                hits += 1
+        if hits:
+            self.stats.add("s3_prefetch_hits", hits)
+        if not need:
+            return out
+        need.sort()
+        spans: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+        for offset, end, i in need:
+            if spans and offset <= spans[-1][1] + self.coalesce_gap:
+                s, e, members = spans[-1]
+                members.append((offset, end, i))
+                spans[-1] = (s, max(e, end), members)
+            else:
+                spans.append((offset, end, [(offset, end, i)]))
+        jobs = [part for s, e, _ in spans for part in self._parts(s, e)]
+        lo, hi = spans[0][0], spans[-1][1]
+        then = None
+        if len(spans) == 1 and self._last_end - self.coalesce_gap <= lo <= self._last_end + self.coalesce_gap:
+            # one dense span continuing the last one: a stream read in order (a shard, sample after
+            # sample); fetch what the next call will want while the caller decodes this one
+            ahead = min(self.max_prefetch, max(self.readahead, hi - lo))
+            then = lambda: self._read_ahead(hi, ahead)  # noqa: E731
+        fetched = iter(self._fetch_many(jobs, then))
+        for s, e, members in spans:
+            parts = [next(fetched) for _ in self._parts(s, e)]
+            buf = parts[0] if len(parts) == 1 else b"".join(parts)
+            for offset, end, i in members:
+                out[i] = buf[offset - s : end - s]
+        self._last_end = hi
+        return out
+
+    def close(self) -> None:
+        """Drop fetched windows and wait for background reads still running. Idempotent. The client
+        belongs to the process (see :func:`release`)."""
+        self._closed = True
+        running = self._windows.clear()
+        if running:
+            wait_all(running)
+
+    def __enter__(self) -> S3Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("an S3Reader is not pickled; open it again in the process that reads "
+                        "(fastdata datasets do this on their own)")
+
+    def __repr__(self) -> str:
+        return f"S3Reader({self.url!r}, endpoint={self.config.endpoint!r})"
+
+
+__all__ = [
+    "COUNTERS",
+    "ObjectChanged",
+    "S3Config",
+    "S3Reader",
+    "S3Unavailable",
+    "ShardUploader",
+    "Stats",
+    "executor",
+    "process_counters",
+    "release",
+    "upload_file",
+]
