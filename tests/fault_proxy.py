@@ -139,6 +139,8 @@ class Proxy:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except asyncio.CancelledError:
+            return  # the proxy is stopping while a response is held back
         finally:
             if not writer.is_closing():
                 writer.close()

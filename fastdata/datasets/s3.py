@@ -13,7 +13,15 @@ from torch.utils.data import Dataset
 
 from fastdata.datasets.base import DatasetBase
 from fastdata.decode import DecodeMode, Decoder, make_decoder
-from fastdata.errors import BadSample, ErrorPolicy, OnError, SourceNotFound, SourceUnreadable, check_choice
+from fastdata.errors import (
+    BadSample,
+    ErrorPolicy,
+    OnError,
+    SourceNotFound,
+    SourceUnreadable,
+    check_choice,
+    check_positive,
+)
 from fastdata.sampler import EpochSampler
 from fastdata.sharding import Remainder, rank_indices
 from fastdata.storage.s3 import S3Config, Stats, executor
@@ -47,10 +55,15 @@ class _Lookahead:
         self.order: np.ndarray | None = None
         self.position: np.ndarray | None = None
 
-    def drop(self) -> list[Future[bytes]]:
-        """Forget every pending fetch; returns those already running."""
-        futures, self.futures = list(self.futures.values()), {}
-        return [f for f in futures if not f.cancel() and not f.done()]
+    def drop(self, keep: frozenset[int] = frozenset()) -> list[Future[bytes]]:
+        """Forget every pending fetch not in ``keep``; returns those forgotten that are still running."""
+        gone = [i for i in self.futures if i not in keep]
+        running = []
+        for i in gone:
+            f = self.futures.pop(i)
+            if not f.cancel() and not f.done():
+                running.append(f)
+        return running
 
 
 def _close_lookahead(ahead: _Lookahead) -> None:
@@ -66,7 +79,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
     large prefixes; ``cache=`` keeps the listing in a file), or taken from a list of URLs or a manifest
     file. Each worker process builds its own client on first use. A batch's objects are fetched
     concurrently (``concurrency`` threads per process) and decoded as they arrive; with ``lookahead``,
-    while a batch is decoded and handed over, the objects of the batch this worker will be given next
+    while a batch is decoded and handed over, the objects of the batches this worker will be given next
     (known from :meth:`sampler`'s order) are already being fetched.
 
     Use :meth:`sampler` for a rank-aware, resumable order. Under ``on_missing="skip"`` / ``on_error="skip"``
@@ -86,7 +99,8 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             throttled or failing store) or decoded. Defaults to "raise".
         seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
-        lookahead (bool): fetch the next batch of this worker ahead of time. Defaults to True.
+        lookahead (int): batches of this worker fetched ahead of time (0: none). Two keep the threads busy
+            while one slow object (a throttled retry) holds up a batch. Defaults to 2.
         cache (str | PathLike | None): a local file keeping the listing of a prefix; used when it lists
             the same prefix (delete it to list again). Defaults to None.
         page_size (int): keys per listing request. Defaults to 1000.
@@ -107,7 +121,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        lookahead: bool = True,
+        lookahead: int = 2,
         cache: str | os.PathLike[str] | None = None,
         page_size: int = 1000,
         progress: bool | None = None,
@@ -115,6 +129,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         **options: Any,
     ) -> None:
         check_choice("on_missing", on_missing, OnMissing)
+        check_positive("lookahead", lookahead, allow_zero=True)
         if endpoint_url is not None:
             options["endpoint_url"] = endpoint_url
         self.config = S3Config.from_options(config, **options)
@@ -149,10 +164,11 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         key, ext = sample_key(url)
         return {"__key__": key, "__url__": url, ext: data}
 
-    def _next_batch(self, indices: Sequence[int], ahead: _Lookahead) -> list[int]:
-        """The indices this worker will most likely be asked for next: the DataLoader deals the
-        sampler's batches to its workers in turn, so that is ``num_workers`` batches further on."""
-        if self._plan is None or not indices:
+    def _next_batches(self, indices: Sequence[int], ahead: _Lookahead) -> list[int]:
+        """The indices this worker will most likely be asked for in its next ``lookahead`` batches: the
+        DataLoader deals the sampler's batches to its workers in turn, so those are ``num_workers``,
+        ``2 * num_workers`` ... batches further on in the sampler's order."""
+        if self._plan is None or not indices or not self.lookahead:
             return []
         if ahead.epoch != self.epoch or ahead.order is None:
             shuffle, remainder = self._plan
@@ -168,8 +184,8 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         n = len(indices)
         if p < 0 or not np.array_equal(order[p : p + n], np.asarray(indices)):
             return []  # not the order of our sampler: do not guess
-        q = p + current_worker()[1] * n
-        return order[q : q + n].tolist()  # type: ignore[no-any-return]
+        stride = current_worker()[1] * n
+        return [int(j) for k in range(1, self.lookahead + 1) for j in order[p + k * stride : p + k * stride + n]]
 
     def _read(self, indices: Sequence[int]) -> list[Any]:
         """The samples ``indices``, fetched concurrently and decoded in order; bad ones handled by the
@@ -188,11 +204,12 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             else:
                 hits += 1
             futures.append(f)
-        ahead.drop()  # guesses that did not come true
+        upcoming = self._next_batches(indices, ahead)
+        ahead.drop(frozenset(upcoming))  # guesses that did not come true
         if hits:
             self.stats.add("s3_prefetch_hits", hits)
-        if self.lookahead:
-            for j in self._next_batch(indices, ahead):
+        for j in upcoming:  # queued behind this batch's own fetches
+            if j not in ahead.futures:
                 ahead.futures[j] = pool.submit(self.fetch, j)
         out: list[Any] = []
         try:

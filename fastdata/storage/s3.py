@@ -7,8 +7,9 @@ The tar reader asks for bytes in two patterns, and both must become few, large G
   one fetched in the background;
 * many ranges at once (``read_ranges``: the members of a batch of samples): ranges closer than
   ``coalesce_gap`` are merged into one GET, long spans are split into ``part_size`` GETs issued in
-  parallel on this process's thread pool, and when one call continues where the last one ended (a
-  shard streamed in order), the next stretch is prefetched while the caller decodes this one.
+  parallel on this process's thread pool, and when calls move forward with a steady stride (a shard
+  streamed in order by one worker, or every n-th batch of it by one of n workers), the stretches the
+  next two calls will want are fetched while the caller decodes this one.
 
 Opening costs one GET, not a HEAD and a GET: the first ``open_bytes`` of the object come with its size,
 so a ``manifest.json`` or a ``.idx`` sidecar is read in a single request. Every later GET is pinned to the
@@ -19,6 +20,7 @@ resumption of broken bodies in :mod:`fastdata.storage.s3_fetch`; uploads in :mod
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -40,6 +42,9 @@ from fastdata.storage.s3_client import (
 from fastdata.storage.s3_fetch import Fetched, ObjectChanged, S3Unavailable, call, get
 from fastdata.storage.s3_upload import ShardUploader, upload_file
 from fastdata.worker import HandleCache
+from fastdata.world import current_worker
+
+PREFETCH_CALLS = 2  # read_ranges calls of a stream fetched ahead
 
 
 def _shutdown(pool: ThreadPoolExecutor) -> None:
@@ -58,6 +63,26 @@ def executor(config: S3Config) -> ThreadPoolExecutor:
     """This process's thread pool for ``config.concurrency`` parallel requests."""
     with _pools_lock:
         return _pools.get(config.concurrency)
+
+
+# A tar shard's reader is followed at once by its sidecar index's (TarSource.index reads URL + ".idx",
+# see fastdata.formats.tar.index_url): opening a shard starts that GET too, so both take one round trip.
+SIDECAR = (".tar", ".idx")
+_sidecars: OrderedDict[tuple[S3Config, str], tuple[int, Future[Fetched]]] = OrderedDict()
+_sidecars_lock = threading.Lock()
+
+
+def _start_sidecar(config: S3Config, stats: Stats, url: str, n: int) -> None:
+    with _sidecars_lock:
+        _sidecars[(config, url)] = (os.getpid(), executor(config).submit(get, config, stats, url, 0, n))
+        while len(_sidecars) > 16:
+            _sidecars.popitem(last=False)
+
+
+def _take_sidecar(config: S3Config, url: str) -> Future[Fetched] | None:
+    with _sidecars_lock:
+        pid, future = _sidecars.pop((config, url), (-1, None))
+    return future if pid == os.getpid() else None  # a forked child never waits on its parent's threads
 
 
 def _done(data: bytes) -> Future[bytes]:
@@ -91,6 +116,19 @@ class _Windows:
     def covers(self, start: int) -> bool:
         with self._lock:
             return any(s <= start < e for s, (e, _) in self._items.items())
+
+    def missing(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The stretches of ``lo .. hi-1`` that no window holds (or is fetching)."""
+        with self._lock:
+            held = sorted((s, e) for s, (e, _) in self._items.items() if s < hi and e > lo)
+        gaps, at = [], lo
+        for s, e in held:
+            if s > at:
+                gaps.append((at, s))
+            at = max(at, e)
+        if at < hi:
+            gaps.append((at, hi))
+        return gaps
 
     def get(self, lo: int, hi: int) -> bytes | None:
         """Bytes ``lo .. hi-1`` if fetched windows cover them all (waiting for pending ones), else None."""
@@ -192,12 +230,20 @@ class S3Reader:
         if first.data:
             self._windows.put(0, len(first.data), _done(first.data))
         self._ahead = (len(first.data), len(first.data) // 2)  # (next byte to read ahead, when to)
-        self._last_end = len(first.data)
+        self._previous: tuple[int, int] | None = None  # the span of the last read_ranges call
 
     def _open(self, n: int) -> Any:
         from botocore.exceptions import ClientError
 
+        started = _take_sidecar(self.config, self.url)
+        if self.prefetch and self.url.endswith(SIDECAR[0]):
+            _start_sidecar(self.config, self.stats, self.url + SIDECAR[1], n)
         try:
+            if started is not None:
+                try:
+                    return started.result()
+                except S3Unavailable:
+                    pass  # fetched ahead and failed: ask again below
             return get(self.config, self.stats, self.url, 0, n)
         except SourceUnreadable as e:
             cause = e.__cause__
@@ -230,15 +276,61 @@ class S3Reader:
             for f in futures:
                 f.cancel()
 
-    def _read_ahead(self, start: int, length: int) -> None:
-        """Fetch ``length`` bytes from ``start`` in the background, as windows of ``part_size``."""
+    def _read_ahead(self, start: int, length: int, min_gap: int = 0) -> None:
+        """Fetch what no window holds of ``length`` bytes from ``start``, in the background, as windows
+        of at most ``part_size``; gaps shorter than ``min_gap`` wait (unless they reach the end)."""
         end = min(self.size, start + length)
         if not self.prefetch or start >= end or self._closed:
             return
         pool = executor(self.config)
-        for s, e in self._parts(start, end):
-            if not self._windows.covers(s):
+        for gap_start, gap_end in self._windows.missing(start, end):
+            if gap_end - gap_start < min_gap and gap_end < self.size:
+                continue
+            for s, e in self._parts(gap_start, gap_end):
                 self._windows.put(s, e, pool.submit(self._get, s, e))
+
+    def _plan_ahead(self, lo: int, hi: int) -> Callable[[], None] | None:
+        """After a dense call for ``lo .. hi-1``: if calls move forward with a steady stride (a shard read
+        in order by one worker, or every n-th batch of it by one of n workers), fetch what the next
+        ``PREFETCH_CALLS`` calls will want (at least ``readahead`` bytes when contiguous), widened by a
+        margin for uneven sample sizes."""
+        previous, self._previous = self._previous, (lo, hi)
+        if not self.prefetch:
+            return None
+        span = hi - lo
+        # the first call has no stride to go by: a dataset dealing batches to n workers in turn (like
+        # TarShardDataset) has each worker read every n-th one
+        stride = span * current_worker()[1] if previous is None else lo - previous[0]
+        if stride <= 0 or stride > 64 * max(span, 1):
+            return None  # not a forward stream: random access, or a restart
+        margin = span // 8
+        if stride <= span + margin:
+            # contiguous: one stretch, at least readahead long, topped up once half of it is used, so
+            # that small calls make few, large GETs
+            ahead = min(self.max_prefetch, max(self.readahead, PREFETCH_CALLS * span))
+            return self._fetcher([(hi, min(self.size, hi + ahead))], min_gap=ahead // 2)
+        # strided: the stretches of the next calls, re-planned at every call from where this one fell (a
+        # guess far ahead drifts with uneven sample sizes); stretches already mostly held are left alone
+        stretches = []
+        budget = self.max_prefetch
+        for k in range(1, PREFETCH_CALLS + 1):
+            s, e = max(hi, lo + k * stride - margin), min(self.size, hi + k * stride + margin)
+            e = min(e, s + budget)
+            if s < e:
+                stretches.append((s, e))
+                budget -= e - s
+        return self._fetcher(stretches, min_gap=span // 4)
+
+    def _fetcher(self, stretches: list[tuple[int, int]], min_gap: int = 0) -> Callable[[], None] | None:
+        stretches = [(s, e) for s, e in stretches if s < e]
+        if not stretches:
+            return None
+
+        def fetch_ahead() -> None:
+            for s, e in stretches:
+                self._read_ahead(s, e - s, min_gap)
+
+        return fetch_ahead
 
     def _check_open(self) -> None:
         if self._closed:
@@ -271,17 +363,18 @@ class S3Reader:
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(offset, length)`` range, in order; nearby ranges fetched together,
-        long spans in parallel parts."""
+        long spans in parallel parts, and the next stretches of a stream read in order fetched ahead."""
         self._check_open()
         out: list[bytes] = [b""] * len(ranges)
         need: list[tuple[int, int, int]] = []
-        hits = 0
+        hits, lo, hi, wanted = 0, self.size, 0, 0
         for i, (offset, length) in enumerate(ranges):
             if offset < 0 or length < 0:
                 raise ValueError(f"{self.url}: negative offset or length ({offset}, {length})")
             end = min(self.size, offset + length)
             if end <= offset:
                 continue
+            lo, hi, wanted = min(lo, offset), max(hi, end), wanted + end - offset
             data = self._windows.get(offset, end)
             if data is None:
                 need.append((offset, end, i))
@@ -290,7 +383,11 @@ class S3Reader:
                 hits += 1
         if hits:
             self.stats.add("s3_prefetch_hits", hits)
+        # a dense call (a run of samples, headers between them) is a stream; scattered ranges are not
+        then = self._plan_ahead(lo, hi) if hi > lo and wanted >= (hi - lo) // 2 else None
         if not need:
+            if then is not None:
+                then()
             return out
         need.sort()
         spans: list[tuple[int, int, list[tuple[int, int, int]]]] = []
@@ -302,20 +399,14 @@ class S3Reader:
             else:
                 spans.append((offset, end, [(offset, end, i)]))
         jobs = [part for s, e, _ in spans for part in self._parts(s, e)]
-        lo, hi = spans[0][0], spans[-1][1]
-        then = None
-        if len(spans) == 1 and self._last_end - self.coalesce_gap <= lo <= self._last_end + self.coalesce_gap:
-            # one dense span continuing the last one: a stream read in order (a shard, sample after
-            # sample); fetch what the next call will want while the caller decodes this one
-            ahead = min(self.max_prefetch, max(self.readahead, hi - lo))
-            then = lambda: self._read_ahead(hi, ahead)  # noqa: E731
         fetched = iter(self._fetch_many(jobs, then))
         for s, e, members in spans:
             parts = [next(fetched) for _ in self._parts(s, e)]
             buf = parts[0] if len(parts) == 1 else b"".join(parts)
+            if then is not None:
+                self._windows.put(s, e, _done(buf))  # the margins of the next read-ahead may reach back here
             for offset, end, i in members:
                 out[i] = buf[offset - s : end - s]
-        self._last_end = hi
         return out
 
     def close(self) -> None:

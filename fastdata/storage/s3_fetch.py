@@ -175,8 +175,13 @@ def get(config: S3Config, stats: Stats, url: str, start: int = 0, length: int | 
         # failures before the body are botocore's to retry (max_attempts); they propagate from here
         response = call(config, stats, url, lambda s3, kw=kwargs: s3.get_object(**kw))  # type: ignore[misc]
         etag = etag or response.get("ETag")
-        if total is None:
-            total = _total_size(response)
+        reported = _total_size(response)
+        if total is not None and reported != total:
+            changed = ObjectChanged(f"{url}: the object has {reported} bytes, {total} were expected (it was "
+                                    "replaced since it was listed or opened); list or open it again")
+            changed.source = url  # type: ignore[attr-defined]
+            raise changed
+        total = reported
         if want is None:
             want = total - start
         want = min(want, total - start)
