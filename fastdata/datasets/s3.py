@@ -78,9 +78,10 @@ class S3Dataset(DatasetBase, Dataset[Any]):
     The objects are fixed at construction: a prefix is listed once (paginated, with a progress bar for
     large prefixes; ``cache=`` keeps the listing in a file), or taken from a list of URLs or a manifest
     file. Each worker process builds its own client on first use. A batch's objects are fetched
-    concurrently (``concurrency`` threads per process) and decoded as they arrive; with ``lookahead``,
-    while a batch is decoded and handed over, the objects of the batches this worker will be given next
-    (known from :meth:`sampler`'s order) are already being fetched.
+    concurrently (``concurrency`` threads per process, see :class:`~fastdata.storage.s3.S3Config`) and
+    decoded as they arrive; with ``lookahead``, while a batch is decoded and handed over, the objects of
+    the batches this worker will be given next (known from :meth:`sampler`'s order) are already being
+    fetched.
 
     Use :meth:`sampler` for a rank-aware, resumable order. Under ``on_missing="skip"`` / ``on_error="skip"``
     a missing or unreadable object is left out of its batch and counted in :attr:`skipped` (fetched

@@ -60,9 +60,9 @@ _pools_lock = threading.Lock()
 
 
 def executor(config: S3Config) -> ThreadPoolExecutor:
-    """This process's thread pool for ``config.concurrency`` parallel requests."""
+    """This process's thread pool for ``config.threads`` parallel requests."""
     with _pools_lock:
-        return _pools.get(config.concurrency)
+        return _pools.get(config.threads)
 
 
 # A tar shard's reader is followed at once by its sidecar index's (TarSource.index reads URL + ".idx",
@@ -145,7 +145,7 @@ class _Windows:
         for s, e, f in found:
             try:
                 data = f.result()
-            except Exception:  # noqa: BLE001 - a failed prefetch is dropped; the caller fetches it again
+            except Exception:  # noqa: BLE001 - a failed (or cancelled) prefetch is dropped; fetched again
                 self.drop(s)
                 return None
             pieces.append(data[max(lo, s) - s : min(hi, e) - s])

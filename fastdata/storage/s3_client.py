@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 from fastdata.errors import ConfigError, check_choice, check_positive
 from fastdata.worker import HandleCache
+from fastdata.world import current_worker
 
 RetryMode = Literal["standard", "adaptive"]
 AddressingStyle = Literal["auto", "path", "virtual"]
@@ -39,6 +40,8 @@ THROTTLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "Re
                             "ProvisionedThroughputExceededException", "503", "429"})
 
 MiB = 1 << 20
+JOB_THREADS = 16  # requests in flight per DataLoader (split among its workers) unless concurrency is set
+MIN_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,11 @@ class S3Config:
         backoff_cap (float): seconds. Defaults to 5.
         connect_timeout (float): seconds to open a connection. Defaults to 5.
         read_timeout (float): seconds without a byte arriving before an attempt fails. Defaults to 20.
-        concurrency (int): threads per process issuing GETs in parallel (ranges of a shard, the
-            objects of a batch, prefetches). Defaults to 16.
-        max_pool_connections (int | None): the client's connection pool. Defaults to ``concurrency + 4``
+        concurrency (int | None): threads per process issuing GETs in parallel (ranges of a shard, the
+            objects of a batch, prefetches). Defaults to :data:`JOB_THREADS` shared by the DataLoader's
+            workers: ``max(4, 16 // num_workers)`` in each (more threads than that only contend for the
+            CPU that botocore's ~2-4 ms per request needs).
+        max_pool_connections (int | None): the client's connection pool. Defaults to the threads + 4
             (every thread, plus the caller's own requests).
         addressing_style ("auto" | "path" | "virtual"): Defaults to "auto" (path style for IP endpoints).
     """
@@ -86,7 +91,7 @@ class S3Config:
     backoff_cap: float = 5.0
     connect_timeout: float = 5.0
     read_timeout: float = 20.0
-    concurrency: int = 16
+    concurrency: int | None = None
     max_pool_connections: int | None = None
     addressing_style: AddressingStyle = "auto"
 
@@ -99,7 +104,8 @@ class S3Config:
         check_positive("backoff_cap", self.backoff_cap, allow_zero=True)
         check_positive("connect_timeout", self.connect_timeout)
         check_positive("read_timeout", self.read_timeout)
-        check_positive("concurrency", self.concurrency)
+        if self.concurrency is not None:
+            check_positive("concurrency", self.concurrency)
         if self.max_pool_connections is not None:
             check_positive("max_pool_connections", self.max_pool_connections)
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
@@ -109,9 +115,17 @@ class S3Config:
             raise ConfigError(f"endpoint_url={self.endpoint_url!r} needs a scheme, like 'http://host:port'")
 
     @property
+    def threads(self) -> int:
+        """Threads issuing requests in this process: ``concurrency``, or this worker's share of
+        :data:`JOB_THREADS`."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return max(MIN_THREADS, JOB_THREADS // current_worker()[1])
+
+    @property
     def pool_size(self) -> int:
-        """Connections the client may keep open."""
-        return self.max_pool_connections or self.concurrency + 4
+        """Connections the client of this process may keep open."""
+        return self.max_pool_connections or self.threads + 4
 
     @property
     def endpoint(self) -> str:

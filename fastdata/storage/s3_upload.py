@@ -39,7 +39,7 @@ def _transfer_config(config: S3Config, multipart_threshold: int, part_size: int)
     from boto3.s3.transfer import TransferConfig
 
     return TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=part_size,
-                          max_concurrency=config.concurrency, use_threads=True)
+                          max_concurrency=config.threads, use_threads=True)
 
 
 def _remote(config: S3Config, stats: Stats, url: str) -> dict[str, Any] | None:
@@ -81,7 +81,7 @@ def upload_file(
 ) -> bool:
     """Upload a finished local file to ``url`` (``s3://bucket/key``) and check the object afterwards.
 
-    Files from ``multipart_threshold`` bytes up go in ``part_size`` parts, ``config.concurrency`` at a
+    Files from ``multipart_threshold`` bytes up go in ``part_size`` parts, ``config.threads`` at a
     time. The file's SHA-256 is stored as object metadata (``x-amz-meta-sha256``) and checked, with
     the size, by a HEAD after the upload.
 
