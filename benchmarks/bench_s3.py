@@ -134,14 +134,18 @@ def loader(ds: Any, workers: int, batch_size: int, seed: int = 0) -> DataLoader:
 
 # -- measuring -----------------------------------------------------------------------------------------
 
+MIN_BATCHES = 8  # a window spans at least this many batches, however slow the machine is today
+
+
 def window_rate(batches: Any, seconds: float) -> float:
-    """Items per second over ``seconds`` of iteration, the first batch (start-up) excluded."""
+    """Items per second over ``seconds`` (and at least ``MIN_BATCHES`` batches) of iteration, the first
+    batch (start-up) excluded."""
     it = iter(batches)
     next(it)
-    n, t0 = 0, time.perf_counter()
+    n, k, t0 = 0, 0, time.perf_counter()
     for batch in it:
-        n += len(batch)
-        if time.perf_counter() - t0 >= seconds:
+        n, k = n + len(batch), k + 1
+        if time.perf_counter() - t0 >= seconds and k >= MIN_BATCHES:
             break
     dt = time.perf_counter() - t0
     del it

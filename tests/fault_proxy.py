@@ -131,6 +131,12 @@ class Proxy:
                     return
                 request_line, headers = _headers(head)
                 method, target = request_line.split(" ")[:2]
+                if headers.get("expect", "").lower() == "100-continue":
+                    # answer for the server (botocore would otherwise wait a second before the body)
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    await writer.drain()
+                    head = b"".join(line + b"\r\n" for line in head.split(b"\r\n")
+                                    if not line.lower().startswith(b"expect:"))[:-2]
                 body = await self._read_body(reader, headers)
                 if target.startswith(CONTROL):
                     await self._control(writer, method, target, body)

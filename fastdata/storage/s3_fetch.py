@@ -158,6 +158,8 @@ def get(config: S3Config, stats: Stats, url: str, start: int = 0, length: int | 
         SourceNotFound: no such key or bucket. SourceUnreadable: access denied and other 4xx.
         S3Unavailable: retries and resumptions exhausted. ObjectChanged: the ETag changed mid-read.
     """
+    if length is not None and length <= 0:
+        raise ValueError(f"{url}: length={length}; ask for at least one byte")
     bucket, key = url[len("s3://"):].split("/", 1)
     parts: list[bytes] = []
     got = 0
