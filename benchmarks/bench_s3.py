@@ -17,8 +17,9 @@ Then the same with latency added to every request by the fault proxy (``--latenc
 through 10% ``503 SlowDown`` and 10% bodies cut midway (throughput vs the fault-free run through the
 same proxy, every object checked byte for byte).
 
-Rates are medians of ``--repeats`` windows of ``--seconds`` each (the first batch, i.e. start-up,
-excluded). Figures are only comparable within one run: the machine is shared.
+Rates are medians of ``--repeats`` windows of ``--seconds`` (and at least 8 batches) each, the first
+batch (start-up) excluded; the contenders take turns, round after round, so that a change in the load
+of the (shared) machine reaches all of them. Figures are only comparable within one run.
 
     python benchmarks/bench_s3.py --json bench-out/s3.json
     python benchmarks/bench_s3.py --objects 600 --seconds 1 --repeats 1 --no-shards   # a quick look
@@ -32,6 +33,7 @@ import json
 import multiprocessing
 import os
 import platform
+import signal
 import statistics
 import sys
 import threading
@@ -152,9 +154,14 @@ def window_rate(batches: Any, seconds: float) -> float:
     return n / dt if dt > 0 else 0.0
 
 
-def median_of(repeats: int, run: Callable[[], float]) -> dict[str, Any]:
-    runs = [run() for _ in range(repeats)]
-    return {"median": statistics.median(runs), "runs": [round(r, 1) for r in runs]}
+def interleaved(repeats: int, runs: dict[str, Callable[[], float]]) -> dict[str, dict[str, Any]]:
+    """Run every measurement once per round, ``repeats`` rounds, so that a change in the machine's load
+    (it is shared) reaches every contender alike; the median of each is kept."""
+    got: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            got[name].append(run())
+    return {name: {"median": statistics.median(v), "runs": [round(x, 1) for x in v]} for name, v in got.items()}
 
 
 def _bare_gets(urls: list[str], endpoint: str, seconds: float, threads: int, first: int, step: int,
@@ -224,26 +231,31 @@ def shard_ceiling(urls: list[str], endpoint: str, threads: int = 8) -> float:
 # -- scenarios -----------------------------------------------------------------------------------------
 
 def small_objects(args: argparse.Namespace, urls: list[str], endpoint: str, modes: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"ceiling": {}}
-    clients = ["boto3", "crt"] if "s3torchconnector" in modes else ["boto3"]
-    for client in clients:
+    runs: dict[str, Callable[[], float]] = {}
+    for client in ["boto3", "crt"] if "s3torchconnector" in modes else ["boto3"]:
         for procs, threads in ((1, 16), (2, 16), (4, 8)):
-            out["ceiling"][f"{client}_{procs}x{threads}_threads"] = median_of(
-                args.repeats, lambda p=procs, t=threads, c=client: ceiling(urls, endpoint, args.seconds, p, t, c))
-    best_name = max(out["ceiling"], key=lambda k: out["ceiling"][k]["median"])
-    best = out["ceiling"][best_name]["median"]
-    out["ceiling"]["best"], out["ceiling"]["best_of"] = best, best_name
-    print(f"  ceiling: {best:.1f} GETs/s ({best_name})", flush=True)
+            runs[f"ceiling/{client}_{procs}x{threads}_threads"] = (
+                lambda p=procs, t=threads, c=client: ceiling(urls, endpoint, args.seconds, p, t, c))
     for mode in modes:
-        out[mode] = {}
         for w in args.workers:
             def run(mode: str = mode, w: int = w) -> float:
                 ds = make_dataset(mode, urls, endpoint, args.concurrency)
                 return window_rate(loader(ds, w, args.batch_size), args.seconds)
 
-            r = median_of(args.repeats, run)
+            runs[f"{mode}/{w}"] = run
+    measured = interleaved(args.repeats, runs)
+    out: dict[str, Any] = {"ceiling": {}}
+    for name, r in measured.items():
+        group, key = name.split("/")
+        out.setdefault(group, {})[key] = r
+    best_name = max(out["ceiling"], key=lambda k: out["ceiling"][k]["median"])
+    best = out["ceiling"][best_name]["median"]
+    out["ceiling"]["best"], out["ceiling"]["best_of"] = best, best_name
+    print(f"  ceiling: {best:.1f} GETs/s ({best_name})", flush=True)
+    for mode in modes:
+        for w in args.workers:
+            r = out[mode][str(w)]
             r["of_ceiling"] = round(r["median"] / best, 3)
-            out[mode][str(w)] = r
             print(f"  {mode:>16} workers={w}: {r['median']:7.1f} items/s  ({r['of_ceiling']:.2f} of ceiling)",
                   flush=True)
     return out
@@ -267,8 +279,6 @@ def shards(args: argparse.Namespace, urls: list[str], endpoint: str, samples: in
 
     sys.modules["webdataset.gopen"].gopen_schemes["s3"] = _s3_open  # the module, not its gopen function
     per_sample = nbytes / samples
-    best = median_of(args.repeats, lambda: shard_ceiling(urls, endpoint) / per_sample)
-    out: dict[str, Any] = {"ceiling": best}
 
     def epoch(make: Callable[[], Any], w: int) -> float:
         """Samples per second over one epoch, the first batch (start-up, shard opening) excluded."""
@@ -286,12 +296,19 @@ def shards(args: argparse.Namespace, urls: list[str], endpoint: str, samples: in
         "webdataset": lambda: wds.WebDataset(urls, shardshuffle=False, empty_check=False).batched(
             args.batch_size, collation_fn=_keys, partial=True),
     }
+    runs: dict[str, Callable[[], float]] = {"ceiling/ceiling": lambda: shard_ceiling(urls, endpoint) / per_sample}
     for mode, make in makers.items():
-        out[mode] = {}
         for w in args.workers:
-            r = median_of(args.repeats, lambda make=make, w=w: epoch(make, w))
-            r["of_ceiling"] = round(r["median"] / best["median"], 3)
-            out[mode][str(w)] = r
+            runs[f"{mode}/{w}"] = lambda make=make, w=w: epoch(make, w)
+    out: dict[str, Any] = {}
+    for name, r in interleaved(args.repeats, runs).items():
+        group, key = name.split("/")
+        out.setdefault(group, {})[key] = r
+    out["ceiling"] = out["ceiling"]["ceiling"]
+    for mode in makers:
+        for w in args.workers:
+            r = out[mode][str(w)]
+            r["of_ceiling"] = round(r["median"] / out["ceiling"]["median"], 3)
             print(f"  shards {mode:>10} workers={w}: {r['median']:7.1f} samples/s ({r['of_ceiling']:.2f} of "
                   "ceiling)", flush=True)
     return out
@@ -303,10 +320,9 @@ def _keys(batch: list[dict[str, Any]]) -> list[str]:
 
 def faults(args: argparse.Namespace, urls: list[str], proxy: FaultProxy, expected: dict[str, str]) -> dict[str, Any]:
     """Full epochs through the proxy, without and with faults; every object checked."""
-    out: dict[str, Any] = {}
-    for name, faults_on in (("fault_free", {}), ("faults", {"slowdown": 0.1, "cut": 0.1})):
-        runs, counters, injected = [], [], []
-        for r in range(args.repeats):
+    rounds: dict[str, list[tuple[float, dict[str, int], dict[str, int]]]] = {"fault_free": [], "faults": []}
+    for r in range(args.repeats):  # alternated, so that the machine's load reaches both alike
+        for name, faults_on in (("fault_free", {}), ("faults", {"slowdown": 0.1, "cut": 0.1})):
             proxy.configure(seed=args.seed + r, **faults_on)
             ds = make_dataset("fastdata", urls, proxy.endpoint_url, args.concurrency)
             t0, seen = time.perf_counter(), {}
@@ -316,12 +332,13 @@ def faults(args: argparse.Namespace, urls: list[str], proxy: FaultProxy, expecte
                 for s in batch:
                     assert s["__url__"] not in seen, f"{s['__url__']} read twice"
                     seen[s["__url__"]] = hashlib.sha1(s["bin"]).hexdigest()
-            runs.append(len(seen) / (time.perf_counter() - t0))
+            rate = len(seen) / (time.perf_counter() - t0)
             assert seen == expected, "objects missing or different"
-            counters.append(ds.counters())
-            injected.append(proxy.stats())
-        out[name] = {"median": statistics.median(runs), "runs": [round(x, 1) for x in runs],
-                     "intact": True, "counters": counters, "injected": injected}
+            rounds[name].append((rate, ds.counters(), proxy.stats()))
+    out: dict[str, Any] = {}
+    for name, got in rounds.items():
+        out[name] = {"median": statistics.median(g[0] for g in got), "runs": [round(g[0], 1) for g in got],
+                     "intact": True, "counters": [g[1] for g in got], "injected": [g[2] for g in got]}
         print(f"  {name:>10} workers={args.fault_workers}: {out[name]['median']:7.1f} items/s, every object intact",
               flush=True)
     out["ratio"] = round(out["faults"]["median"] / out["fault_free"]["median"], 3)
@@ -497,5 +514,10 @@ def make_shards_sized(folder: Path, args: argparse.Namespace, rng: np.random.Gen
     return files
 
 
+def _stop(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds the with blocks: the server and proxy are stopped
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop)
     main()

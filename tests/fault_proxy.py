@@ -267,6 +267,10 @@ async def serve(host: str, port: int, upstream: tuple[str, int], faults: Faults)
 
 
 def main(argv: list[str] | None = None) -> None:
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: end with the process that started us
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--upstream", required=True, help="HOST:PORT of the server to relay to")
     p.add_argument("--host", default="127.0.0.1")

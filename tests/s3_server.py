@@ -30,12 +30,23 @@ START_TIMEOUT_S = 60.0  # a loaded 2-core machine can take a while to import mot
 _RUNNING = re.compile(r"Running on http://([\d.]+):(\d+)")
 
 
+# Runs first in the child: asks Linux to end it when its parent goes (a test run or benchmark killed
+# without cleaning up must not leave a server behind), then becomes the server.
+DIE_WITH_PARENT = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+
+
 def _command(host: str) -> list[str]:
     script = Path(sys.executable).with_name("moto_server")
     if script.exists():
-        return [str(script), "-H", host, "-p", "0"]
-    found = shutil.which("moto_server")
-    return [found, "-H", host, "-p", "0"] if found else [sys.executable, "-m", "moto.server", "-H", host, "-p", "0"]
+        server = [str(script), "-H", host, "-p", "0"]
+    elif shutil.which("moto_server"):
+        server = [str(shutil.which("moto_server")), "-H", host, "-p", "0"]
+    else:
+        server = [sys.executable, "-m", "moto.server", "-H", host, "-p", "0"]
+    if sys.platform != "linux":
+        return server
+    return [sys.executable, "-c", DIE_WITH_PARENT, *server]
 
 
 class MotoServer:

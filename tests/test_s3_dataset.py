@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,8 @@ from torch.utils.data import DataLoader, SequentialSampler
 import fastdata as fd
 from fastdata.datasets.s3 import sample_key
 from fastdata.errors import BadSample, BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
+from fastdata.storage.s3 import S3Config, executor
+from fastdata.storage.s3_client import client
 from tests.datagen import jpeg_bytes
 from tests.s3_server import MotoServer, upload_files
 
@@ -142,3 +145,20 @@ def test_no_guessing_without_its_sampler(prefix: tuple[str, dict[str, bytes]], s
     off = fd.S3Dataset(url, lookahead=0, **s3_options)
     list(_loader(off, 0, sampler=off.sampler()))
     assert off.counters()["s3_prefetch_hits"] == 0
+
+
+def _pool_sizes(config: S3Config, sample: dict[str, Any]) -> tuple[int, int]:
+    """Run in the process that reads: its thread pool's size and its client's connection pool."""
+    return executor(config)._max_workers, client(config).meta.config.max_pool_connections
+
+
+def test_threads_and_connections_are_sized_per_worker(prefix: tuple[str, dict[str, bytes]],
+                                                      s3_options: dict[str, Any]) -> None:
+    url, _ = prefix
+    config = S3Config.from_options(**s3_options)
+    ds = fd.S3Dataset(url, config=config, transform=partial(_pool_sizes, config))
+    assert ds[0] == (16, 20)  # the main process reads alone: all 16 threads, a connection each (+4)
+    sizes = {s for batch in _loader(ds, 2, sampler=ds.sampler()) for s in batch}
+    assert sizes == {(8, 12)}  # two workers share the 16
+    fixed = S3Config.from_options(concurrency=3, **s3_options)
+    assert fd.S3Dataset(url, config=fixed, transform=partial(_pool_sizes, fixed))[0] == (3, 7)

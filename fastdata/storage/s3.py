@@ -12,10 +12,12 @@ The tar reader asks for bytes in two patterns, and both must become few, large G
   next two calls will want are fetched while the caller decodes this one.
 
 Opening costs one GET, not a HEAD and a GET: the first ``open_bytes`` of the object come with its size,
-so a ``manifest.json`` or a ``.idx`` sidecar is read in a single request. Every later GET is pinned to the
-object's ETag, so an object rewritten mid-read fails with :class:`ObjectChanged` instead of mixing two
-versions. The client, retries and counters are described in :mod:`fastdata.storage.s3_client`; the
-resumption of broken bodies in :mod:`fastdata.storage.s3_fetch`; uploads in :mod:`fastdata.storage.s3_upload`.
+so a ``manifest.json`` or a ``.idx`` sidecar is read in a single request, and opening a ``.tar`` shard
+starts the GET of its sidecar at the same time. Every later GET is pinned to the object's ETag, so an
+object rewritten mid-read fails with :class:`ObjectChanged` instead of mixing two versions. The client,
+retries and counters are described in :mod:`fastdata.storage.s3_client`; the resumption of broken
+bodies in :mod:`fastdata.storage.s3_fetch`; fetched windows in :mod:`fastdata.storage.s3_windows`;
+uploads in :mod:`fastdata.storage.s3_upload`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from fastdata.storage.s3_client import (
 )
 from fastdata.storage.s3_fetch import Fetched, ObjectChanged, S3Unavailable, call, get
 from fastdata.storage.s3_upload import ShardUploader, upload_file
+from fastdata.storage.s3_windows import Windows, done
 from fastdata.worker import HandleCache
 from fastdata.world import current_worker
 
@@ -83,89 +86,6 @@ def _take_sidecar(config: S3Config, url: str) -> Future[Fetched] | None:
     with _sidecars_lock:
         pid, future = _sidecars.pop((config, url), (-1, None))
     return future if pid == os.getpid() else None  # a forked child never waits on its parent's threads
-
-
-def _done(data: bytes) -> Future[bytes]:
-    f: Future[bytes] = Future()
-    f.set_result(data)
-    return f
-
-
-class _Windows:
-    """Fetched (or being fetched) stretches of one object, least recently added dropped first once
-    they hold more than ``budget`` bytes."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._items: OrderedDict[int, tuple[int, Future[bytes]]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def put(self, start: int, end: int, data: Future[bytes]) -> None:
-        with self._lock:
-            old = self._items.pop(start, None)
-            if old is not None:
-                self._bytes -= old[0] - start
-            self._items[start] = (end, data)
-            self._bytes += end - start
-            while self._bytes > self.budget and len(self._items) > 1:
-                s, (e, f) = self._items.popitem(last=False)
-                f.cancel()
-                self._bytes -= e - s
-
-    def covers(self, start: int) -> bool:
-        with self._lock:
-            return any(s <= start < e for s, (e, _) in self._items.items())
-
-    def missing(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """The stretches of ``lo .. hi-1`` that no window holds (or is fetching)."""
-        with self._lock:
-            held = sorted((s, e) for s, (e, _) in self._items.items() if s < hi and e > lo)
-        gaps, at = [], lo
-        for s, e in held:
-            if s > at:
-                gaps.append((at, s))
-            at = max(at, e)
-        if at < hi:
-            gaps.append((at, hi))
-        return gaps
-
-    def get(self, lo: int, hi: int) -> bytes | None:
-        """Bytes ``lo .. hi-1`` if fetched windows cover them all (waiting for pending ones), else None."""
-        with self._lock:
-            found: list[tuple[int, int, Future[bytes]]] = []
-            at = lo
-            while at < hi:
-                hit = next(((s, e, f) for s, (e, f) in self._items.items() if s <= at < e), None)
-                if hit is None:
-                    return None
-                found.append(hit)
-                at = hit[1]
-        pieces = []
-        for s, e, f in found:
-            try:
-                data = f.result()
-            except Exception:  # noqa: BLE001 - a failed (or cancelled) prefetch is dropped; fetched again
-                self.drop(s)
-                return None
-            pieces.append(data[max(lo, s) - s : min(hi, e) - s])
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-    def drop(self, start: int) -> None:
-        with self._lock:
-            item = self._items.pop(start, None)
-            if item is not None:
-                self._bytes -= item[0] - start
-
-    def clear(self) -> list[Future[bytes]]:
-        """Forget every window; returns the fetches still running (to wait for)."""
-        with self._lock:
-            items, self._items, self._bytes = list(self._items.values()), OrderedDict(), 0
-        running = []
-        for _, f in items:
-            if not f.cancel() and not f.done():
-                running.append(f)
-        return running
 
 
 class S3Reader:
@@ -222,13 +142,13 @@ class S3Reader:
         self.stats = stats if isinstance(stats, Stats) else Stats(stats)
         self.readahead, self.part_size, self.coalesce_gap = readahead, part_size, coalesce_gap
         self.prefetch, self.max_prefetch = prefetch, max_prefetch
-        self._windows = _Windows(max(cache_bytes, max_prefetch + readahead))
+        self._windows = Windows(max(cache_bytes, max_prefetch + readahead))
         self._closed = False
         first = self._open(open_bytes)
         self.size: int = first.size
         self.etag: str = first.etag
         if first.data:
-            self._windows.put(0, len(first.data), _done(first.data))
+            self._windows.put(0, len(first.data), done(first.data))
         self._ahead = (len(first.data), len(first.data) // 2)  # (next byte to read ahead, when to)
         self._previous: tuple[int, int] | None = None  # the span of the last read_ranges call
 
@@ -351,7 +271,7 @@ class S3Reader:
                 return b"".join(self._fetch_many(self._parts(offset, end)))
             stop = min(self.size, offset + self.readahead)
             window = self._get(offset, stop)
-            self._windows.put(offset, stop, _done(window))
+            self._windows.put(offset, stop, done(window))
             self._ahead = (stop, offset + (stop - offset) // 2)
             data = window[: end - offset]
         ahead, when = self._ahead
@@ -404,7 +324,7 @@ class S3Reader:
             parts = [next(fetched) for _ in self._parts(s, e)]
             buf = parts[0] if len(parts) == 1 else b"".join(parts)
             if then is not None:
-                self._windows.put(s, e, _done(buf))  # the margins of the next read-ahead may reach back here
+                self._windows.put(s, e, done(buf))  # the margins of the next read-ahead may reach back here
             for offset, end, i in members:
                 out[i] = buf[offset - s : end - s]
         return out
