@@ -17,7 +17,7 @@ Then the same with latency added to every request by the fault proxy (``--latenc
 through 10% ``503 SlowDown`` and 10% bodies cut midway (throughput vs the fault-free run through the
 same proxy, every object checked byte for byte).
 
-Rates are medians of ``--repeats`` windows of ``--seconds`` (and at least 8 batches) each, the first
+Rates are medians of ``--repeats`` windows of ``--seconds`` (and at least 4 batches) each, the first
 batch (start-up) excluded; the contenders take turns, round after round, so that a change in the load
 of the (shared) machine reaches all of them. Figures are only comparable within one run.
 
@@ -136,7 +136,7 @@ def loader(ds: Any, workers: int, batch_size: int, seed: int = 0) -> DataLoader:
 
 # -- measuring -----------------------------------------------------------------------------------------
 
-MIN_BATCHES = 8  # a window spans at least this many batches, however slow the machine is today
+MIN_BATCHES = 4  # a window spans at least this many batches, however slow the machine is today
 
 
 def window_rate(batches: Any, seconds: float) -> float:
@@ -154,13 +154,42 @@ def window_rate(batches: Any, seconds: float) -> float:
     return n / dt if dt > 0 else 0.0
 
 
+MEASURE_TIMEOUT_S = 600.0
+
+
+def _isolated_child(queue: Any, fn: Callable[[], Any]) -> None:
+    try:
+        queue.put(("ok", fn()))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
+        queue.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def isolated(fn: Callable[[], Any]) -> Any:
+    """``fn()`` run in a forked child: every contender starts from the same clean process (no client,
+    thread pool or CRT event loop left by the one before; forking after those is what hangs), and a
+    child that dies is an error, never a hang."""
+    queue = FORK.Queue()
+    child = FORK.Process(target=_isolated_child, args=(queue, fn))
+    child.start()
+    try:
+        status, value = queue.get(timeout=MEASURE_TIMEOUT_S)
+    except Exception as e:
+        child.kill()
+        raise RuntimeError(f"a measurement gave no result (exit code {child.exitcode})") from e
+    finally:
+        child.join(30)
+    if status != "ok":
+        raise RuntimeError(value)
+    return value
+
+
 def interleaved(repeats: int, runs: dict[str, Callable[[], float]]) -> dict[str, dict[str, Any]]:
     """Run every measurement once per round, ``repeats`` rounds, so that a change in the machine's load
-    (it is shared) reaches every contender alike; the median of each is kept."""
+    (it is shared) reaches every contender alike; the median of each is kept. Each in its own process."""
     got: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            got[name].append(run())
+            got[name].append(isolated(run))
     return {name: {"median": statistics.median(v), "runs": [round(x, 1) for x in v]} for name, v in got.items()}
 
 
@@ -318,23 +347,34 @@ def _keys(batch: list[dict[str, Any]]) -> list[str]:
     return [s["__key__"] for s in batch]
 
 
+def _fault_epoch(args: argparse.Namespace, urls: list[str], endpoint: str,
+                 expected: dict[str, str]) -> tuple[float, dict[str, int]]:
+    """One full epoch; every object checked once, byte for byte (sha1)."""
+    ds = make_dataset("fastdata", urls, endpoint, args.concurrency)
+    t0, seen = time.perf_counter(), {}
+    for batch in DataLoader(ds, batch_size=args.batch_size, sampler=ds.sampler(shuffle=True),
+                            num_workers=args.fault_workers, collate_fn=_as_list,
+                            multiprocessing_context=FORK if args.fault_workers else None):
+        for sample in batch:
+            assert sample["__url__"] not in seen, f"{sample['__url__']} read twice"
+            seen[sample["__url__"]] = hashlib.sha1(sample["bin"]).hexdigest()
+    rate = len(seen) / (time.perf_counter() - t0)
+    assert seen == expected, "objects missing or different"
+    return rate, ds.counters()
+
+
+def _as_list(batch: list[Any]) -> list[Any]:
+    return batch
+
+
 def faults(args: argparse.Namespace, urls: list[str], proxy: FaultProxy, expected: dict[str, str]) -> dict[str, Any]:
     """Full epochs through the proxy, without and with faults; every object checked."""
     rounds: dict[str, list[tuple[float, dict[str, int], dict[str, int]]]] = {"fault_free": [], "faults": []}
     for r in range(args.repeats):  # alternated, so that the machine's load reaches both alike
         for name, faults_on in (("fault_free", {}), ("faults", {"slowdown": 0.1, "cut": 0.1})):
             proxy.configure(seed=args.seed + r, **faults_on)
-            ds = make_dataset("fastdata", urls, proxy.endpoint_url, args.concurrency)
-            t0, seen = time.perf_counter(), {}
-            for batch in DataLoader(ds, batch_size=args.batch_size, sampler=ds.sampler(shuffle=True),
-                                    num_workers=args.fault_workers, collate_fn=lambda b: b,
-                                    multiprocessing_context=FORK if args.fault_workers else None):
-                for s in batch:
-                    assert s["__url__"] not in seen, f"{s['__url__']} read twice"
-                    seen[s["__url__"]] = hashlib.sha1(s["bin"]).hexdigest()
-            rate = len(seen) / (time.perf_counter() - t0)
-            assert seen == expected, "objects missing or different"
-            rounds[name].append((rate, ds.counters(), proxy.stats()))
+            rate, counters = isolated(lambda: _fault_epoch(args, urls, proxy.endpoint_url, expected))
+            rounds[name].append((rate, counters, proxy.stats()))
     out: dict[str, Any] = {}
     for name, got in rounds.items():
         out[name] = {"median": statistics.median(g[0] for g in got), "runs": [round(g[0], 1) for g in got],
