@@ -122,9 +122,10 @@ def payloads(batch: list[Any]) -> list[bytes]:
     return [b["bin"] if isinstance(b, dict) else b for b in batch]
 
 
-def make_dataset(mode: str, urls: list[str], endpoint: str, concurrency: int) -> Any:
+def make_dataset(mode: str, urls: list[str], endpoint: str, args: argparse.Namespace) -> Any:
     if mode == "fastdata":
-        return fd.S3Dataset(urls, endpoint_url=endpoint, region_name=REGION, concurrency=concurrency, **CREDENTIALS)
+        return fd.S3Dataset(urls, endpoint_url=endpoint, region_name=REGION, concurrency=args.concurrency,
+                            lookahead=args.lookahead, **CREDENTIALS)
     return {"naive": Naive, "per_worker": PerWorker, "s3torchconnector": TorchConnector}[mode](urls, endpoint)
 
 
@@ -268,7 +269,7 @@ def small_objects(args: argparse.Namespace, urls: list[str], endpoint: str, mode
     for mode in modes:
         for w in args.workers:
             def run(mode: str = mode, w: int = w) -> float:
-                ds = make_dataset(mode, urls, endpoint, args.concurrency)
+                ds = make_dataset(mode, urls, endpoint, args)
                 return window_rate(loader(ds, w, args.batch_size), args.seconds)
 
             runs[f"{mode}/{w}"] = run
@@ -350,7 +351,7 @@ def _keys(batch: list[dict[str, Any]]) -> list[str]:
 def _fault_epoch(args: argparse.Namespace, urls: list[str], endpoint: str,
                  expected: dict[str, str]) -> tuple[float, dict[str, int]]:
     """One full epoch; every object checked once, byte for byte (sha1)."""
-    ds = make_dataset("fastdata", urls, endpoint, args.concurrency)
+    ds = make_dataset("fastdata", urls, endpoint, args)
     t0, seen = time.perf_counter(), {}
     for batch in DataLoader(ds, batch_size=args.batch_size, sampler=ds.sampler(shuffle=True),
                             num_workers=args.fault_workers, collate_fn=_as_list,
@@ -456,6 +457,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--concurrency", type=int, default=None,
                    help="fastdata's threads per process (default: its own, 16 shared by the workers)")
+    p.add_argument("--lookahead", type=int, default=2, help="fastdata's batches fetched ahead (default 2)")
     p.add_argument("--seconds", type=float, default=1.5, help="length of one measured window (default 1.5)")
     p.add_argument("--repeats", type=int, default=3, help="windows per figure; the median is kept (default 3)")
     p.add_argument("--latency-ms", type=float, default=20.0, help="latency per request for the latency runs; "
