@@ -30,6 +30,8 @@ from fastdata.world import World
 
 if TYPE_CHECKING:
     from fastdata import bench
+    from fastdata.datasets.hdf5 import HDF5Dataset
+    from fastdata.datasets.s3 import S3Dataset
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("fastdata.bench", None),
     "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
+    "S3Dataset": ("fastdata.datasets.s3", "s3"),
 }
 
 
@@ -65,6 +68,7 @@ __all__ = [
     "IndexedTarDataset",
     "Loader",
     "PlanError",
+    "S3Dataset",
     "SourceNotFound",
     "SourceUnreadable",
     "TarShardDataset",

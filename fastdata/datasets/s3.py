@@ -1,0 +1,274 @@
+"""``S3Dataset``: map-style access to the objects under an S3 prefix, one object per sample."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_all
+from typing import Any, Literal
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from fastdata.datasets.base import DatasetBase
+from fastdata.decode import DecodeMode, Decoder, make_decoder
+from fastdata.errors import (
+    BadSample,
+    ErrorPolicy,
+    OnError,
+    SourceNotFound,
+    SourceUnreadable,
+    check_choice,
+    check_positive,
+)
+from fastdata.sampler import EpochSampler
+from fastdata.sharding import Remainder, rank_indices
+from fastdata.storage.s3 import S3Config, Stats, executor
+from fastdata.storage.s3_client import COUNTERS, client
+from fastdata.storage.s3_fetch import ObjectChanged, S3Unavailable, get
+from fastdata.storage.s3_list import resolve
+from fastdata.worker import ProcessLocal, on_epoch
+from fastdata.world import current_worker
+
+Sample = dict[str, Any]
+OnMissing = Literal["raise", "skip"]
+
+
+def sample_key(url: str) -> tuple[str, str]:
+    """``("dir/name", "ext")`` for ``s3://bucket/dir/name.ext``: WebDataset's rule (the key ends at the
+    first dot of the last path component); ``"data"`` for an object without an extension."""
+    key = url.split("/", 3)[3]
+    slash = key.rfind("/") + 1
+    dot = key.find(".", slash)
+    if dot <= slash:
+        return key, "data"
+    return key[:dot], key[dot + 1 :].lower()
+
+
+class _Lookahead:
+    """One process's fetches started ahead of need (by index), and the epoch order they come from."""
+
+    def __init__(self) -> None:
+        self.futures: dict[int, Future[bytes]] = {}
+        self.epoch = -1
+        self.order: np.ndarray | None = None
+        self.position: np.ndarray | None = None
+
+    def drop(self, keep: frozenset[int] = frozenset()) -> list[Future[bytes]]:
+        """Forget every pending fetch not in ``keep``; returns those forgotten that are still running."""
+        gone = [i for i in self.futures if i not in keep]
+        running = []
+        for i in gone:
+            f = self.futures.pop(i)
+            if not f.cancel() and not f.done():
+                running.append(f)
+        return running
+
+
+def _close_lookahead(ahead: _Lookahead) -> None:
+    running = ahead.drop()
+    if running:
+        wait_all(running)
+
+
+class S3Dataset(DatasetBase, Dataset[Any]):
+    """One sample per S3 object: ``{"__key__": "dir/name", "__url__": "s3://...", EXT: bytes}``.
+
+    The objects are fixed at construction: a prefix is listed once (paginated, with a progress bar for
+    large prefixes; ``cache=`` keeps the listing in a file), or taken from a list of URLs or a manifest
+    file. Each worker process builds its own client on first use. A batch's objects are fetched
+    concurrently (``concurrency`` threads per process, see :class:`~fastdata.storage.s3.S3Config`) and
+    decoded as they arrive; with ``lookahead``, while a batch is decoded and handed over, the objects of
+    the batches this worker will be given next (known from :meth:`sampler`'s order) are already being
+    fetched.
+
+    Use :meth:`sampler` for a rank-aware, resumable order. Under ``on_missing="skip"`` / ``on_error="skip"``
+    a missing or unreadable object is left out of its batch and counted in :attr:`skipped` (fetched
+    alone with ``ds[i]``, it comes back as None); :meth:`counters` also reports requests, retries,
+    throttles, errors and resumed reads, summed over every worker.
+
+    Args:
+        source (str | list[str]): ``"s3://bucket/prefix/"``, a list of ``s3://bucket/key`` URLs, or a
+            manifest file (local or ``s3://``, ``.json`` or ``.txt``; see :mod:`fastdata.storage.s3_list`).
+        endpoint_url (str | None): the S3 endpoint. Defaults to the AWS chain's (``AWS_ENDPOINT_URL`` ...).
+        decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable | None): by extension, like the tar
+            datasets. Defaults to None (bytes).
+        transform (Callable | None): applied to each decoded sample dict.
+        on_missing ("raise" | "skip"): an object listed but gone. Defaults to "raise".
+        on_error ("raise" | "skip"): an object that cannot be read after every retry (access denied,
+            throttled or failing store) or decoded. Defaults to "raise".
+        seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
+        rank, world_size (int | None): Default to the detected ones.
+        lookahead (int): batches of this worker fetched ahead of time (0: none). Two keep the threads busy
+            while one slow object (a throttled retry) holds up a batch. Defaults to 2.
+        cache (str | PathLike | None): a local file keeping the listing of a prefix; used when it lists
+            the same prefix (delete it to list again). Defaults to None.
+        page_size (int): keys per listing request. Defaults to 1000.
+        progress (bool | None): listing progress bar; None shows it for prefixes of more than one page.
+        config (S3Config | None): client settings; ``**options`` (its field names: ``max_attempts``,
+            ``read_timeout``, ``concurrency``, credentials ...) override them.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str],
+        *,
+        endpoint_url: str | None = None,
+        decode: DecodeMode | Decoder | Callable[[Sample], Sample] | None = None,
+        transform: Callable[[Sample], Any] | None = None,
+        on_missing: OnMissing = "raise",
+        on_error: OnError = "raise",
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        lookahead: int = 2,
+        cache: str | os.PathLike[str] | None = None,
+        page_size: int = 1000,
+        progress: bool | None = None,
+        config: S3Config | None = None,
+        **options: Any,
+    ) -> None:
+        check_choice("on_missing", on_missing, OnMissing)
+        check_positive("lookahead", lookahead, allow_zero=True)
+        if endpoint_url is not None:
+            options["endpoint_url"] = endpoint_url
+        self.config = S3Config.from_options(config, **options)
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=COUNTERS)
+        self._missing = ErrorPolicy(on_missing, self._shared)
+        self.stats = Stats(self._shared)
+        self.decoder = make_decoder(decode)
+        self.transform = transform
+        self.lookahead = lookahead
+        self.urls, sizes = resolve(source, self.config, self.stats, cache=cache, page_size=page_size,
+                                   progress=progress)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self._plan: tuple[bool, Remainder] | None = None  # the order of sampler(), for lookahead
+        self._ahead: ProcessLocal[_Lookahead] = ProcessLocal(_Lookahead, _close_lookahead, close_inherited=False)
+        self._seen_epoch = -1
+
+    @property
+    def on_missing(self) -> OnMissing:
+        return self._missing.on_error  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+    # -- fetching --------------------------------------------------------------------------------------
+    def fetch(self, i: int) -> bytes:
+        """The bytes of object ``i`` (retried, resumed, length checked against the listing)."""
+        size = int(self.sizes[i])
+        return get(self.config, self.stats, self.urls[i], size=size if size >= 0 else None).data
+
+    def _sample(self, i: int, data: bytes) -> Sample:
+        url = self.urls[i]
+        key, ext = sample_key(url)
+        return {"__key__": key, "__url__": url, ext: data}
+
+    def _next_batches(self, indices: Sequence[int], ahead: _Lookahead) -> list[int]:
+        """The indices this worker will most likely be asked for in its next ``lookahead`` batches: the
+        DataLoader deals the sampler's batches to its workers in turn, so those are ``num_workers``,
+        ``2 * num_workers`` ... batches further on in the sampler's order."""
+        if self._plan is None or not indices or not self.lookahead:
+            return []
+        if ahead.epoch != self.epoch or ahead.order is None:
+            shuffle, remainder = self._plan
+            ahead.order = rank_indices(len(self), rank=self.rank, world_size=self.world_size, shuffle=shuffle,
+                                       seed=self.seed, epoch=self.epoch, remainder=remainder)
+            ahead.position = np.full(len(self), -1, dtype=np.int64)
+            ahead.position[ahead.order] = np.arange(len(ahead.order))
+            ahead.epoch = self.epoch
+        order, position = ahead.order, ahead.position
+        assert position is not None
+        first = int(indices[0])
+        p = int(position[first]) if 0 <= first < len(position) else -1
+        n = len(indices)
+        if p < 0 or not np.array_equal(order[p : p + n], np.asarray(indices)):
+            return []  # not the order of our sampler: do not guess
+        stride = current_worker()[1] * n
+        return [int(j) for k in range(1, self.lookahead + 1) for j in order[p + k * stride : p + k * stride + n]]
+
+    def _read(self, indices: Sequence[int]) -> list[Any]:
+        """The samples ``indices``, fetched concurrently and decoded in order; bad ones handled by the
+        policies (raised, or counted and left out)."""
+        if self._seen_epoch != self.epoch:
+            self._seen_epoch = self.epoch
+            on_epoch(self.worker_world())
+        ahead = self._ahead.get()
+        pool = executor(self.config)
+        futures: list[Future[bytes]] = []
+        hits = 0
+        for i in indices:
+            f = ahead.futures.pop(i, None)
+            if f is None:
+                f = pool.submit(self.fetch, i)
+            else:
+                hits += 1
+            futures.append(f)
+        upcoming = self._next_batches(indices, ahead)
+        ahead.drop(frozenset(upcoming))  # guesses that did not come true
+        if hits:
+            self.stats.add("s3_prefetch_hits", hits)
+        for j in upcoming:  # queued behind this batch's own fetches
+            if j not in ahead.futures:
+                ahead.futures[j] = pool.submit(self.fetch, j)
+        out: list[Any] = []
+        try:
+            for i, f in zip(indices, futures):
+                try:
+                    data = f.result()
+                except SourceNotFound as e:
+                    self._missing.handle(e)
+                    continue
+                except (SourceUnreadable, S3Unavailable, ObjectChanged) as e:
+                    self._policy.handle(e)  # type: ignore[arg-type]
+                    continue
+                sample = self._sample(i, data)
+                if self.decoder is not None:
+                    try:
+                        sample = self.decoder(sample)
+                    except BadSample as e:
+                        self._policy.handle(e)
+                        continue
+                out.append(self.transform(sample) if self.transform is not None else sample)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        return out
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {n} objects")
+        got = self._read([i % n])
+        return got[0] if got else None
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """A batch's samples; skipped ones are left out (the DataLoader calls this to batch)."""
+        out = self._read(indices)
+        if not out and indices:
+            raise BadSample(f"every sample of a batch of {len(indices)} was skipped (missing or unreadable "
+                            "objects); see the warnings above", self.urls[indices[0]])
+        return out
+
+    def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
+        """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``; its order
+        also tells ``lookahead`` which objects each worker reads next."""
+        sampler = EpochSampler(len(self), shuffle=shuffle, seed=self.seed, remainder=remainder,
+                               rank=self.rank, world_size=self.world_size, shared=self._shared)
+        self._plan = (shuffle, remainder)
+        return sampler
+
+    def warm(self) -> None:
+        """Build this process's client and threads before the first batch is asked for."""
+        client(self.config)
+        executor(self.config)
+
+    def close(self) -> None:
+        """Cancel fetches started ahead (waiting for those running). Idempotent. The client stays with
+        the process (see :func:`fastdata.storage.s3.release`)."""
+        self._ahead.close()
+
+    def __repr__(self) -> str:
+        return f"S3Dataset({len(self)} objects, endpoint={self.config.endpoint!r})"

@@ -1,0 +1,164 @@
+"""S3Dataset: where its objects come from (prefix, URLs, manifest, cached listing), what a sample is,
+decoding, bad options, and fetching ahead; against a real S3 server (moto) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader, SequentialSampler
+
+import fastdata as fd
+from fastdata.datasets.s3 import sample_key
+from fastdata.errors import BadSample, BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
+from fastdata.storage.s3 import S3Config, executor
+from fastdata.storage.s3_client import client
+from tests.datagen import jpeg_bytes
+from tests.s3_server import MotoServer, upload_files
+
+
+@pytest.fixture
+def prefix(s3_server: MotoServer, s3_bucket: str) -> tuple[str, dict[str, bytes]]:
+    """23 objects under ``s3://BUCKET/data/`` (one in a sub-folder), a folder marker, and an object
+    outside the prefix."""
+    rng = np.random.default_rng(1)
+    files = {f"data/{i:03d}.bin": rng.bytes(int(rng.integers(1, 500))) for i in range(22)}
+    files["data/sub/x.v2.bin"] = b"nested"
+    client = s3_server.client()
+    upload_files(client, s3_bucket, {**files, "data/empty-folder/": b"", "other/y.bin": b"not listed"})
+    return f"s3://{s3_bucket}/data/", {f"s3://{s3_bucket}/{k}": v for k, v in files.items()}
+
+
+def test_a_prefix_is_listed_once_across_pages(prefix: tuple[str, dict[str, bytes]],
+                                              s3_options: dict[str, Any]) -> None:
+    url, files = prefix
+    ds = fd.S3Dataset(url, page_size=5, **s3_options)  # 5 pages
+    assert ds.urls == sorted(files) and len(ds) == 23
+    assert ds.counters()["s3_requests"] == 5
+    assert [ds[i]["bin"] for i in range(len(ds)) if "sub" not in ds.urls[i]] == \
+        [files[u] for u in sorted(files) if "sub" not in u]
+    nested = ds[ds.urls.index(url + "sub/x.v2.bin")]
+    assert nested == {"__key__": "data/sub/x", "__url__": url + "sub/x.v2.bin", "v2.bin": b"nested"}
+
+
+def test_sample_keys_follow_webdataset() -> None:
+    assert sample_key("s3://b/a/b.c/name.tar.gz") == ("a/b.c/name", "tar.gz")
+    assert sample_key("s3://b/a/README") == ("a/README", "data")
+    assert sample_key("s3://b/x.JPG") == ("x", "jpg")
+
+
+def test_the_listing_is_cached_to_a_file(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any],
+                                         s3_server: MotoServer, tmp_path: Any) -> None:
+    url, files = prefix
+    cache = tmp_path / "listing.json"
+    first = fd.S3Dataset(url, cache=cache, **s3_options)
+    assert json.loads(cache.read_text())["urls"] == first.urls
+    upload_files(s3_server.client(), url.split("/")[2], {"data/zz-new.bin": b"after"})
+    again = fd.S3Dataset(url, cache=cache, **s3_options)
+    assert again.urls == first.urls and again.counters()["s3_requests"] == 0  # not listed again
+    other = fd.S3Dataset(url + "sub/", cache=cache, **s3_options)  # another prefix: listed, cache replaced
+    assert other.urls == [url + "sub/x.v2.bin"]
+    assert len(fd.S3Dataset(url, **s3_options)) == len(files) + 1
+
+
+def test_urls_and_manifests(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any],
+                            s3_server: MotoServer, tmp_path: Any) -> None:
+    url, files = prefix
+    chosen = sorted(files)[:4]
+    assert fd.S3Dataset(chosen, **s3_options).urls == chosen
+    text = tmp_path / "keys.txt"
+    text.write_text("# four objects\n" + "\n".join(chosen) + "\n\n")
+    assert fd.S3Dataset(str(text), **s3_options)[3]["bin"] == files[chosen[3]]
+    bucket = url.split("/")[2]
+    upload_files(s3_server.client(), bucket, {"lists/some.json": json.dumps(chosen[::-1]).encode()})
+    assert fd.S3Dataset(f"s3://{bucket}/lists/some.json", **s3_options).urls == chosen[::-1]
+    with pytest.raises(ConfigError, match="names a prefix"):
+        fd.S3Dataset([url], **s3_options)
+    with pytest.raises(ConfigError, match="give an s3://bucket/prefix/"):
+        fd.S3Dataset("/local/folder", **s3_options)
+    with pytest.raises(SourceNotFound, match="no objects under this prefix"):
+        fd.S3Dataset(f"s3://{bucket}/nothing-here/", **s3_options)
+
+
+def test_options_are_checked_at_construction(s3_options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="on_missing='ignore' is not one of 'raise', 'skip'"):
+        fd.S3Dataset(["s3://b/k"], on_missing="ignore", **s3_options)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="on_error='warn'"):
+        fd.S3Dataset(["s3://b/k"], on_error="warn", **s3_options)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"unknown S3 option.*retries"):
+        fd.S3Dataset(["s3://b/k"], retries=3, **s3_options)
+
+
+def test_decode_transform_and_bad_images(s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]) -> None:
+    rng = np.random.default_rng(2)
+    upload_files(s3_server.client(), s3_bucket, {"img/a.jpg": jpeg_bytes(rng, (16, 8)), "img/b.jpg": b"not a jpeg",
+                                                 "img/c.jpg": jpeg_bytes(rng, (16, 8))})
+    url = f"s3://{s3_bucket}/img/"
+    ds = fd.S3Dataset(url, decode="numpy", transform=lambda s: s["jpg"].shape, **s3_options)
+    assert ds[0] == (8, 16, 3)
+    with pytest.raises(DecodeFailed, match=r"img/b\.jpg.*cannot decode"):
+        ds[1]
+    skipping = fd.S3Dataset(url, decode="numpy", on_error="skip", **s3_options)
+    with pytest.warns(BadSampleWarning):
+        batch = skipping.__getitems__([0, 1, 2])
+    assert len(batch) == 2 and skipping.skipped == 1
+    with pytest.raises(BadSample, match="every sample of a batch of 1 was skipped"):
+        skipping.__getitems__([1])
+
+
+def payload(sample: dict[str, Any]) -> bytes:
+    return next(v for k, v in sample.items() if not k.startswith("__"))
+
+
+def _loader(ds: fd.S3Dataset, num_workers: int, **kw: Any) -> DataLoader:
+    ctx = multiprocessing.get_context("fork") if num_workers else None
+    return DataLoader(ds, batch_size=4, num_workers=num_workers, multiprocessing_context=ctx,
+                      collate_fn=lambda batch: batch, **kw)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_next_batch_is_fetched_ahead(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any],
+                                        num_workers: int) -> None:
+    url, files = prefix
+    ds = fd.S3Dataset(url, **s3_options)
+    listed = ds.counters()["s3_requests"]
+    got = [payload(s) for batch in _loader(ds, num_workers, sampler=ds.sampler(shuffle=True)) for s in batch]
+    assert sorted(got) == sorted(files.values())
+    counters = ds.counters()
+    # every batch but each worker's first came from a fetch started while an earlier one was used
+    assert counters["s3_prefetch_hits"] >= len(ds) - 4 * (num_workers or 1) - 4
+    assert counters["s3_requests"] - listed <= len(ds) + 4 * (num_workers or 1)  # next to nothing wasted
+
+
+def test_no_guessing_without_its_sampler(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any]) -> None:
+    url, files = prefix
+    ds = fd.S3Dataset(url, **s3_options)
+    ds.sampler()  # made, but the loader uses another order: lookahead must notice and fetch nothing extra
+    listed = ds.counters()["s3_requests"]
+    got = [payload(s) for batch in _loader(ds, 0, sampler=SequentialSampler(ds)) for s in batch]
+    assert sorted(got) == sorted(files.values())
+    assert ds.counters()["s3_requests"] - listed == len(ds) and ds.counters()["s3_prefetch_hits"] == 0
+    off = fd.S3Dataset(url, lookahead=0, **s3_options)
+    list(_loader(off, 0, sampler=off.sampler()))
+    assert off.counters()["s3_prefetch_hits"] == 0
+
+
+def _pool_sizes(config: S3Config, sample: dict[str, Any]) -> tuple[int, int]:
+    """Run in the process that reads: its thread pool's size and its client's connection pool."""
+    return executor(config)._max_workers, client(config).meta.config.max_pool_connections
+
+
+def test_threads_and_connections_are_sized_per_worker(prefix: tuple[str, dict[str, bytes]],
+                                                      s3_options: dict[str, Any]) -> None:
+    url, _ = prefix
+    config = S3Config.from_options(**s3_options)
+    ds = fd.S3Dataset(url, config=config, transform=partial(_pool_sizes, config))
+    assert ds[0] == (16, 20)  # the main process reads alone: all 16 threads, a connection each (+4)
+    sizes = {s for batch in _loader(ds, 2, sampler=ds.sampler()) for s in batch}
+    assert sizes == {(8, 12)}  # two workers share the 16
+    fixed = S3Config.from_options(concurrency=3, **s3_options)
+    assert fd.S3Dataset(url, config=fixed, transform=partial(_pool_sizes, fixed))[0] == (3, 7)
