@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
 from fastdata.errors import FastdataError, SourceNotFound
-from fastdata.storage import open_reader
+from fastdata.storage import Reader, open_reader
 
 MANIFEST = "manifest.json"
 
@@ -25,11 +26,16 @@ def parent(url: str) -> str:
     return posixpath.dirname(url)
 
 
-def read_manifest(folder: str) -> dict[str, Any] | None:
-    """The manifest in ``folder``, or None when there is none."""
+def read_manifest(folder: str, opener: Callable[[str], Reader] = open_reader) -> dict[str, Any] | None:
+    """The manifest in ``folder``, or None when there is none.
+
+    Args:
+        folder (str): a local folder or an ``s3://bucket/prefix``.
+        opener: opens a URL for reading. Defaults to :func:`fastdata.storage.open_reader`.
+    """
     url = posixpath.join(folder, MANIFEST) if folder else MANIFEST
     try:
-        reader = open_reader(url)
+        reader = opener(url)
     except SourceNotFound:
         return None
     try:
@@ -43,11 +49,11 @@ def read_manifest(folder: str) -> dict[str, Any] | None:
     return manifest
 
 
-def sample_counts(urls: list[str]) -> dict[str, int]:
+def sample_counts(urls: list[str], opener: Callable[[str], Reader] = open_reader) -> dict[str, int]:
     """Sample counts of the shards in ``urls`` that a manifest beside them lists."""
     counts: dict[str, int] = {}
     for folder in sorted({parent(u) for u in urls}):
-        manifest = read_manifest(folder)
+        manifest = read_manifest(folder, opener)
         if not manifest:
             continue
         for shard in manifest.get("shards", []):

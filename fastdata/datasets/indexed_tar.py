@@ -11,7 +11,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from fastdata.datasets.base import DatasetBase
-from fastdata.datasets.tar_source import Sample, TarSource
+from fastdata.datasets.tar_source import Sample, TarSource, remote_counters
 from fastdata.decode import DecodeMode, Decoder, make_decoder
 from fastdata.errors import BadSample, OnError
 from fastdata.sampler import EpochSampler
@@ -40,6 +40,9 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): readers open at once per process. Defaults to
             :func:`fastdata.worker.default_max_open`.
+        storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
+            fields of ``fastdata.storage.s3_client.S3Config``) and ``S3Reader`` options. Defaults to the
+            environment's settings (``AWS_ENDPOINT_URL``, profiles).
     """
 
     def __init__(
@@ -53,10 +56,14 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
         max_open: int | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size)
-        self.source = TarSource(expand_urls(urls), policy=self._policy, decoder=make_decoder(decode),
-                                transform=transform, max_open=max_open)
+        shard_urls = expand_urls(urls)
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size,
+                        counters=remote_counters(shard_urls))
+        self.source = TarSource(shard_urls, policy=self._policy, decoder=make_decoder(decode),
+                                transform=transform, max_open=max_open, storage_options=storage_options,
+                                stats=self._shared)
         self._starts = [0, *accumulate(self.source.counts)]
         self._seen_epoch = -1
 

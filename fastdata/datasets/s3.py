@@ -25,7 +25,7 @@ from fastdata.errors import (
 from fastdata.sampler import EpochSampler
 from fastdata.sharding import Remainder, rank_indices
 from fastdata.storage.s3 import S3Config, Stats, executor
-from fastdata.storage.s3_client import COUNTERS, client
+from fastdata.storage.s3_client import COUNTERS, client, release
 from fastdata.storage.s3_fetch import ObjectChanged, S3Unavailable, get
 from fastdata.storage.s3_list import resolve
 from fastdata.worker import ProcessLocal, on_epoch
@@ -266,9 +266,11 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         executor(self.config)
 
     def close(self) -> None:
-        """Cancel fetches started ahead (waiting for those running). Idempotent. The client stays with
-        the process (see :func:`fastdata.storage.s3.release`)."""
+        """Cancel fetches started ahead (waiting for those running) and close this process's client for
+        this dataset's settings with its pooled connections (rebuilt, ~10 ms, if the dataset is read
+        again). Idempotent."""
         self._ahead.close()
+        release(self.config)
 
     def __repr__(self) -> str:
         return f"S3Dataset({len(self)} objects, endpoint={self.config.endpoint!r})"

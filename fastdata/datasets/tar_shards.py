@@ -11,7 +11,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, default_collate
 
 from fastdata.datasets.base import DatasetBase
-from fastdata.datasets.tar_source import Sample, TarSource
+from fastdata.datasets.tar_source import Sample, TarSource, remote_counters
 from fastdata.decode import DecodeMode, Decoder, make_decoder
 from fastdata.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
 from fastdata.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
@@ -52,6 +52,9 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): shard readers open at once per worker. Defaults to
             :func:`fastdata.worker.default_max_open`.
+        storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
+            fields of ``fastdata.storage.s3_client.S3Config``) and ``S3Reader`` options. Defaults to the
+            environment's settings (``AWS_ENDPOINT_URL``, profiles).
     """
 
     def __init__(
@@ -71,17 +74,21 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
         max_open: int | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         check_positive("shuffle_window", shuffle_window)
         if batch_size is not None:
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size)
+        shard_urls = expand_urls(urls)
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size,
+                        counters=remote_counters(shard_urls))
         self.shuffle, self.shuffle_window = shuffle, shuffle_window
         self.batch_size, self.drop_last, self.remainder = batch_size, drop_last, remainder
         self.collate_fn = collate_fn or default_collate
-        self.source = TarSource(expand_urls(urls), policy=self._policy, decoder=make_decoder(decode),
-                                transform=transform, max_open=max_open)
+        self.source = TarSource(shard_urls, policy=self._policy, decoder=make_decoder(decode),
+                                transform=transform, max_open=max_open, storage_options=storage_options,
+                                stats=self._shared)
         self.total = sum(self.source.counts)
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)
         # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from fastdata.errors import BadSample, ErrorPolicy, SourceNotFound, SourceUnreadable
 from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
 from fastdata.manifest import sample_counts
-from fastdata.storage import Reader, open_reader
+from fastdata.storage import Reader, open_reader, scheme
 from fastdata.worker import HandleCache
 
 Sample = dict[str, Any]
@@ -21,10 +21,19 @@ Sample = dict[str, Any]
 INDEX_CACHE_SHARDS = 64
 
 
-def load_index(url: str, reader: Reader) -> ShardIndex:
+def remote_counters(urls: list[str]) -> tuple[str, ...]:
+    """Names of the counters the readers of ``urls`` keep (S3 requests, retries ...), if any is remote."""
+    if not any(scheme(u) == "s3" for u in urls):
+        return ()
+    from fastdata.storage.s3_client import COUNTERS
+
+    return tuple(COUNTERS)
+
+
+def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
     """The shard's sidecar index (``URL.idx``) if it exists and matches the shard, else a fresh scan."""
     try:
-        side = open_reader(index_url(url))
+        side = opener(index_url(url))
     except (SourceNotFound, SourceUnreadable):
         return scan(reader)
     try:
@@ -49,6 +58,10 @@ class TarSource:
         policy (ErrorPolicy): what to do with bad samples and missing shards.
         decoder, transform: applied to each sample, in that order.
         max_open (int | None): readers open at once per process; see :class:`~fastdata.worker.HandleCache`.
+        storage_options (dict | None): passed to the reader of remote URLs (for ``s3://``: the fields
+            of :class:`~fastdata.storage.s3_client.S3Config` such as ``endpoint_url``, and the
+            ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
+        stats: where remote readers count requests and retries (the dataset's shared state).
     """
 
     def __init__(
@@ -59,23 +72,40 @@ class TarSource:
         decoder: Callable[[Sample], Sample] | None,
         transform: Callable[[Sample], Any] | None,
         max_open: int | None,
+        storage_options: dict[str, Any] | None = None,
+        stats: Any = None,
     ) -> None:
         self.urls = urls
         self.policy = policy
         self.decoder = decoder
         self.transform = transform
-        self._readers: HandleCache[str, Reader] = HandleCache(open_reader, max_open=max_open)
+        self._options = dict(storage_options or {})
+        self._stats = stats
+        self._clients: set[Any] = set()  # client settings of the remote readers this process opened
+        self._readers: HandleCache[str, Reader] = HandleCache(self.open, max_open=max_open)
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
         self.counts = self._count_samples()
+        self.close()  # the parent keeps no reader or connection open into the DataLoader's fork
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_indexes"] = OrderedDict()  # rebuilt in the worker: cheaper than pickling them
+        state["_clients"] = set()
         return state
+
+    def open(self, url: str) -> Reader:
+        """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options."""
+        if not scheme(url):
+            return open_reader(url)
+        reader = open_reader(url, stats=self._stats, **self._options)
+        config = getattr(reader, "config", None)
+        if config is not None:
+            self._clients.add(config)
+        return reader
 
     def _count_samples(self) -> list[int]:
         """Samples per shard: from a manifest beside the shards, else from each shard's index."""
-        known = sample_counts(self.urls)
+        known = sample_counts(self.urls, self.open)
         todo = [u for u in self.urls if u not in known]
         for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50,
                         leave=False):
@@ -93,7 +123,7 @@ class TarSource:
         """The index of shard ``url``, from this process's cache, its sidecar, or a scan."""
         index = self._indexes.get(url)
         if index is None:
-            index = load_index(url, self._readers.get(url))
+            index = load_index(url, self._readers.get(url), self.open)
             self._indexes[url] = index
             if len(self._indexes) > INDEX_CACHE_SHARDS:
                 self._indexes.popitem(last=False)
@@ -138,5 +168,11 @@ class TarSource:
         return out
 
     def close(self) -> None:
-        """Close every reader this process opened."""
+        """Close every reader this process opened, and the pooled connections of its S3 client."""
         self._readers.close()
+        if self._clients:
+            from fastdata.storage.s3_client import release
+
+            for config in self._clients:
+                release(config)
+            self._clients.clear()

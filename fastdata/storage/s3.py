@@ -333,7 +333,11 @@ class S3Reader:
         """Drop fetched windows and wait for background reads still running. Idempotent. The client
         belongs to the process (see :func:`release`)."""
         self._closed = True
-        running = self._windows.clear()
+        running: list[Future[Any]] = list(self._windows.clear())
+        # the sidecar index fetched ahead for this shard and never asked for (its index was cached)
+        sidecar = _take_sidecar(self.config, self.url + SIDECAR[1]) if self.url.endswith(SIDECAR[0]) else None
+        if sidecar is not None and not sidecar.cancel():
+            running.append(sidecar)
         if running:
             wait_all(running)
 
