@@ -182,9 +182,10 @@ def _growth(result: SweepResult, p: Point) -> str:
 
 def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: int, stall_target: float,
              headline: bool = True) -> list[str]:
-    """Sentences about the best point's limit (and start-up, stages, stall)."""
+    """Sentences about the best point's limit (and start-up, stages, stall). With ``headline`` False
+    (the loader keeps up with the model), only the notes: what limits the loader does not matter then."""
     out: list[str] = []
-    kind = classify(best, cores)
+    kind = classify(best, cores) if headline else "none"
     w = best.config.num_workers
     if kind == "main-process" and w:
         out.append(f"Main-process-bound: at {w} workers the main process spends {best.unpickle:.0%} of its time "
@@ -231,7 +232,7 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
     if others >= 0.25 * cores:
         out.append(f"Other programs used about {others:.1f} of the {cores} cores while this ran: figures are "
                    "noisier and lower than on an idle machine.")
-    if best.stage_ms.get("fetch") is None and kind != "main-process":
+    if best.stage_ms.get("fetch") is None and kind not in ("main-process", "none"):
         out.append(f"Stages: {_stage_text(best)}.")
     share = startup_share(result, rec)
     if share is not None and STARTUP_NOTE <= share < STARTUP_BOUND and rec.config.num_workers \

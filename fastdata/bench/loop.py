@@ -3,9 +3,12 @@
 The loop is a training loop without a model: ``next(loader)``, then the step (a sleep of ``step``
 seconds, or the user's function), and bookkeeping. Each window records what the main loop saw (batches,
 samples, bytes, time blocked in ``next``, time rebuilding and pinning batches) and, at its two ends,
-the probes' counters (:class:`~fastdata.bench.probes.SystemProbe`, the shared stage table). An epoch
-that runs out closes the current window; the restart (new workers, first batch) is timed apart and
-left out, so a small dataset measures the same steady state as a large one.
+the probes' counters (:class:`~fastdata.bench.probes.SystemProbe`, the shared stage table).
+
+An epoch that runs out closes the current window, and the next window starts right there, so it holds
+the restart (new workers unless they persist, and whatever the dataset does before its first sample):
+training pays for it at every epoch, and a dataset that does its work at the start of an epoch would
+otherwise look free. Each restart is also timed on its own (``restart_s``).
 """
 
 from __future__ import annotations
@@ -146,13 +149,19 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 class _Meter:
     """Counts the batches of one window and reads the probes at its two ends."""
 
-    def __init__(self, probe: SystemProbe | None, table: StageTable | None) -> None:
+    def __init__(self, probe: SystemProbe | None, table: StageTable | None, start: float | None = None) -> None:
         self.probe, self.table = probe, table
-        self.start = perf_counter()
+        self.start = perf_counter() if start is None else start
         self.sys = probe.read() if probe else _ZERO_SYS
         self.stages = table.totals() if table else {}
         self.samples = self.batches = self.nbytes = 0
         self.wait = self.unpickle = self.unpickle_cpu = self.pin = self.step = self.step_cpu = 0.0
+
+    def new_workers(self, probe: SystemProbe) -> None:
+        """The epoch's workers were replaced inside this window: count the new ones from their birth."""
+        self.probe = probe
+        self.sys = {**self.sys, "workers_cpu": [0.0] * len(probe.workers),
+                    "workers_busy": [0.0] * len(probe.workers)}
 
     def close(self, end: float) -> Window:
         sys = _diff(self.sys, self.probe.read()) if self.probe else _ZERO_SYS
@@ -205,29 +214,33 @@ class _Run:
         return gap
 
     def _close(self, at: float) -> None:
-        if self.meter is not None and self.meter.batches >= 2:
+        if self.meter is not None and self.meter.batches:
             self.windows.append(self.meter.close(at))
             self.measured += self.windows[-1].wall
-        self.meter = None
+
+    def _epoch_end(self, at: float) -> None:
+        # close the window where the epoch ran out; the next one starts there and holds the restart
+        self._close(at)
+        self.meter = _Meter(self.probe, self.table, start=at)
 
     def measure(self, span: float) -> None:
         """Windows of ``span`` seconds until they agree, ``seconds`` are measured, or time runs out."""
         feed, timing = self.feed, self.timing
         assert feed is not None
-        limit = perf_counter() + 2 * timing.seconds + timing.warmup  # restarts are not measured: bound them
-        feed.on_epoch_end = self._close
+        limit = perf_counter() + 2 * timing.seconds + timing.warmup  # a very slow loader: bound the time
+        feed.on_epoch_end = self._epoch_end
         self.meter = _Meter(self.probe, self.table)
         while True:
             t0 = perf_counter()
             item = feed.next()
             t1 = perf_counter()
-            if feed.restarted or self.meter is None:
-                # the epoch ended inside next(): its window was closed then; start anew after the restart
+            meter = self.meter
+            assert meter is not None
+            if feed.restarted:
+                t0 = meter.start  # the wait for this batch began when the epoch ran out
                 if self.probe is not None and self.config.num_workers and not self.config.persistent_workers:
                     self.probe = SystemProbe(feed.worker_pids())
-                self.meter = _Meter(self.probe, self.table)
-                t0 = t1 = self.meter.start
-            meter = self.meter
+                    meter.new_workers(self.probe)
             if self.probes:
                 n, nbytes, batch = item.n, item.nbytes, item.batch
                 meter.unpickle += item.unpickle_s
@@ -251,9 +264,10 @@ class _Run:
             if t2 - meter.start >= span:
                 self._close(t2)
                 self.meter = _Meter(self.probe, self.table)
-                if _settled(self.windows, timing, span) or self.measured >= timing.seconds:
+                if _settled(self.windows, timing, span):
                     return
-            if t2 >= limit:
+            if self.measured + (t2 - self.meter.start) >= timing.seconds or t2 >= limit:
+                self._close(t2)
                 return
 
     def finish(self, startup: float, cores: int) -> Point:

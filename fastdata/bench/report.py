@@ -77,8 +77,9 @@ def print_report(result: SweepResult, rec: Recommendation, console: Console | No
 
     console = console or Console()
     machine = result.machine
-    head = title or f"fastdata bench: {result.dataset}"
-    sub = (f"{machine.get('usable_cores', '?')} usable cores, batch_size={result.settings.get('batch_size')}, "
+    head = title or "fastdata bench"
+    sub = (f"{result.dataset}\n{machine.get('usable_cores', '?')} usable cores, "
+           f"batch_size={result.settings.get('batch_size')}, "
            f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point")
     console.print(point_table(result, rec, title=f"{head}\n{sub}"))
     body = Text()

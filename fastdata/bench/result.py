@@ -108,8 +108,9 @@ class Point:
     Attributes:
         config (Config): the configuration.
         startup_s (float): from ``iter(loader)`` (starting the workers) to the first batch, seconds.
-        restart_s (float | None): the same at a later epoch's start (None if no epoch ended).
-        samples_per_s, mb_per_s (float): steady-state throughput (every sample over all measured time).
+        restart_s (float | None): the same at a later epoch's start, median (None if no epoch ended).
+        samples_per_s, mb_per_s (float): throughput after the warm-up: every sample over all measured
+            time, the restarts of later epochs included (training pays for them too).
         spread (float): (max - min) / median of the windows' samples/s: the run's noise.
         window_rates (list[float]): samples/s of each window.
         measured_s (float): seconds of steady state measured.
