@@ -64,6 +64,9 @@ def register(sub: Any) -> None:
                    help="most seconds measured per configuration (default 6; 3 with --demo)")
     p.add_argument("--rounds", type=int, default=1, metavar="N",
                    help="passes over the grid, pooled: steadier figures on a busy machine (default 1)")
+    p.add_argument("--main-threads", type=int, default=None, metavar="N",
+                   help="torch threads in the main process while sweeping (default: as set; torch's default is "
+                        "one per core)")
     p.add_argument("--procs-per-node", type=int, default=1, metavar="N",
                    help="training processes per machine (DDP): adds per-rank advice")
     p.add_argument("-o", "--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
@@ -94,6 +97,7 @@ def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> 
         "step_time": args.step_ms / 1000.0,
         "seconds": args.seconds or seconds,
         "rounds": args.rounds,
+        "main_threads": args.main_threads,
     }
 
 

@@ -32,6 +32,7 @@ WORKER_COMPUTING = 0.5  # a worker running or runnable half the time or more is 
 MEMORY_NEAR = 0.8  # PSS of all our processes against the usable memory
 STARTUP_NOTE = 0.05  # start-up against one epoch's time: worth persistent workers
 STARTUP_BOUND = 0.5  # ... the main cost
+LOADER_BOUND_STALL = 0.25  # with a step time, the loop waits this much: the loader is the limit, not the step
 
 
 def cores_saturated(p: Point, cores: int) -> bool:
@@ -164,7 +165,25 @@ def _headline(result: SweepResult, rec: Point, best: Point, cores: int, largest:
                     f"{top.main_busy:.0%} of the time receiving). Load in the main "
                     "process, or do more work per item (decode, augment) in the dataset before workers pay off.")
             return "ipc", [text]
+    if result.step_time and best.stall is not None and best.stall < LOADER_BOUND_STALL:
+        # the workers wait for the training loop part of the time (their queue is full): their idle
+        # time says nothing about what limits them
+        text = (f"The loader nearly keeps up: at best ({best.config.label()}) the training loop waits for data "
+                f"{best.stall:.0%} of the time. Its workers spend part of the time waiting for the loop, so what "
+                "limits them cannot be read from this sweep: run it again without --step-ms (step_time=0).")
+        return "unknown", [text, *_explain(result, rec, best, cores, largest, stall_target, headline=False)]
     return classify(best, cores), _explain(result, rec, best, cores, largest, stall_target)
+
+
+def label(p: Point, result: SweepResult, stall_target: float = 0.05) -> Bottleneck:
+    """The table's label of one point: :func:`classify`, or, with a step time, "none" where the loader
+    keeps up and "unknown" where it nearly does (its workers then wait for the training loop)."""
+    if result.step_time and p.ok and p.stall is not None:
+        if p.stall < stall_target:
+            return "none"
+        if p.stall < LOADER_BOUND_STALL:
+            return "unknown"
+    return classify(p, result.usable_cores)
 
 
 def _growth(result: SweepResult, p: Point) -> str:
@@ -178,6 +197,27 @@ def _growth(result: SweepResult, p: Point) -> str:
         return ""
     return (f" Throughput went {p.samples_per_s / prev.samples_per_s:.2f}x from {prev.config.num_workers} to "
             f"{p.config.num_workers} workers.")
+
+
+def _main_collate_note(result: SweepResult) -> list[str]:
+    """Collating in the main process (no workers) much slower than in workers: torch's intra-op threads.
+
+    Workers run torch with one thread; the main process with several, and on a machine where another
+    program holds a core, ``torch.stack`` then waits for the thread that cannot run.
+    """
+    threads = int(result.settings.get("main_threads") or result.machine.get("torch_threads") or 1)
+    mains = [p for p in result.ok_points() if not p.config.num_workers and p.stage_ms.get("collate")]
+    workers = [float(p.stage_ms["collate"] or 0.0) for p in result.ok_points()
+               if p.config.num_workers and p.stage_ms.get("collate")]
+    if threads <= 1 or not mains or not workers:
+        return []
+    main_ms = float(mains[0].stage_ms["collate"] or 0.0)
+    worker_ms = sorted(workers)[len(workers) // 2]
+    if worker_ms <= 0 or main_ms < 3 * worker_ms:
+        return []
+    return [f"Collating with no workers takes {main_ms:.2f} ms per sample against {worker_ms:.2f} in the workers: the "
+            f"main process runs torch with {threads} threads, which stall when another program holds a core. "
+            "torch.set_num_threads(1) in the main process (or --main-threads 1) may make no workers much faster."]
 
 
 def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: int, stall_target: float,
@@ -228,6 +268,7 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
                        "remote server, sleeps or locks. More workers or a larger prefetch_factor hide it.")
         if w == largest:
             out.append(f"{w} workers is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w}).")
+    out.extend(_main_collate_note(result))
     others = best.machine_busy_cores - best.total_cores
     if others >= 0.25 * cores:
         out.append(f"Other programs used about {others:.1f} of the {cores} cores while this ran: figures are "
@@ -239,7 +280,7 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
             and not rec.config.persistent_workers:
         out.append(f"Starting the workers takes {rec.startup_s:.2f} s, {share:.0%} of an epoch: "
                    "persistent_workers=True (set above) saves it at every epoch.")
-    if result.step_time and headline:
+    if result.step_time and rec.stall is not None and rec.stall >= stall_target:
         stalls = [p.stall for p in result.ok_points() if p.stall is not None]
         if stalls and min(stalls) >= stall_target:
             out.append(f"No configuration keeps the stall under {stall_target:.0%} (best {min(stalls):.0%}): "
@@ -247,4 +288,4 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
     return out
 
 
-__all__ = ["Bottleneck", "classify", "cores_saturated", "diagnose", "oversubscribed", "startup_share"]
+__all__ = ["Bottleneck", "classify", "cores_saturated", "diagnose", "label", "oversubscribed", "startup_share"]

@@ -85,6 +85,7 @@ def sweep(
     worker_init_fn: Callable[[int], object] | None = None,
     multiprocessing_context: Any = None,
     probes: bool = True,
+    main_threads: int | None = None,
     progress: Progress | None = None,
 ) -> SweepResult:
     """Measure real DataLoaders over a grid of settings.
@@ -107,12 +108,15 @@ def sweep(
         warmup (float): seconds discarded after the first batch. Defaults to 1.
         min_windows (int): windows that must agree (within ``max_spread``) to stop early. Defaults to 3.
         max_spread (float): Defaults to 0.1.
-        rounds (int): passes over the grid; the windows of every pass are pooled, so a burst of load
-            from other programs is shared among the points instead of hitting one. Defaults to 1.
+        rounds (int): passes over the grid, in turn; each figure is the median over the passes, so a
+            burst of load from other programs is shared among the points instead of hitting one.
+            Defaults to 1.
         shuffle (bool): read in shuffled order (map-style datasets). Defaults to True.
         collate_fn, worker_init_fn, multiprocessing_context: passed to the DataLoader.
         probes (bool): measure stages, processes and the machine. Defaults to True; False measures
             throughput only (to measure the probes' own overhead).
+        main_threads (int | None): torch intra-op threads in the main process during the sweep (it
+            collates when ``num_workers=0``; workers always use one). Defaults to None: leave as set.
         progress (Callable[[int, int, Point], object] | None): called after each point with
             (points done, points in all, the point).
 
@@ -139,25 +143,35 @@ def sweep(
     }
     if callable(step_time):
         settings["step_time_callable"] = True
+    if main_threads is not None:
+        check_positive("main_threads", main_threads)
+    threads_before = torch.get_num_threads()
+    settings["main_threads"] = main_threads or threads_before
     per_config: dict[Config, list[Point]] = {c: [] for c in configs}
     total, done = len(configs) * rounds, 0
     description, epoch_samples = "", None
-    for _ in range(rounds):
-        for config in configs:
-            ds, owned = _dataset(dataset_or_factory)
-            description = description or repr(ds)
-            try:
-                epoch_samples = epoch_samples or _length(ds)
-                point = measure(ds, config, timing=timing, step=step_time, shuffle=shuffle, collate_fn=collate_fn,
-                                worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
-                                probes=probes, cores=cores)
-            finally:
-                if owned and callable(getattr(ds, "close", None)):
-                    ds.close()
-            per_config[config].append(point)
-            done += 1
-            if progress is not None:
-                progress(done, total, point)
+    try:
+        if main_threads is not None:
+            torch.set_num_threads(main_threads)
+        for _ in range(rounds):
+            for config in configs:
+                ds, owned = _dataset(dataset_or_factory)
+                description = description or repr(ds)
+                try:
+                    # a dataset that batches itself has a length in batches, not samples
+                    epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
+                    point = measure(ds, config, timing=timing, step=step_time, shuffle=shuffle,
+                                    collate_fn=collate_fn, worker_init_fn=worker_init_fn,
+                                    multiprocessing_context=multiprocessing_context, probes=probes, cores=cores)
+                finally:
+                    if owned and callable(getattr(ds, "close", None)):
+                        ds.close()
+                per_config[config].append(point)
+                done += 1
+                if progress is not None:
+                    progress(done, total, point)
+    finally:
+        torch.set_num_threads(threads_before)
     points = [merge(pts) for pts in per_config.values()]
     machine = describe()
     return SweepResult(points, settings, machine, description, epoch_samples)

@@ -164,9 +164,16 @@ def payload_bytes(obj: Any, budget: int = 4096) -> int:
     if isinstance(obj, (list, tuple)):
         if not obj:
             return 0
-        per = max(1, budget // len(obj))
         seen = min(len(obj), budget)
-        total = sum(payload_bytes(x, per) for x in obj[:seen])
+        head = obj[:seen]
+        kind = type(head[0])
+        if kind in (str, bytes) and all(type(x) is kind for x in head):
+            total = sum(map(len, head))  # keys, urls, raw members: the common case, counted fast
+        elif kind in (int, float) and all(type(x) is kind for x in head):
+            total = 8 * seen
+        else:
+            per = max(1, budget // len(obj))
+            total = sum(payload_bytes(x, per) for x in head)
         return total * len(obj) // seen
     return 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastdata.bench.advise import Recommendation
-from fastdata.bench.diagnose import classify
+from fastdata.bench.diagnose import label
 from fastdata.bench.result import Point, SweepResult
 from fastdata.bench.stages import STAGES
 
@@ -44,7 +44,7 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
         table.add_column("stall", justify="right")
     table.add_column("main busy", justify="right")
     table.add_column("recv", justify="right")
-    table.add_column("cores", justify="right")
+    table.add_column("cores used/wanted", justify="right")
     table.add_column("ms/sample " + "/".join(s[:5] for s in STAGES), justify="right")
     table.add_column("PSS MB main+w", justify="right")
     table.add_column("fds", justify="right")
@@ -62,8 +62,9 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
                f"{p.mb_per_s:.1f}"]
         if stall:
             row.append(f"{p.stall:.0%}" if p.stall is not None else "-")
-        row += [f"{p.main_busy:.0%}", f"{p.unpickle + p.pin:.0%}", f"{p.total_cores:.1f}", stages, pss, str(p.fds),
-                classify(p, result.usable_cores)]
+        row += [f"{p.main_busy:.0%}", f"{p.unpickle + p.pin:.0%}", f"{p.total_cores:.1f}/{p.demand:.1f}", stages, pss,
+                str(p.fds),
+                label(p, result)]
         table.add_row(*row, style="bold" if mark else None)
     return table
 
@@ -100,16 +101,19 @@ def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation |
 
     table = Table(title="fastdata bench --demo: recommended DataLoader settings per backend", title_justify="left",
                   header_style="bold")
+    notes = any(note for *_, note in rows)
     for name, justify in (("backend", "left"), ("best workers", "right"), ("samples/s", "right"),
-                          ("MB/s", "right"), ("1st batch s", "right"), ("bottleneck", "left"), ("note", "left")):
+                          ("MB/s", "right"), ("1st batch s", "right"), ("bottleneck", "left"),
+                          *([("note", "left")] if notes else [])):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for backend, _result, rec, note in rows:
+        extra = [note] if notes else []
         if rec is None or rec.point is None or rec.config is None:
-            table.add_row(backend, "-", "-", "-", "-", "-", note)
+            table.add_row(backend, "-", "-", "-", "-", "-", *extra)
             continue
         p = rec.point
         table.add_row(backend, str(rec.config.num_workers), f"{p.samples_per_s:,.0f}", f"{p.mb_per_s:.1f}",
-                      f"{p.startup_s:.2f}", rec.bottleneck, note)
+                      f"{p.startup_s:.2f}", rec.bottleneck, *extra)
     return table
 
 

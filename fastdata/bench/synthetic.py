@@ -21,26 +21,29 @@ import torch
 from torch.utils.data import Dataset
 
 
-class IOWaitDataset(Dataset[torch.Tensor]):
+class IOWaitDataset(Dataset[Any]):
     """Items that take ``delay`` seconds of waiting and no CPU.
 
     Args:
         n (int): items. Defaults to 100000.
         delay (float): seconds each item waits. Defaults to 0.005.
+        tensor (bool): items are small tensors (True) or ints (False). A tensor reaches the main process
+            through shared memory, handed over by the worker on request, so each batch's arrival waits
+            until the worker gets a core; ints travel inside the pickled batch. Defaults to True.
     """
 
-    def __init__(self, n: int = 100_000, delay: float = 0.005) -> None:
-        self.n, self.delay = n, delay
+    def __init__(self, n: int = 100_000, delay: float = 0.005, tensor: bool = True) -> None:
+        self.n, self.delay, self.tensor = n, delay, tensor
 
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int) -> torch.Tensor:
+    def __getitem__(self, i: int) -> Any:
         time.sleep(self.delay)
-        return torch.full((16,), i, dtype=torch.int64)
+        return torch.full((16,), i, dtype=torch.int64) if self.tensor else i
 
     def __repr__(self) -> str:
-        return f"IOWaitDataset(n={self.n}, delay={self.delay})"
+        return f"IOWaitDataset(n={self.n}, delay={self.delay}, tensor={self.tensor})"
 
 
 def spin(iterations: int) -> int:
@@ -102,12 +105,14 @@ class HeavyBatchDataset(Dataset[list[float]]):
     Args:
         n (int): items. Defaults to 100000.
         floats (int): floats per item. Defaults to 50000.
-        delay (float): seconds each item waits. Defaults to 0.01.
+        delay (float): seconds each item waits. Defaults to 0.02: five times the main process's cost
+            of unpickling an item, so that no workers is clearly slower, and eight workers are enough
+            to saturate the main process on an idle machine.
     """
 
     collate_fn: Any = staticmethod(list)
 
-    def __init__(self, n: int = 100_000, floats: int = 50_000, delay: float = 0.01) -> None:
+    def __init__(self, n: int = 100_000, floats: int = 50_000, delay: float = 0.02) -> None:
         self.n, self.floats, self.delay = n, floats, delay
         self._base: Any = None
 
