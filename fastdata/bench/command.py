@@ -101,7 +101,17 @@ def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> 
     }
 
 
+def check_plot_support(args: argparse.Namespace) -> None:
+    """Fail before measuring, not after, when --plot cannot be written."""
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib; install it with pip install 'fastdata[plot]'") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    check_plot_support(args)
     if args.demo:
         if args.spec:
             raise ConfigError("pass either SPEC or --demo, not both")

@@ -36,6 +36,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def start_method() -> str:
+    """The start method DataLoader workers get by default, read without fixing it (a bare
+    ``multiprocessing.get_start_method()`` would set it, and a later ``set_start_method`` would fail)."""
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+
+
 def describe() -> dict[str, Any]:
     """Cores (machine, affinity, quota, usable), memory, CPU model, OS, torch threads, library versions."""
     import torch
@@ -49,10 +55,10 @@ def describe() -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "platform": platform.platform(),
         "torch_threads": torch.get_num_threads(),
-        "start_method": multiprocessing.get_start_method(allow_none=True) or "default",
+        "start_method": start_method(),
         "cuda": torch.cuda.is_available(),
         "versions": versions(),
     }
 
 
-__all__ = ["cpu_model", "describe", "versions"]
+__all__ = ["cpu_model", "describe", "start_method", "versions"]

@@ -274,7 +274,8 @@ class _Run:
         """The point, with memory, descriptors and context switches read before the workers stop."""
         assert self.feed is not None
         point = Point.from_windows(self.config, self.windows, startup_s=startup, restart_s=self.feed.restarts,
-                                   step_time=self.step_fn is not None or self.step_s > 0, usable_cores=cores)
+                                   step_time=self.step_fn is not None or self.step_s > 0, usable_cores=cores,
+                                   stage_totals=self.table.totals() if self.table is not None else None)
         if self.probe is not None:
             point.pss_main, point.pss_workers = self.probe.memory()
             point.fds, _ = self.probe.descriptors_and_switches()

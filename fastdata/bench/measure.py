@@ -11,7 +11,6 @@ turn, and each configuration's windows are pooled.
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 
 from fastdata.bench.cores import usable_cores
-from fastdata.bench.environment import describe
+from fastdata.bench.environment import describe, start_method
 from fastdata.bench.loop import StepFn, Timing, measure
 from fastdata.bench.result import Config, Point, SweepResult
 from fastdata.errors import ConfigError, check_positive
@@ -139,7 +138,7 @@ def sweep(
         "seconds": seconds, "window": window, "warmup": warmup, "min_windows": min_windows,
         "max_spread": max_spread, "rounds": rounds, "shuffle": shuffle, "probes": probes,
         "collate_fn": _name(collate_fn) if collate_fn else None,
-        "multiprocessing_context": str(multiprocessing_context or multiprocessing.get_start_method()),
+        "multiprocessing_context": str(multiprocessing_context or start_method()),
     }
     if callable(step_time):
         settings["step_time_callable"] = True

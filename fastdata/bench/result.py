@@ -127,8 +127,10 @@ class Point:
         iowait (float): fraction of the machine's CPU time idle waiting for I/O.
         procs_blocked (int): most processes seen in uninterruptible sleep on the machine.
         dstate (int): most of our processes seen in uninterruptible sleep.
-        stage_ms (dict[str, float | None]): milliseconds per sample in each stage, None when unknown.
-        stage_busy (dict[str, float | None]): fraction of the producing processes' time in each stage.
+        stage_ms (dict[str, float | None]): milliseconds per sample in each stage (over the whole run,
+            warm-up included), None when unknown.
+        stage_busy (dict[str, float | None]): fraction of the producing processes' time in each stage,
+            during the measured windows.
         pss_main, pss_workers (float | list[float]): proportional set size in bytes (shared pages
             divided among the processes sharing them).
         fds (int): open file descriptors, main process and workers together.
@@ -188,8 +190,10 @@ class Point:
 
     @classmethod
     def from_windows(cls, config: Config, windows: list[Window], *, startup_s: float,
-                     restart_s: list[float], step_time: bool, usable_cores: int) -> Point:
-        """Aggregate raw windows: totals over all windows for rates and fractions."""
+                     restart_s: list[float], step_time: bool, usable_cores: int,
+                     stage_totals: dict[str, tuple[float, float]] | None = None) -> Point:
+        """Aggregate raw windows: totals over all windows for rates and fractions; stage time per sample
+        from ``stage_totals`` (the whole run, warm-up included) where given."""
         p = cls(config, startup_s=startup_s, usable_cores=usable_cores)
         p.restart_s = _median(restart_s) if restart_s else None
         if not windows:
@@ -234,6 +238,11 @@ class Point:
             if items > 0:
                 p.stage_ms[stage] = 1000.0 * secs / items
                 p.stage_busy[stage] = secs / (wall * producers)
+        # a dataset that reads in bursts may do a stage's work outside every window (during the warm-up,
+        # or ahead, while the loop drains prefetched batches): per sample, use the whole run's totals
+        for name, (secs, items) in (stage_totals or {}).items():
+            if items > 0:
+                p.stage_ms[name] = 1000.0 * secs / items
         return p
 
 
