@@ -81,7 +81,7 @@ def read_all(loader: Any) -> list[Probed]:
     return list(loader)
 
 
-@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (1, "spawn")])
 def test_stage_totals_reach_the_main_process_exactly(workers: int, context: str | None) -> None:
     table = StageTable(workers + 1)
     if not workers:

@@ -224,3 +224,12 @@ def test_slow_collate_without_workers_points_at_torch_threads() -> None:
     assert any("torch.set_num_threads(1)" in s for s in fd.bench.recommend(result).diagnosis)
     result.settings["main_threads"] = 1  # one thread already: the note would be wrong
     assert not any("torch.set_num_threads(1)" in s for s in fd.bench.recommend(result).diagnosis)
+
+
+def test_many_waiting_workers_on_a_crowded_machine_are_not_oversubscribed() -> None:
+    # 8 workers that mostly sleep, each runnable a quarter of the time (late wake-ups), on 2 cores
+    result = sweep_of(pt(2, 100, worker_busy=[0.25] * 2), pt(4, 190, worker_busy=[0.25] * 4),
+                      pt(8, 380, worker_busy=[0.25] * 8), cores=2)
+    rec = fd.bench.recommend(result)
+    assert rec.config is not None and rec.config.num_workers == 8
+    assert rec.bottleneck == "storage"

@@ -8,6 +8,9 @@ workload (an I/O wait), not synchronisation.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 import fastdata as fd
@@ -28,17 +31,30 @@ def test_io_wait_scales_with_workers_so_the_largest_count_wins() -> None:
     result = fd.bench.sweep(IOWaitDataset(delay=0.004), workers=[0, 1, 2, 4], batch_size=8, **QUICK)
     points = by_workers(result)
     assert all(p.ok for p in points.values()), [p.error for p in points.values()]
-    # waiting items overlap across workers: each doubling of workers nearly doubles throughput
-    assert points[4].samples_per_s > 1.5 * points[2].samples_per_s > 1.5 * 1.5 * points[1].samples_per_s
+    # waiting items overlap across workers: each doubling of workers nearly doubles throughput (1.3x
+    # leaves room for a crowded machine's late wake-ups; CPU-bound work could not gain past 2 cores)
+    assert points[4].samples_per_s > 1.3 * points[2].samples_per_s > 1.3 * 1.3 * points[1].samples_per_s
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 4
     assert rec.bottleneck == "storage"
     assert any("try more" in s for s in rec.diagnosis)  # the best is the largest tested
 
 
+@pytest.fixture
+def at_most_two_cores() -> Iterator[None]:
+    """Confine this process (and the workers it starts) to two CPUs, so the knee is at 2 on any machine."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(before)[:2])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 @pytest.mark.slow
-def test_cpu_bound_saturates_at_the_usable_cores() -> None:
+def test_cpu_bound_saturates_at_the_usable_cores(at_most_two_cores: None) -> None:
     cores = usable_cores()
+    assert cores <= 2  # the affinity is respected
     workers = sorted({1, cores, cores + 1})
     result = fd.bench.sweep(CPUDataset(iterations=15_000), workers=workers, batch_size=4, rounds=2, **QUICK)
     rec = fd.bench.recommend(result)

@@ -40,14 +40,22 @@ def cores_saturated(p: Point, cores: int) -> bool:
 
     Judged by demand (running or runnable), not by CPU used: on a machine shared with other programs,
     a computing worker gets less CPU but stays runnable, so the verdict does not depend on the neighbours.
+    The workers must also be computing most of the time: many workers that mostly wait add up run-queue
+    waits on a crowded machine without wanting the cores.
     """
-    return p.demand >= CORES_SATURATED * cores
+    computing = not p.config.num_workers or _per_worker_busy(p) >= WORKER_COMPUTING
+    return computing and p.demand >= CORES_SATURATED * cores
 
 
 def oversubscribed(p: Point, cores: int) -> bool:
-    """More workers than cores, and the workers alone want every core: any gain over ``cores`` workers
-    is CPU taken from other programs (the training process, on a real job), not loader speed."""
-    return p.config.num_workers > cores and sum(p.worker_busy) >= CORES_SATURATED * cores
+    """More workers than cores, all computing, wanting every core between them: any gain over ``cores``
+    workers is CPU taken from other programs (the training process, on a real job), not loader speed.
+
+    Workers that mostly wait (on storage) are never oversubscribed, even when, on a crowded machine,
+    the run-queue waits of their many wake-ups add up to the cores.
+    """
+    return (p.config.num_workers > cores and _per_worker_busy(p) >= WORKER_COMPUTING
+            and sum(p.worker_busy) >= CORES_SATURATED * cores)
 
 
 def _per_worker_busy(p: Point) -> float:
