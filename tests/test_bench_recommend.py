@@ -90,7 +90,7 @@ def test_storage_bound_when_workers_wait_and_the_best_is_the_largest_tested() ->
     assert "Storage-bound" in text and "fetching takes 9.00 ms per sample" in text
     assert "iowait 30%" in text
     assert "try more (--workers 4,8,16)" in text
-    assert "2.00x from 2 to 4 workers" in text
+    assert "2.00x from 2 workers to 4 workers" in text
 
 
 def test_cpu_bound_when_the_workers_demand_every_core() -> None:

@@ -102,6 +102,10 @@ def _stage_text(p: Point) -> str:
     return "per sample: " + ", ".join(parts)
 
 
+def _workers(n: int) -> str:
+    return "no workers" if n == 0 else "1 worker" if n == 1 else f"{n} workers"
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -139,7 +143,7 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *,
     if heavy is not None or died:
         mem = result.usable_memory or 0.0
         if heavy is not None:
-            notes.append(f"Memory-bound: at {heavy.config.num_workers} workers the loader's processes take "
+            notes.append(f"Memory-bound: at {_workers(heavy.config.num_workers)} the loader's processes take "
                          f"{_gib(heavy.pss_total)} (PSS) of {_gib(mem)} usable; more workers or a larger "
                          "prefetch_factor risk the OOM killer.")
         for p in died:
@@ -149,7 +153,7 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *,
     if result.step_time and rec.stall is not None and rec.stall < stall_target:
         step = result.settings.get("step_time")
         step_text = f"a step of {float(step) * 1000:.0f} ms" if isinstance(step, (int, float)) else "the step"
-        notes.append(f"The loader keeps up: with {rec.config.num_workers} workers the training loop waits for data "
+        notes.append(f"The loader keeps up: with {_workers(rec.config.num_workers)} the training loop waits for data "
                      f"{rec.stall:.1%} of the time with {step_text}; the model, not the data, sets the pace.")
         return "none", notes + _explain(result, rec, best, cores, largest, stall_target, headline=False)
 
@@ -160,7 +164,7 @@ def _headline(result: SweepResult, rec: Point, best: Point, cores: int, largest:
               stall_target: float) -> tuple[Bottleneck, list[str]]:
     share = startup_share(result, rec)
     if share is not None and share >= STARTUP_BOUND and rec.config.num_workers:
-        text = (f"Start-up-bound: starting {rec.config.num_workers} workers takes {rec.startup_s:.2f} s, "
+        text = (f"Start-up-bound: starting {_workers(rec.config.num_workers)} takes {rec.startup_s:.2f} s, "
                 f"{share:.0%} of an epoch ({result.epoch_samples} samples); use persistent_workers=True.")
         return "start-up", [text, *_explain(result, rec, best, cores, largest, stall_target)]
     with_workers = [p for p in result.ok_points() if p.config.num_workers]
@@ -169,7 +173,7 @@ def _headline(result: SweepResult, rec: Point, best: Point, cores: int, largest:
         if top.samples_per_s < rec.samples_per_s:
             text = (f"Transfer-bound: items are so cheap that sending them between processes costs more than "
                     f"making them: no workers gives {rec.samples_per_s:,.0f} samples/s, the best with workers "
-                    f"{top.samples_per_s:,.0f} ({top.config.num_workers} workers, the main process busy "
+                    f"{top.samples_per_s:,.0f} ({_workers(top.config.num_workers)}, the main process busy "
                     f"{top.main_busy:.0%} of the time receiving). Load in the main "
                     "process, or do more work per item (decode, augment) in the dataset before workers pay off.")
             return "ipc", [text]
@@ -203,8 +207,8 @@ def _growth(result: SweepResult, p: Point) -> str:
     prev = max(same, key=lambda q: q.config.num_workers)
     if not prev.samples_per_s:
         return ""
-    return (f" Throughput went {p.samples_per_s / prev.samples_per_s:.2f}x from {prev.config.num_workers} to "
-            f"{p.config.num_workers} workers.")
+    return (f" Throughput went {p.samples_per_s / prev.samples_per_s:.2f}x from {_workers(prev.config.num_workers)} "
+            f"to {_workers(p.config.num_workers)}.")
 
 
 def _main_collate_note(result: SweepResult) -> list[str]:
@@ -236,7 +240,7 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
     kind = classify(best, cores) if headline else "none"
     w = best.config.num_workers
     if kind == "main-process" and w:
-        out.append(f"Main-process-bound: at {w} workers the main process spends {best.unpickle:.0%} of its time "
+        out.append(f"Main-process-bound: at {_workers(w)} the main process spends {best.unpickle:.0%} of its time "
                    f"rebuilding received batches (unpickling) and {best.pin:.0%} pinning them, and is busy "
                    f"{best.main_busy:.0%} of the time; more workers cannot help. Return tensors or numpy arrays "
                    "(they travel through shared memory) rather than Python lists and dicts, send fewer, larger "
@@ -248,7 +252,7 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
         if cores_saturated(best, cores):
             stage = _dominant_stage(best, ("decode", "transform", "collate", "fetch"))
             where = f"; most of the workers' time goes to {stage[0]} ({stage[1]:.2f} ms per sample)" if stage else ""
-            out.append(f"Decode/CPU-bound: the {cores} usable cores are saturated (at {w} workers the loader keeps "
+            out.append(f"Decode/CPU-bound: the {cores} usable cores are saturated (at {_workers(w)} the loader keeps "
                        f"{best.demand:.1f} cores busy or waiting for one){where}; more workers will not help. "
                        "Cheaper decoding or transforms, smaller images, or more cores will.")
         else:
@@ -256,7 +260,7 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
                        f"{_per_worker_busy(best):.0%} of the time, and the loader wants only {best.demand:.1f} of "
                        f"{cores} cores; try more workers.")
     elif kind == "ipc":
-        out.append(f"Transfer-bound: at {w} workers the main process spends {best.unpickle:.0%} of its time "
+        out.append(f"Transfer-bound: at {_workers(w)} the main process spends {best.unpickle:.0%} of its time "
                    f"receiving batches, mostly waiting for the workers to hand over each tensor (it computes "
                    f"{best.unpickle_cpu:.0%} of the time), while neither side is busy. Larger batches (fewer "
                    "hand-overs), fewer tensors per batch, or loading in the main process help.")
@@ -275,7 +279,8 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
             out.append("There is no iowait, so the wait is not on a local disk: network or object storage, a "
                        "remote server, sleeps or locks. More workers or a larger prefetch_factor hide it.")
         if w == largest:
-            out.append(f"{w} workers is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w}).")
+            out.append(f"{_workers(w)} is the most tested and still the best: try more "
+                       f"(--workers {w},{2 * w},{4 * w}).")
     out.extend(_main_collate_note(result))
     others = best.machine_busy_cores - best.total_cores
     if others >= 0.25 * cores:
