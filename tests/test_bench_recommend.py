@@ -233,3 +233,18 @@ def test_many_waiting_workers_on_a_crowded_machine_are_not_oversubscribed() -> N
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 8
     assert rec.bottleneck == "storage"
+
+
+def test_doubts_name_the_points_to_measure_again() -> None:
+    from fastdata.bench.measure import doubts
+
+    # one worker computing flat out with a core to spare, yet two measured no faster: measure both again
+    conflict = sweep_of(pt(0, 100), pt(1, 500, worker_busy=[0.95]), pt(2, 480, worker_busy=[0.9, 0.9]))
+    assert [c.num_workers for c in doubts(conflict)] == [1, 2]
+    # the recommendation is not the best and the figures are too noisy to tell 5% apart
+    noisy = sweep_of(pt(0, 100), pt(2, 340, spread=0.8), pt(4, 350, spread=0.2), cores=8)
+    assert [c.num_workers for c in doubts(noisy)] == [2, 4]
+    assert any("--rounds 3" in s for s in fd.bench.recommend(noisy).diagnosis)
+    # steady figures that agree with the probes: nothing to confirm
+    clean = sweep_of(pt(0, 100), pt(2, 340, spread=0.05), pt(4, 350, spread=0.05), cores=8)
+    assert doubts(clean) == []

@@ -154,7 +154,7 @@ def run_spec(args: argparse.Namespace) -> int:
     with progress_bar(console, points, backend.name) as bar:
         task = bar.add_task(f"{backend.name}: sweeping", total=points)
         result = fb.sweep(lambda: backend.open(args.spec, **options),
-                          progress=lambda d, t, p: bar.update(task, completed=d), **kwargs)
+                          progress=lambda d, t, p: bar.update(task, completed=d, total=t), **kwargs)
     result.settings["spec"], result.settings["format"], result.settings["options"] = args.spec, backend.name, options
     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
     report.print_report(result, rec, out, title=f"fastdata bench {backend.name}: {args.spec}")

@@ -73,8 +73,8 @@ def run_demo(args: argparse.Namespace) -> int:
                     with b.demo(root / b.name) as spec:
                         bar.update(task, completed=base + 1, description=f"{b.name}: sweeping")
                         options = b.demo_options
-                        def advance(done_here: int, _total: int, _point: Any, base: int = base) -> None:
-                            bar.update(task, completed=base + 1 + done_here)
+                        def advance(done_here: int, _total: int, _point: Any, base: int = base, n: int = n) -> None:
+                            bar.update(task, completed=base + 1 + min(done_here, n))  # confirmations: extra
 
                         result = fb.sweep(functools.partial(b.open, spec, **options), progress=advance, **kw)
                     result.settings.update({"spec": spec, "format": b.name, "options": options, "demo": True})

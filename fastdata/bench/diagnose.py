@@ -32,6 +32,7 @@ WORKER_COMPUTING = 0.5  # a worker running or runnable half the time or more is 
 MEMORY_NEAR = 0.8  # PSS of all our processes against the usable memory
 STARTUP_NOTE = 0.05  # start-up against one epoch's time: worth persistent workers
 STARTUP_BOUND = 0.5  # ... the main cost
+NOISY = 0.5  # windows' spread, (max - min) / median, beyond which a 5% comparison is guesswork
 LOADER_BOUND_STALL = 0.25  # with a step time, the loop waits this much: the loader is the limit, not the step
 
 
@@ -282,6 +283,10 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
             out.append(f"{_workers(w)} is the most tested and still the best: try more "
                        f"(--workers {w},{2 * w},{4 * w}).")
     out.extend(_main_collate_note(result))
+    noisy = max(rec.spread, best.spread)
+    if noisy > NOISY and int(result.settings.get("rounds") or 1) < 3:
+        out.append(f"The measurements were noisy (windows up to {noisy:.0%} apart): run with --rounds 3 "
+                   "(sweep(rounds=3)) for a steadier answer.")
     others = best.machine_busy_cores - best.total_cores
     if others >= 0.25 * cores:
         out.append(f"Other programs used about {others:.1f} of the {cores} cores while this ran: figures are "

@@ -85,6 +85,7 @@ def sweep(
     multiprocessing_context: Any = None,
     probes: bool = True,
     main_threads: int | None = None,
+    confirm: bool = True,
     progress: Progress | None = None,
 ) -> SweepResult:
     """Measure real DataLoaders over a grid of settings.
@@ -116,6 +117,9 @@ def sweep(
             throughput only (to measure the probes' own overhead).
         main_threads (int | None): torch intra-op threads in the main process during the sweep (it
             collates when ``num_workers=0``; workers always use one). Defaults to None: leave as set.
+        confirm (bool): when the figures contradict the probes or are too noisy to decide (see
+            :func:`doubts`), measure the configurations in question twice more, in turn, and keep the
+            medians. Defaults to True.
         progress (Callable[[int, int, Point], object] | None): called after each point with
             (points done, points in all, the point).
 
@@ -149,31 +153,76 @@ def sweep(
     per_config: dict[Config, list[Point]] = {c: [] for c in configs}
     total, done = len(configs) * rounds, 0
     description, epoch_samples = "", None
+
+    def run(config: Config) -> None:
+        nonlocal done, description, epoch_samples
+        ds, owned = _dataset(dataset_or_factory)
+        description = description or repr(ds)
+        try:
+            # a dataset that batches itself has a length in batches, not samples
+            epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
+            point = measure(ds, config, timing=timing, step=step_time, shuffle=shuffle, collate_fn=collate_fn,
+                            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+                            probes=probes, cores=cores)
+        finally:
+            if owned and callable(getattr(ds, "close", None)):
+                ds.close()
+        per_config[config].append(point)
+        done += 1
+        if progress is not None:
+            progress(done, total, point)
+
+    def result() -> SweepResult:
+        return SweepResult([merge(pts) for pts in per_config.values()], settings, {"usable_cores": cores},
+                           description, epoch_samples)
+
     try:
         if main_threads is not None:
             torch.set_num_threads(main_threads)
         for _ in range(rounds):
             for config in configs:
-                ds, owned = _dataset(dataset_or_factory)
-                description = description or repr(ds)
-                try:
-                    # a dataset that batches itself has a length in batches, not samples
-                    epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
-                    point = measure(ds, config, timing=timing, step=step_time, shuffle=shuffle,
-                                    collate_fn=collate_fn, worker_init_fn=worker_init_fn,
-                                    multiprocessing_context=multiprocessing_context, probes=probes, cores=cores)
-                finally:
-                    if owned and callable(getattr(ds, "close", None)):
-                        ds.close()
-                per_config[config].append(point)
-                done += 1
-                if progress is not None:
-                    progress(done, total, point)
+                run(config)
+        again = doubts(result()) if confirm and probes else []
+        settings["confirmed"] = [c.label() for c in again]
+        total += CONFIRM_ROUNDS * len(again)
+        for _ in range(CONFIRM_ROUNDS):
+            for config in again:
+                run(config)
     finally:
         torch.set_num_threads(threads_before)
-    points = [merge(pts) for pts in per_config.values()]
-    machine = describe()
-    return SweepResult(points, settings, machine, description, epoch_samples)
+    final = result()
+    final.machine = describe()
+    return final
+
+
+CONFIRM_ROUNDS = 2
+
+
+def doubts(result: SweepResult) -> list[Config]:
+    """Configurations to measure again before recommending.
+
+    * The recommended point's probes say more workers would help (its workers compute most of the
+      time and cores are left), yet a larger worker count measured no faster: the recommended point
+      and the next larger one.
+    * The recommended point is not the best, and either one's windows spread more than ``NOISY``: both.
+    """
+    from fastdata.bench.advise import fair_points, pick
+    from fastdata.bench.diagnose import NOISY, classify, cores_saturated
+
+    rec = pick(result)
+    ok = fair_points(result)
+    if rec is None or not ok:
+        return []
+    best = max(ok, key=lambda p: p.samples_per_s)
+    out: list[Config] = []
+    cores = result.usable_cores
+    larger = [p for p in ok if p.config.series() == rec.config.series()
+              and rec.config.num_workers < p.config.num_workers <= cores]
+    if rec.config.num_workers and larger and classify(rec, cores) == "cpu" and not cores_saturated(rec, cores):
+        out = [rec.config, min(larger, key=lambda p: p.config.num_workers).config]
+    elif best is not rec and max(rec.spread, best.spread) > NOISY:
+        out = [rec.config, best.config]
+    return out
 
 
 def _length(ds: Any) -> int | None:
@@ -211,4 +260,4 @@ def merge(points: list[Point]) -> Point:
     return merged
 
 
-__all__ = ["default_workers", "grid", "merge", "sweep"]
+__all__ = ["CONFIRM_ROUNDS", "default_workers", "doubts", "grid", "merge", "sweep"]
