@@ -7,7 +7,7 @@ For each backend (``--backends``; its demo data, or ``--spec``):
 2. ``exhaustive``: the same worker counts x prefetch_factor {2, 4} x persistent_workers {False, True}
    (x pin_memory where CUDA is present), and its fastest configuration.
 3. ``check``: the quick recommendation and the exhaustive best re-measured side by side, in
-   alternation (``--rounds`` times each), with the folklore settings as peers (``num_workers`` = the
+   alternation (``--rounds`` times each, ABBA order), with the folklore settings as peers (``num_workers`` = the
    machine's CPU count, and 4); target: recommended / best >= 0.95.
 4. ``overhead``: the recommended configuration with the probes on and off, in alternation; target:
    on / off >= 0.97 (probes cost < 3%). On a machine shared with other programs the alternation's
@@ -52,11 +52,13 @@ from fastdata.bench.result import Config, Point
 
 def alternate(factory: Any, configs: dict[str, Config], *, rounds: int, timing: Timing,
               probes: dict[str, bool] | None = None) -> dict[str, dict[str, Any]]:
-    """Measure each named configuration ``rounds`` times, in turn (A B C A B C ...); medians per name."""
+    """Measure each named configuration ``rounds`` times, in turn, the order reversed every other round
+    (A B C C B A ...: a load that rises or falls through the run favours no one); medians per name."""
     rates: dict[str, list[float]] = {name: [] for name in configs}
     cores = usable_cores()
-    for _ in range(rounds):
-        for name, config in configs.items():
+    for r in range(rounds):
+        order = list(configs.items()) if r % 2 == 0 else list(reversed(configs.items()))
+        for name, config in order:
             ds = factory()
             try:
                 point = measure(ds, config, timing=timing, probes=(probes or {}).get(name, True), cores=cores)
