@@ -248,3 +248,11 @@ def test_doubts_name_the_points_to_measure_again() -> None:
     # steady figures that agree with the probes: nothing to confirm
     clean = sweep_of(pt(0, 100), pt(2, 340, spread=0.05), pt(4, 350, spread=0.05), cores=8)
     assert doubts(clean) == []
+
+
+def test_computing_workers_as_many_as_the_cores_are_not_told_to_add_more() -> None:
+    result = sweep_of(pt(1, 450, worker_busy=[0.7]), pt(2, 800, worker_busy=[0.65, 0.65]), cores=2)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "cpu" and "more workers than cores will not help" in rec.diagnosis[0]
+    fewer = sweep_of(pt(1, 450, worker_busy=[0.7]), pt(2, 800, worker_busy=[0.65, 0.65]), cores=8)
+    assert "try more workers" in fd.bench.recommend(fewer).diagnosis[0]

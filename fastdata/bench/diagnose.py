@@ -256,6 +256,11 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
             out.append(f"Decode/CPU-bound: the {cores} usable cores are saturated (at {_workers(w)} the loader keeps "
                        f"{best.demand:.1f} cores busy or waiting for one){where}; more workers will not help. "
                        "Cheaper decoding or transforms, smaller images, or more cores will.")
+        elif w >= cores:
+            out.append(f"Decode/CPU-bound: {_workers(w)} on {cores} usable cores compute "
+                       f"{_per_worker_busy(best):.0%} of the time and want {best.demand:.1f} cores between them and "
+                       "the main process; more workers than cores will not help. Cheaper decoding or transforms, "
+                       "or more cores, will.")
         else:
             out.append(f"CPU-bound in the workers, with cores to spare: each of the {w} workers computes "
                        f"{_per_worker_busy(best):.0%} of the time, and the loader wants only {best.demand:.1f} of "
