@@ -1,0 +1,143 @@
+"""Backends of ``fastdata bench``: one module per data format, found without a central list.
+
+Adding a backend is adding a file ``fastdata/bench/backends/<name>.py`` (or, from another package, an
+entry point in the group ``fastdata.bench_backends`` naming such a module). The module provides::
+
+    NAME: str                  # optional; defaults to the module's name. What --format takes.
+    PRIORITY: int              # optional; lower is asked first by auto-detection. Defaults to 50.
+    EXTRA: str | None          # optional; the pip extra its libraries come from, for install hints.
+    DEMO_BATCH_SIZE: int       # optional; the batch size of the demo sweep. Defaults to 64.
+
+    def detect(spec: str) -> bool:
+        '''True when SPEC is data of this format: a shard pattern, an HDF5 file, a folder of videos,
+        an s3:// prefix ... Cheap (look at the name, or a file's first bytes), and specific: a backend
+        that is not sure says False.'''
+
+    def open(spec: str, **options) -> torch.utils.data.Dataset:
+        '''The dataset to benchmark. ``options`` come from ``fastdata bench -o KEY=VALUE`` (values parsed
+        as JSON when they parse, else strings); unknown ones raise ConfigError.'''
+
+    def demo(folder: pathlib.Path) -> contextlib.AbstractContextManager[str]:
+        '''Build small synthetic data under ``folder`` (a few seconds' work, tens of MB at most) and
+        yield its SPEC; on exit, stop whatever it started (a local S3 server, ...). The caller
+        removes ``folder``. The dataset ``open(spec, **DEMO_OPTIONS)`` gives is what the demo sweeps.'''
+
+    DEMO_OPTIONS: dict         # optional; options for open() in the demo (decode="numpy" ...).
+
+A module that fails to import (its extra is not installed) is listed as unavailable, with the reason;
+``fastdata bench --demo`` skips it and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fastdata.errors import ConfigError
+
+ENTRY_POINTS = "fastdata.bench_backends"
+
+
+@dataclass
+class Backend:
+    """One backend, as found by :func:`backends`.
+
+    Attributes:
+        name (str): what ``--format`` takes.
+        module (str): the module that implements it.
+        priority (int): detection order (lower first).
+        error (str | None): why it is unavailable (its import failed), or None.
+    """
+
+    name: str
+    module: str
+    priority: int = 50
+    error: str | None = None
+    extra: str | None = None
+    _mod: ModuleType | None = field(default=None, repr=False)
+
+    @property
+    def available(self) -> bool:
+        return self.error is None
+
+    def _require(self) -> ModuleType:
+        if self._mod is None:
+            hint = f"; install it with pip install 'fastdata[{self.extra}]'" if self.extra else ""
+            raise ConfigError(f"the {self.name} backend is unavailable: {self.error}{hint}")
+        return self._mod
+
+    def detect(self, spec: str) -> bool:
+        if self._mod is None:
+            return False
+        try:
+            return bool(self._mod.detect(spec))
+        except OSError:
+            return False
+
+    def open(self, spec: str, **options: Any) -> Any:
+        return self._require().open(spec, **options)
+
+    def demo(self, folder: Path) -> contextlib.AbstractContextManager[str]:
+        return self._require().demo(folder)  # type: ignore[no-any-return]
+
+    @property
+    def demo_options(self) -> dict[str, Any]:
+        return dict(getattr(self._mod, "DEMO_OPTIONS", {}) or {})
+
+    @property
+    def demo_batch_size(self) -> int:
+        return int(getattr(self._mod, "DEMO_BATCH_SIZE", 64))
+
+
+def _load(module: str) -> Backend:
+    short = module.rsplit(".", 1)[-1]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        return Backend(short, module, error=f"{type(e).__name__}: {e}")
+    for needed in ("detect", "open", "demo"):
+        if not callable(getattr(mod, needed, None)):
+            return Backend(getattr(mod, "NAME", short), module, error=f"{module} has no {needed}() function")
+    return Backend(getattr(mod, "NAME", short), module, int(getattr(mod, "PRIORITY", 50)), None,
+                   getattr(mod, "EXTRA", None), mod)
+
+
+def backends() -> list[Backend]:
+    """Every backend: the modules of this package, then those registered by entry points; by priority."""
+    found: dict[str, Backend] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            b = _load(f"{__name__}.{info.name}")
+            found.setdefault(b.name, b)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        b = _load(ep.value)
+        found.setdefault(ep.name, b)
+    return sorted(found.values(), key=lambda b: (b.priority, b.name))
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``."""
+    known = backends()
+    for b in known:
+        if b.name == name:
+            return b
+    raise ConfigError(f"--format {name!r} is not one of {', '.join(b.name for b in known)}")
+
+
+def detect(spec: str) -> Backend:
+    """The first backend (by priority) that recognises ``spec``."""
+    known = backends()
+    for b in known:
+        if b.detect(spec):
+            return b
+    names = ", ".join(b.name for b in known)
+    raise ConfigError(f"{spec}: cannot tell its format; pass --format (one of {names})")
+
+
+__all__ = ["ENTRY_POINTS", "Backend", "backends", "detect", "get"]

@@ -1,0 +1,109 @@
+"""``fastdata bench --demo``: small synthetic data for every backend, a sweep of each, one summary.
+
+Each backend builds its own data (:mod:`fastdata.bench.backends`) in a temporary folder, removed at the
+end (``--keep DIR`` keeps it). Short measurements (3 s per configuration) keep the whole demo within a
+few minutes on two cores; the figures are for showing the harness, not for comparing backends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fastdata.bench.advise import Recommendation
+from fastdata.bench.result import SweepResult
+from fastdata.errors import ConfigError
+
+
+def _plot_path(plot: str, backend: str) -> Path:
+    p = Path(plot)
+    return p.with_name(f"{p.stem}-{backend}{p.suffix or '.png'}")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    import fastdata.bench as fb
+    from fastdata.bench import backends, report
+    from fastdata.bench.command import progress_bar, sweep_args
+    from fastdata.bench.measure import default_workers, grid
+
+    everything = backends.backends()
+    if args.backends:
+        wanted = [n.strip() for n in args.backends.split(",") if n.strip()]
+        unknown = set(wanted) - {b.name for b in everything}
+        if unknown:
+            raise ConfigError(f"--backends: unknown {', '.join(sorted(unknown))}; known: "
+                              f"{', '.join(b.name for b in everything)}")
+        everything = [b for b in everything if b.name in wanted]
+    chosen = [b for b in everything if b.available]
+    rows: list[tuple[str, SweepResult | None, Recommendation | None, str]] = [
+        (b.name, None, None, f"skipped: {b.error}") for b in everything if not b.available]
+    console, out = Console(stderr=True), Console()
+    if args.keep:
+        root = Path(args.keep)
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="fastdata-demo-"))
+    saved: dict[str, Any] = {}
+    started = time.perf_counter()
+    try:
+        per_backend = []
+        for b in chosen:
+            kw = sweep_args(args, batch_size=b.demo_batch_size, seconds=3.0)
+            kw.setdefault("window", 0.5)
+            kw.setdefault("warmup", 0.5)
+            workers = kw["workers"] or default_workers()
+            n = len(grid(workers, kw["prefetch_factor"], kw["pin_memory"] or [False], kw["persistent_workers"],
+                         kw["batch_size"])) * kw["rounds"]
+            per_backend.append((b, kw, n))
+        total = sum(n for _, _, n in per_backend) + len(per_backend)  # + one step per data build
+        with progress_bar(console, total, "demo") as bar:
+            task = bar.add_task("demo", total=total)
+            done = 0
+            for b, kw, n in per_backend:
+                base = done
+                bar.update(task, description=f"{b.name}: building data")
+                try:
+                    with b.demo(root / b.name) as spec:
+                        bar.update(task, completed=base + 1, description=f"{b.name}: sweeping")
+                        options = b.demo_options
+                        def advance(done_here: int, _total: int, _point: Any, base: int = base, n: int = n) -> None:
+                            bar.update(task, completed=base + 1 + min(done_here, n))  # confirmations: extra
+
+                        result = fb.sweep(functools.partial(b.open, spec, **options), progress=advance, **kw)
+                    result.settings.update({"spec": spec, "format": b.name, "options": options, "demo": True})
+                    rec = fb.recommend(result, procs_per_node=args.procs_per_node)
+                    rows.append((b.name, result, rec, ""))
+                    saved[b.name] = report.to_json(result, rec)
+                    if args.plot:
+                        report.write_plot(_plot_path(args.plot, b.name), result, rec, title=f"demo: {b.name}")
+                except Exception as e:  # noqa: BLE001 - one backend's failure (a server that will not start,
+                    # a library error of any kind) must not hide the others' results; it is shown in the table
+                    rows.append((b.name, None, None, f"failed: {type(e).__name__}: {e}"))
+                done = base + 1 + n
+                bar.update(task, completed=done)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    out.print(report.summary_table(rows))
+    for name, _result, advice, _note in rows:
+        if advice is not None and advice.config is not None:
+            out.print(f"[bold]{name}[/bold]: {advice.code()}")
+            if advice.diagnosis:
+                out.print("  " + advice.diagnosis[0], highlight=False)
+    out.print(f"demo took {elapsed:.0f} s. Run 'fastdata bench SPEC' on your own data for the full report "
+              "(--json, --plot, --step-ms).")
+    if args.json:
+        report.write_json(args.json, {"fastdata_bench_demo": 1, "backends": saved})
+        out.print(f"JSON: {args.json}")
+    return 0 if any(r is not None and r.config is not None for _, _, r, _ in rows) else 1
+
+
+__all__ = ["run_demo"]

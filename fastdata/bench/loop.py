@@ -1,0 +1,341 @@
+"""Measuring one DataLoader configuration: start-up, warm-up, then windows until the figure settles.
+
+The loop is a training loop without a model: ``next(loader)``, then the step (a sleep of ``step``
+seconds, or the user's function), and bookkeeping. Each window records what the main loop saw (batches,
+samples, bytes, time blocked in ``next``, time rebuilding and pinning batches) and, at its two ends,
+the probes' counters (:class:`~fastdata.bench.probes.SystemProbe`, the shared stage table).
+
+An epoch that runs out closes the current window, and the next window starts right there, so it holds
+the restart (new workers unless they persist, and whatever the dataset does before its first sample):
+training pays for it at every epoch, and a dataset that does its work at the start of an epoch would
+otherwise look free. Each restart is also timed on its own (``restart_s``).
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
+
+from fastdata.bench import stages
+from fastdata.bench.probes import ProbedCollate, ProbeInit, StageTable, SystemProbe, leading_dim
+from fastdata.bench.result import Config, Point, Window
+from fastdata.errors import ConfigError, check_positive
+
+StepFn = Callable[[Any], object]
+
+
+@dataclass
+class Timing:
+    """How long to measure each point.
+
+    Attributes:
+        seconds (float): most seconds of steady state measured per point. Defaults to 6.
+        window (float): seconds per measurement window (longer when the loader delivers in bursts).
+            Defaults to 1.
+        warmup (float): seconds discarded after the first batch. Defaults to 1.
+        min_windows (int): windows that must agree before stopping early. Defaults to 3.
+        max_spread (float): (max - min) / median of those windows that counts as agreeing. Defaults to 0.1.
+    """
+
+    seconds: float = 6.0
+    window: float = 1.0
+    warmup: float = 1.0
+    min_windows: int = 3
+    max_spread: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("seconds", "window"):
+            check_positive(name, getattr(self, name))
+        check_positive("warmup", self.warmup, allow_zero=True)
+        check_positive("min_windows", self.min_windows)
+
+
+def make_loader(ds: Any, config: Config, *, shuffle: bool = True, collate_fn: Callable[[Any], Any] | None = None,
+                worker_init_fn: Callable[[int], object] | None = None, multiprocessing_context: Any = None,
+                table: StageTable | None = None) -> DataLoader[Any]:
+    """The DataLoader of one configuration, probed when ``table`` is given."""
+    batched = config.batch_size is not None
+    user_collate = collate_fn or (default_collate if batched else default_convert)
+    kwargs: dict[str, Any] = dict(config.loader_kwargs())
+    if table is not None:
+        kwargs["collate_fn"] = ProbedCollate(user_collate, batched)
+        kwargs["worker_init_fn"] = ProbeInit(table, worker_init_fn) if config.num_workers else worker_init_fn
+    else:
+        kwargs["collate_fn"] = user_collate
+        kwargs["worker_init_fn"] = worker_init_fn
+    if config.num_workers:
+        ctx = multiprocessing_context
+        kwargs["multiprocessing_context"] = multiprocessing.get_context(ctx) if isinstance(ctx, str) else ctx
+    if not isinstance(ds, IterableDataset):
+        make_sampler = getattr(ds, "sampler", None)
+        if callable(make_sampler):
+            kwargs["sampler"] = make_sampler(shuffle=shuffle)  # a fastdata dataset: its rank-aware sampler
+        else:
+            kwargs["shuffle"] = shuffle
+    return DataLoader(ds, **kwargs)
+
+
+class _Feed:
+    """Batches from a DataLoader, epoch after epoch; timing each restart.
+
+    ``on_epoch_end(t)`` is called when an epoch runs out, before the next starts (``t``: when its last
+    batch was asked for), so that the caller can close its window there.
+    """
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self.loader = loader
+        self.it: Iterator[Any] = iter(loader)
+        self.restarts: list[float] = []
+        self.restarted = False
+        self.on_epoch_end: Callable[[float], object] | None = None
+
+    def next(self) -> Any:
+        self.restarted = False
+        asked = perf_counter()
+        try:
+            return next(self.it)
+        except StopIteration:
+            if self.on_epoch_end is not None:
+                self.on_epoch_end(asked)
+            start = perf_counter()
+            self.it = iter(self.loader)
+            try:
+                item = next(self.it)
+            except StopIteration:
+                raise ConfigError("the dataset yielded nothing in a whole epoch") from None
+            self.restarts.append(perf_counter() - start)
+            self.restarted = True
+            return item
+
+    def worker_pids(self) -> list[int]:
+        # private, but stable since torch 1.0; without it, worker CPU and PSS are not reported
+        workers = getattr(self.it, "_workers", None) or []
+        return [p.pid for p in workers if p.pid is not None]
+
+    def shutdown(self) -> None:
+        stop = getattr(self.it, "_shutdown_workers", None)
+        if callable(stop):
+            stop()
+
+
+_ZERO_SYS: dict[str, Any] = {"main_cpu": 0.0, "main_runq": 0.0, "threads_cpu": 0.0, "workers_cpu": [],
+                             "workers_busy": [], "machine_busy": 0.0, "machine_iowait": 0.0, "procs_blocked": 0,
+                             "dstate": 0}
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "main_cpu": b["main_cpu"] - a["main_cpu"],
+        "main_runq": b["main_runq"] - a["main_runq"],
+        "threads_cpu": max(0.0, b["threads_cpu"] - a["threads_cpu"]),
+        "workers_cpu": [y - x for x, y in zip(a["workers_cpu"], b["workers_cpu"])],
+        "workers_busy": [y - x for x, y in zip(a["workers_busy"], b["workers_busy"])],
+        "machine_busy": b["machine_busy"] - a["machine_busy"],
+        "machine_iowait": b["machine_iowait"] - a["machine_iowait"],
+        "procs_blocked": b["procs_blocked"],
+        "dstate": b["dstate"],
+    }
+
+
+class _Meter:
+    """Counts the batches of one window and reads the probes at its two ends."""
+
+    def __init__(self, probe: SystemProbe | None, table: StageTable | None, start: float | None = None) -> None:
+        self.probe, self.table = probe, table
+        self.start = perf_counter() if start is None else start
+        self.sys = probe.read() if probe else _ZERO_SYS
+        self.stages = table.totals() if table else {}
+        self.samples = self.batches = self.nbytes = 0
+        self.wait = self.unpickle = self.unpickle_cpu = self.pin = self.step = self.step_cpu = 0.0
+
+    def new_workers(self, probe: SystemProbe) -> None:
+        """The epoch's workers were replaced inside this window: count the new ones from their birth."""
+        self.probe = probe
+        self.sys = {**self.sys, "workers_cpu": [0.0] * len(probe.workers),
+                    "workers_busy": [0.0] * len(probe.workers)}
+
+    def close(self, end: float) -> Window:
+        sys = _diff(self.sys, self.probe.read()) if self.probe else _ZERO_SYS
+        st: dict[str, tuple[float, float]] = {}
+        if self.table is not None:
+            now = self.table.totals()
+            st = {k: (now[k][0] - self.stages[k][0], now[k][1] - self.stages[k][1]) for k in now}
+        return Window(wall=end - self.start, samples=self.samples, batches=self.batches, nbytes=self.nbytes,
+                      wait=self.wait, unpickle=self.unpickle, unpickle_cpu=self.unpickle_cpu, pin=self.pin,
+                      step=self.step, step_cpu=self.step_cpu, stages=st, **sys)
+
+
+class _Run:
+    """The measurement of one configuration (see :func:`measure`)."""
+
+    def __init__(self, ds: Any, config: Config, timing: Timing, step: float | StepFn, probes: bool,
+                 loader_args: dict[str, Any]) -> None:
+        self.config, self.timing, self.probes = config, timing, probes
+        self.step_fn = step if callable(step) else None
+        self.step_s = 0.0 if callable(step) else float(step)
+        self.table = StageTable(config.num_workers + 1) if probes else None
+        self.loader = make_loader(ds, config, table=self.table, **loader_args)
+        self.windows: list[Window] = []
+        self.measured = 0.0
+        self.feed: _Feed | None = None
+        self.probe: SystemProbe | None = None
+        self.meter: _Meter | None = None
+
+    def start(self) -> float:
+        """Start the workers; seconds until the first batch."""
+        if self.table is not None and not self.config.num_workers:
+            self.table.attach(0)  # the main process produces the batches itself
+        begin = perf_counter()
+        self.feed = _Feed(self.loader)
+        self.feed.next()
+        took = perf_counter() - begin
+        self.probe = SystemProbe(self.feed.worker_pids()) if self.probes else None
+        return took
+
+    def warm_up(self) -> float:
+        """Discard batches for ``warmup`` seconds (and what start-up prefetched); the longest gap seen."""
+        assert self.feed is not None
+        least = (self.config.prefetch_factor or 1) * self.config.num_workers + 2
+        end = perf_counter() + self.timing.warmup
+        n, gap, last = 0, 0.0, perf_counter()
+        while perf_counter() < end or n < least:
+            self.feed.next()
+            now = perf_counter()
+            gap, last, n = max(gap, now - last), now, n + 1
+        return gap
+
+    def _close(self, at: float) -> None:
+        if self.meter is not None and self.meter.batches:
+            self.windows.append(self.meter.close(at))
+            self.measured += self.windows[-1].wall
+
+    def _epoch_end(self, at: float) -> None:
+        # close the window where the epoch ran out; the next one starts there and holds the restart
+        self._close(at)
+        self.meter = _Meter(self.probe, self.table, start=at)
+
+    def measure(self, span: float) -> None:
+        """Windows of ``span`` seconds until they agree, ``seconds`` are measured, or time runs out."""
+        feed, timing = self.feed, self.timing
+        assert feed is not None
+        limit = perf_counter() + 2 * timing.seconds + timing.warmup  # a very slow loader: bound the time
+        feed.on_epoch_end = self._epoch_end
+        self.meter = _Meter(self.probe, self.table)
+        while True:
+            t0 = perf_counter()
+            item = feed.next()
+            t1 = perf_counter()
+            meter = self.meter
+            assert meter is not None
+            if feed.restarted:
+                t0 = meter.start  # the wait for this batch began when the epoch ran out
+                if self.probe is not None and self.config.num_workers and not self.config.persistent_workers:
+                    self.probe = SystemProbe(feed.worker_pids())
+                    meter.new_workers(self.probe)
+            if self.probes:
+                n, nbytes, batch = item.n, item.nbytes, item.batch
+                meter.unpickle += item.unpickle_s
+                meter.unpickle_cpu += item.unpickle_cpu
+                meter.pin += item.pin_s
+            else:
+                batch = item
+                n, nbytes = leading_dim(batch), 0
+            if self.step_fn is not None:
+                c0 = time.thread_time()
+                self.step_fn(batch)
+                meter.step_cpu += time.thread_time() - c0
+            elif self.step_s > 0:
+                time.sleep(self.step_s)
+            t2 = perf_counter()
+            meter.wait += t1 - t0
+            meter.step += t2 - t1
+            meter.samples += n
+            meter.nbytes += nbytes
+            meter.batches += 1
+            if t2 - meter.start >= span:
+                self._close(t2)
+                self.meter = _Meter(self.probe, self.table)
+                if _settled(self.windows, timing, span):
+                    return
+            if self.measured + (t2 - self.meter.start) >= timing.seconds or t2 >= limit:
+                self._close(t2)
+                return
+
+    def finish(self, startup: float, cores: int) -> Point:
+        """The point, with memory, descriptors and context switches read before the workers stop."""
+        assert self.feed is not None
+        point = Point.from_windows(self.config, self.windows, startup_s=startup, restart_s=self.feed.restarts,
+                                   step_time=self.step_fn is not None or self.step_s > 0, usable_cores=cores,
+                                   stage_totals=self.table.totals() if self.table is not None else None)
+        if self.probe is not None:
+            point.pss_main, point.pss_workers = self.probe.memory()
+            point.fds, _ = self.probe.descriptors_and_switches()
+        return point
+
+    def close(self) -> None:
+        if self.feed is not None:
+            self.feed.shutdown()
+        if self.table is not None and not self.config.num_workers:
+            stages.disable()
+        self.feed = None
+
+
+def measure(ds: Any, config: Config, *, timing: Timing | None = None, step: float | StepFn = 0.0,
+            shuffle: bool = True, collate_fn: Callable[[Any], Any] | None = None,
+            worker_init_fn: Callable[[int], object] | None = None, multiprocessing_context: Any = None,
+            probes: bool = True, cores: int = 1) -> Point:
+    """Measure one configuration on dataset ``ds`` (see :func:`fastdata.bench.sweep` for the arguments).
+
+    A configuration that fails (a worker killed by the OOM killer, an exception in the dataset) gives a
+    point with ``error`` set, so that one bad configuration does not end a sweep.
+    """
+    timing = timing or Timing()
+    run: _Run | None = None
+    try:
+        with warnings.catch_warnings():
+            # measuring more workers than cores is the point of a sweep; pinning without CUDA is a no-op
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+            warnings.filterwarnings("ignore", message=".*pin_memory.*", category=UserWarning)
+            run = _Run(ds, config, timing, step, probes,
+                       {"shuffle": shuffle, "collate_fn": collate_fn, "worker_init_fn": worker_init_fn,
+                        "multiprocessing_context": multiprocessing_context})
+            startup = run.start()
+            switches0 = run.probe.descriptors_and_switches()[1] if run.probe else 0
+            gap = run.warm_up()
+            # a loader that delivers in bursts (a dataset that reads and decodes many samples at once)
+            # needs windows that span several bursts, or each window sees only a burst or only a gap
+            span = min(max(timing.window, 2 * gap), max(timing.window, timing.seconds / 2))
+            run.measure(span)
+            point = run.finish(startup, cores)
+            if run.probe is not None and run.measured > 0:
+                switches = run.probe.descriptors_and_switches()[1] - switches0
+                point.ctx_switches = max(0.0, switches / run.measured)
+            return point
+    except Exception as e:  # noqa: BLE001 - one failing configuration (OOM, crash) must not end the sweep
+        return Point(config, usable_cores=cores, error=f"{type(e).__name__}: {e}")
+    finally:
+        if run is not None:
+            run.close()
+        del run
+        gc.collect()
+
+
+def _settled(windows: list[Window], timing: Timing, span: float) -> bool:
+    full = [w for w in windows if w.wall >= 0.5 * span]
+    if len(full) < timing.min_windows:
+        return False
+    rates = [w.rate for w in full[-timing.min_windows:]]
+    mid = statistics.median(rates)
+    return mid > 0 and (max(rates) - min(rates)) / mid <= timing.max_spread
+
+
+__all__ = ["Timing", "make_loader", "measure"]

@@ -1,0 +1,302 @@
+"""What a sweep measured: one :class:`Point` per DataLoader configuration, in a :class:`SweepResult`.
+
+Plain dataclasses of numbers, so results round-trip through JSON (:meth:`SweepResult.to_dict`,
+:meth:`SweepResult.from_dict`) and two runs can be compared, and so :func:`~fastdata.bench.recommend`
+can be tested on hand-built results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastdata.bench.stages import STAGES
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One DataLoader configuration. Sorts from the cheapest (fewest workers, least prefetch) up.
+
+    Attributes:
+        num_workers (int): worker processes; 0 loads in the main process.
+        prefetch_factor (int | None): batches loaded ahead per worker; None with 0 workers.
+        pin_memory (bool): copy batches to page-locked memory (only useful with CUDA).
+        persistent_workers (bool): keep workers alive between epochs.
+        batch_size (int | None): samples per batch; None when the dataset yields batches itself.
+    """
+
+    num_workers: int
+    prefetch_factor: int | None = None
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    batch_size: int | None = None
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """The ``DataLoader`` keyword arguments of this configuration, ready to paste."""
+        kwargs: dict[str, Any] = {"batch_size": self.batch_size, "num_workers": self.num_workers}
+        if self.num_workers:
+            kwargs["prefetch_factor"] = self.prefetch_factor
+            kwargs["persistent_workers"] = self.persistent_workers
+        kwargs["pin_memory"] = self.pin_memory
+        return kwargs
+
+    def label(self) -> str:
+        """Short text for tables and plots: ``"4w pf2 pin"``."""
+        parts = [f"{self.num_workers}w"]
+        if self.num_workers:
+            parts.append(f"pf{self.prefetch_factor}")
+            if self.persistent_workers:
+                parts.append("persist")
+        if self.pin_memory:
+            parts.append("pin")
+        return " ".join(parts)
+
+    def series(self) -> str:
+        """The settings other than the worker count (one plot line per series)."""
+        parts = [f"prefetch {self.prefetch_factor or 2}"]
+        if self.pin_memory:
+            parts.append("pin")
+        if self.persistent_workers:
+            parts.append("persistent")
+        return ", ".join(parts)
+
+
+@dataclass
+class Window:
+    """Raw counters of one measurement window (differences between two probe readings).
+
+    Times in seconds; ``*_cpu`` in CPU-seconds. ``stages`` maps a stage to (seconds, items) summed over
+    every process that ran it during the window.
+    """
+
+    wall: float
+    samples: int
+    batches: int
+    nbytes: int
+    wait: float  # main loop blocked in next(loader)
+    unpickle: float  # rebuilding batches received from workers (tensor hand-over waits included)
+    unpickle_cpu: float  # CPU-seconds of that rebuilding
+    pin: float  # copying batches to pinned memory
+    step: float  # the simulated or real training step
+    step_cpu: float  # main-thread CPU the step used (0 for a simulated, sleeping step)
+    main_cpu: float  # the main thread
+    main_runq: float  # main thread runnable but not running (another process held the core)
+    threads_cpu: float  # other threads of the main process (pin-memory thread, ...)
+    workers_cpu: list[float]
+    workers_busy: list[float]  # each worker's main thread running or runnable (CPU + run-queue wait)
+    machine_busy: float  # CPU-seconds every process of the machine used
+    machine_iowait: float
+    procs_blocked: int  # processes in uninterruptible sleep (D state) on the machine, at the end
+    dstate: int  # of ours (main and workers) in D state, at the end
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.samples / self.wall if self.wall > 0 else 0.0
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+@dataclass
+class Point:
+    """What one configuration achieved. Rates are medians over windows; fractions are of wall time.
+
+    Attributes:
+        config (Config): the configuration.
+        startup_s (float): from ``iter(loader)`` (starting the workers) to the first batch, seconds.
+        restart_s (float | None): the same at a later epoch's start, median (None if no epoch ended).
+        samples_per_s, mb_per_s (float): throughput after the warm-up: every sample over all measured
+            time, the restarts of later epochs included (training pays for them too).
+        spread (float): (max - min) / median of the windows' samples/s: the run's noise.
+        window_rates (list[float]): samples/s of each window.
+        measured_s (float): seconds of steady state measured.
+        stall (float | None): with a step time, fraction of the loop's time spent waiting for data.
+        wait, unpickle, pin (float): main process: fraction of time blocked in ``next(loader)``,
+            rebuilding received batches (waits for tensor hand-over included), pinning them.
+        unpickle_cpu (float): fraction of time the main process spent computing to rebuild batches.
+        main_busy (float): main thread running or runnable (CPU + run-queue wait), step excluded.
+        main_cores, worker_cores (float): CPU used, in cores (CPU-seconds per second).
+        per_worker_cores (list[float]): each worker's CPU use, in cores.
+        worker_busy (list[float]): each worker's demand for a core: running or runnable (waiting for
+            a core another program holds). Near 1 for a computing worker however busy the machine is.
+        machine_busy_cores (float): CPU used by the whole machine (other programs too), in cores.
+        iowait (float): fraction of the machine's CPU time idle waiting for I/O.
+        procs_blocked (int): most processes seen in uninterruptible sleep on the machine.
+        dstate (int): most of our processes seen in uninterruptible sleep.
+        stage_ms (dict[str, float | None]): milliseconds per sample in each stage (over the whole run,
+            warm-up included), None when unknown.
+        stage_busy (dict[str, float | None]): fraction of the producing processes' time in each stage,
+            during the measured windows.
+        pss_main, pss_workers (float | list[float]): proportional set size in bytes (shared pages
+            divided among the processes sharing them).
+        fds (int): open file descriptors, main process and workers together.
+        ctx_switches (float): context switches per second, voluntary and involuntary, all processes.
+        usable_cores (int): cores available when measured.
+        error (str | None): why the point failed, if it did.
+    """
+
+    config: Config
+    startup_s: float = 0.0
+    restart_s: float | None = None
+    samples_per_s: float = 0.0
+    mb_per_s: float = 0.0
+    spread: float = 0.0
+    window_rates: list[float] = field(default_factory=list)
+    measured_s: float = 0.0
+    stall: float | None = None
+    wait: float = 0.0
+    unpickle: float = 0.0
+    unpickle_cpu: float = 0.0
+    pin: float = 0.0
+    main_busy: float = 0.0
+    main_cores: float = 0.0
+    worker_cores: float = 0.0
+    per_worker_cores: list[float] = field(default_factory=list)
+    worker_busy: list[float] = field(default_factory=list)
+    machine_busy_cores: float = 0.0
+    iowait: float = 0.0
+    procs_blocked: int = 0
+    dstate: int = 0
+    stage_ms: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(STAGES))
+    stage_busy: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(STAGES))
+    pss_main: float = 0.0
+    pss_workers: list[float] = field(default_factory=list)
+    fds: int = 0
+    ctx_switches: float = 0.0
+    usable_cores: int = 1
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.samples_per_s > 0
+
+    @property
+    def pss_total(self) -> float:
+        return self.pss_main + sum(self.pss_workers)
+
+    @property
+    def total_cores(self) -> float:
+        return self.main_cores + self.worker_cores
+
+    @property
+    def demand(self) -> float:
+        """Cores the loader would keep busy if it had them: the workers' and the main thread's busy
+        fractions summed. Unlike CPU used, it does not fall when other programs take the cores."""
+        return sum(self.worker_busy) + self.main_busy
+
+    @classmethod
+    def from_windows(cls, config: Config, windows: list[Window], *, startup_s: float,
+                     restart_s: list[float], step_time: bool, usable_cores: int,
+                     stage_totals: dict[str, tuple[float, float]] | None = None) -> Point:
+        """Aggregate raw windows: totals over all windows for rates and fractions; stage time per sample
+        from ``stage_totals`` (the whole run, warm-up included) where given."""
+        p = cls(config, startup_s=startup_s, usable_cores=usable_cores)
+        p.restart_s = _median(restart_s) if restart_s else None
+        if not windows:
+            p.error = "no complete measurement window (the dataset may be too small or too slow)"
+            return p
+        rates = [w.rate for w in windows]
+        wall = sum(w.wall for w in windows)
+        p.window_rates = rates
+        # all samples over all measured time: right for loaders that deliver in bursts, where a
+        # median of windows would pick a burst or a gap
+        p.samples_per_s = sum(w.samples for w in windows) / wall
+        p.mb_per_s = sum(w.nbytes for w in windows) / wall / 1e6
+        p.spread = (max(rates) - min(rates)) / _median(rates) if _median(rates) else 0.0
+        p.measured_s = wall
+        p.wait = sum(w.wait for w in windows) / wall
+        p.unpickle = sum(w.unpickle for w in windows) / wall
+        p.unpickle_cpu = sum(w.unpickle_cpu for w in windows) / wall
+        p.pin = sum(w.pin for w in windows) / wall
+        step = sum(w.step for w in windows)
+        if step_time:
+            waited = sum(w.wait for w in windows)
+            p.stall = waited / (waited + step) if waited + step > 0 else 0.0
+        busy = sum(w.main_cpu + w.main_runq - w.step_cpu for w in windows)
+        p.main_busy = max(0.0, min(1.0, busy / wall))
+        p.main_cores = sum(w.main_cpu + w.threads_cpu for w in windows) / wall
+        nworkers = max((len(w.workers_cpu) for w in windows), default=0)
+        per = [sum(w.workers_cpu[i] for w in windows if i < len(w.workers_cpu)) / wall for i in range(nworkers)]
+        p.per_worker_cores = per
+        p.worker_busy = [sum(w.workers_busy[i] for w in windows if i < len(w.workers_busy)) / wall
+                         for i in range(nworkers)]
+        p.worker_cores = sum(per)
+        p.machine_busy_cores = sum(w.machine_busy for w in windows) / wall
+        total_cpu = sum(w.machine_busy + w.machine_iowait for w in windows)
+        p.iowait = sum(w.machine_iowait for w in windows) / total_cpu if total_cpu > 0 else 0.0
+        p.procs_blocked = max(w.procs_blocked for w in windows)
+        p.dstate = max(w.dstate for w in windows)
+        # time in each stage, over the processes that produce batches (the workers, or the main one)
+        producers = max(1, config.num_workers)
+        for stage in STAGES:
+            secs = sum(w.stages.get(stage, (0.0, 0.0))[0] for w in windows)
+            items = sum(w.stages.get(stage, (0.0, 0.0))[1] for w in windows)
+            if items > 0:
+                p.stage_ms[stage] = 1000.0 * secs / items
+                p.stage_busy[stage] = secs / (wall * producers)
+        # a dataset that reads in bursts may do a stage's work outside every window (during the warm-up,
+        # or ahead, while the loop drains prefetched batches): per sample, use the whole run's totals
+        for name, (secs, items) in (stage_totals or {}).items():
+            if items > 0:
+                p.stage_ms[name] = 1000.0 * secs / items
+        return p
+
+
+@dataclass
+class SweepResult:
+    """Every point of a sweep, and what is needed to reproduce and compare it.
+
+    Attributes:
+        points (list[Point]): in the order measured.
+        settings (dict): the sweep's arguments (grid, step time, seconds ...).
+        machine (dict): cores, memory, CPU model, kernel, library versions.
+        dataset (str): the dataset's ``repr``.
+        epoch_samples (int | None): samples per epoch, when the dataset has a length.
+    """
+
+    points: list[Point]
+    settings: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+    dataset: str = ""
+    epoch_samples: int | None = None
+
+    @property
+    def step_time(self) -> float:
+        return float(self.settings.get("step_time") or 0.0)
+
+    @property
+    def usable_cores(self) -> int:
+        return int(self.machine.get("usable_cores") or max((p.usable_cores for p in self.points), default=1))
+
+    @property
+    def usable_memory(self) -> float | None:
+        mem = self.machine.get("usable_memory")
+        return float(mem) if mem else None
+
+    def ok_points(self) -> list[Point]:
+        return [p for p in self.points if p.ok]
+
+    def best(self) -> Point | None:
+        """The point with the highest throughput."""
+        ok = self.ok_points()
+        return max(ok, key=lambda p: p.samples_per_s) if ok else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepResult:
+        points = []
+        for raw in data["points"]:
+            raw = dict(raw)
+            config = Config(**raw.pop("config"))
+            points.append(Point(config, **raw))
+        return cls(points, data.get("settings", {}), data.get("machine", {}), data.get("dataset", ""),
+                   data.get("epoch_samples"))
+
+
+__all__ = ["Config", "Point", "SweepResult", "Window"]

@@ -1,0 +1,86 @@
+"""``fastdata bench`` on a tiny tar dataset, the backend registry, and ``fastdata bench --demo``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fastdata.bench import backends
+from fastdata.cli import main
+from tests.datagen import make_shards
+
+FAST = ["--seconds", "0.5", "--batch-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return make_shards(tmp_path_factory.mktemp("shards"), shards=3, per_shard=40, jpeg=True)
+
+
+def test_bench_a_shard_pattern_writes_json_and_plot(shards: list[str], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    pattern = str(Path(shards[0]).parent / "train-{000000..000002}.tar")
+    rc = main(["bench", pattern, "--workers", "0,1", *FAST, "-o", "decode=torch",
+               "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "★" in out and "DataLoader(dataset, batch_size=8" in out
+    data = json.loads((tmp_path / "b.json").read_text())
+    points = data["result"]["points"]
+    assert [p["config"]["num_workers"] for p in points] == [0, 1]
+    assert all(p["error"] is None for p in points)
+    # the tar backend reports its stages
+    assert all(p["stage_ms"]["fetch"] is not None and p["stage_ms"]["decode"] is not None for p in points)
+    assert data["result"]["settings"]["format"] == "tar"
+    assert data["result"]["settings"]["options"] == {"decode": "torch"}
+    assert data["recommendation"]["kwargs"]["batch_size"] == 8
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_folder_of_shards_is_detected_as_tar(shards: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    folder = str(Path(shards[0]).parent)
+    assert backends.detect(folder).name == "tar"
+    assert main(["bench", folder, "--workers", "0", *FAST, "-o", "indexed=true", "--procs-per-node", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "IndexedTarDataset" in out and "per rank" in out
+
+
+def test_bad_invocations_fail_with_a_clear_message(shards: list[str], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench"]) == 2
+    assert "give a SPEC" in capsys.readouterr().err
+    assert main(["bench", str(tmp_path)]) == 2  # an empty folder: no format recognises it
+    assert "cannot tell its format; pass --format" in capsys.readouterr().err
+    assert main(["bench", shards[0], "--format", "nosuch"]) == 2
+    assert "'nosuch' is not one of" in capsys.readouterr().err
+    assert main(["bench", shards[0], "-o", "bogus=1", *FAST]) == 2
+    assert "unknown option(s) bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", shards[0], "--workers", "a,b"])
+    assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_the_registry_finds_the_tar_backend_by_its_module() -> None:
+    found = {b.name: b for b in backends.backends()}
+    tar = found["tar"]
+    assert tar.available and tar.module == "fastdata.bench.backends.tar"
+    assert tar.detect("s3://bucket/train-{000000..000009}.tar") and tar.detect("x/*.tar")
+    assert not tar.detect("data/train.h5") and not tar.detect("s3://bucket/prefix/")
+
+
+@pytest.mark.slow
+def test_demo_builds_data_sweeps_and_summarises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the README's command, with a small grid and short measurements
+    rc = main(["bench", "--demo", "--backends", "tar", "--workers", "0,1", "--seconds", "0.5",
+               "--json", str(tmp_path / "demo.json"), "--keep", str(tmp_path / "data")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "recommended DataLoader settings per backend" in out
+    assert "tar: DataLoader(dataset, batch_size=64" in out
+    data = json.loads((tmp_path / "demo.json").read_text())
+    tar = data["backends"]["tar"]
+    assert tar["result"]["settings"]["demo"] is True
+    assert len(tar["result"]["points"]) == 2
+    assert sorted(p.name for p in (tmp_path / "data/tar").iterdir())[0] == "demo-000000.tar"

@@ -1,0 +1,172 @@
+"""The stage hook and the probes: counts that must come out exactly, through real worker processes."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+import fastdata as fd
+from fastdata.bench import stages
+from fastdata.bench.loop import Timing, make_loader, measure
+from fastdata.bench.probes import Probed, ProbedCollate, StageTable, leading_dim, payload_bytes
+from fastdata.bench.result import Config
+from tests.datagen import make_shards
+
+
+class Staged(Dataset[dict[str, Any]]):
+    """Reports fetch and decode for every item (``n`` items, each fetched as one)."""
+
+    def __init__(self, n: int = 40) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        t = stages.clock()
+        raw = bytes(100)
+        t = stages.lap("fetch", t)
+        with stages.timed("decode"):
+            value = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        return {"i": i, "x": value}
+
+
+class Plain(Dataset[int]):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+@pytest.fixture(autouse=True)
+def probing_off() -> Any:
+    yield
+    stages.disable()
+
+
+def test_off_the_hook_does_nothing() -> None:
+    assert not stages.enabled()
+    assert stages.clock() == 0.0
+    assert stages.lap("fetch", stages.clock()) == 0.0
+    with stages.timed("decode"):
+        pass
+    assert stages.totals()["decode"] == (0.0, 0.0)
+
+
+def test_on_the_hook_adds_time_and_items_per_stage() -> None:
+    sink = np.zeros(2 * len(stages.STAGES))
+    stages.enable(sink)
+    t = stages.clock()
+    time.sleep(0.001)  # the workload being timed
+    t = stages.lap("fetch", t, n=5)
+    with stages.timed("transform", n=2):
+        pass
+    totals = stages.totals()
+    assert totals["fetch"][0] > 0 and totals["fetch"][1] == 5
+    assert totals["transform"][1] == 2
+    assert totals["decode"] == (0.0, 0.0)
+    assert sink.sum() == 0  # nothing reaches shared memory before a flush
+    stages.flush()
+    assert sink[1] == 5 and sink[5] == 2
+
+
+def read_all(loader: Any) -> list[Probed]:
+    return list(loader)
+
+
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (1, "spawn")])
+def test_stage_totals_reach_the_main_process_exactly(workers: int, context: str | None) -> None:
+    table = StageTable(workers + 1)
+    if not workers:
+        table.attach(0)
+    config = Config(workers, 2 if workers else None, False, False, 4)
+    loader = make_loader(Staged(40), config, shuffle=False, multiprocessing_context=context, table=table)
+    batches = read_all(loader)
+    stages.disable()
+    assert [b.n for b in batches] == [4] * 10
+    totals = table.totals()
+    assert totals["fetch"][1] == 40 and totals["decode"][1] == 40
+    assert totals["collate"][1] == 40  # timed by the harness around the collate_fn
+    assert totals["transform"] == (0.0, 0.0)  # never reported: unknown
+    assert all(b.nbytes == 4 * (100 + 8) for b in batches)  # 4 tensors of 100 bytes and 4 int64 indices
+    if workers:
+        assert all(b.unpickle_s > 0 for b in batches)  # received from another process
+
+
+def test_a_new_epochs_workers_count_on_from_the_last_ones() -> None:
+    table = StageTable(3)
+    loader = make_loader(Staged(20), Config(2, 2, False, False, 5), shuffle=False, table=table)
+    read_all(loader)
+    read_all(loader)  # new workers (not persistent) take over the same rows
+    assert table.totals()["fetch"][1] == 40
+
+
+def test_tar_datasets_report_fetch_decode_and_transform(tmp_path: Any) -> None:
+    shards = make_shards(tmp_path, shards=2, per_shard=10, jpeg=True)
+    ds = fd.TarShardDataset(shards, decode="numpy", transform=lambda s: s["cls"])
+    table = StageTable(3)
+    loader = make_loader(ds, Config(2, 2, False, False, 5), table=table)
+    assert sum(b.n for b in read_all(loader)) == 20
+    totals = table.totals()
+    assert totals["fetch"][1] == 20 and totals["decode"][1] == 20 and totals["transform"][1] == 20
+    assert totals["decode"][0] > 0
+
+    raw = fd.IndexedTarDataset(shards)  # no decoder, no transform: only fetch
+    table = StageTable(1)
+    table.attach(0)
+    read_all(make_loader(raw, Config(0, batch_size=5), table=table))
+    totals = table.totals()
+    assert totals["fetch"][1] == 20 and totals["decode"] == (0.0, 0.0) and totals["transform"] == (0.0, 0.0)
+
+
+def test_a_dataset_without_the_hook_still_benchmarks_with_stages_unknown() -> None:
+    point = measure(Plain(), Config(1, 2, False, False, 8),
+                    timing=Timing(seconds=0.4, window=0.1, warmup=0.1, min_windows=2), cores=2)
+    assert point.ok, point.error
+    assert point.stage_ms["fetch"] is None and point.stage_ms["decode"] is None
+    assert point.stage_ms["collate"] is not None
+    assert point.worker_busy and point.pss_workers and point.pss_main > 0 and point.fds > 0
+
+
+def test_a_failing_dataset_gives_a_failed_point_not_an_exception() -> None:
+    class Broken(Plain):
+        def __getitem__(self, i: int) -> int:
+            raise OSError("disk on fire")
+
+    point = measure(Broken(), Config(0, batch_size=4), timing=Timing(seconds=0.2, window=0.1, warmup=0.0))
+    assert not point.ok and point.error is not None and "disk on fire" in point.error
+
+
+def test_an_iterable_dataset_that_batches_itself_is_counted_by_its_batches(tmp_path: Any) -> None:
+    shards = make_shards(tmp_path, shards=2, per_shard=12)
+    ds = fd.TarShardDataset(shards, batch_size=6)
+    table = StageTable(2)
+    loader = make_loader(ds, Config(1, 2, False, False, None), table=table)
+    assert [b.n for b in read_all(loader)] == [6, 6, 6, 6]
+
+
+def test_probed_batches_time_their_own_unpickling() -> None:
+    probed = ProbedCollate(list, batched=True)([[1.0] * 1000, [2.0] * 1000])
+    again = pickle.loads(pickle.dumps(probed))
+    assert again.n == 2 and again.batch == probed.batch
+    assert again.unpickle_s > 0 and again.unpickle_cpu >= 0
+    counted = ProbedCollate(list, batched=True, measure=False)([1, 2, 3])
+    assert counted.n == 3 and counted.nbytes == 0
+
+
+def test_leading_dim_and_payload_bytes() -> None:
+    assert leading_dim(torch.zeros(7, 3)) == 7
+    assert leading_dim({"x": torch.zeros(5, 2), "y": [1] * 5}) == 5
+    assert leading_dim([torch.zeros(4, 2), torch.zeros(4)]) == 4  # an (inputs, targets) pair
+    assert leading_dim([1, 2, 3]) == 3
+    assert payload_bytes(torch.zeros(10, dtype=torch.float32)) == 40
+    assert payload_bytes({"a": b"xyz", "b": np.zeros(4, dtype=np.uint8), "c": "hi"}) == 9
+    # long lists are estimated from a sample of their items, exactly when the items are alike
+    assert payload_bytes([b"1234"] * 100_000) == 400_000

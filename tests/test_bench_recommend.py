@@ -1,0 +1,258 @@
+"""recommend() and the diagnosis on hand-built sweep results (no timing involved)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import fastdata as fd
+from fastdata.bench.diagnose import classify
+from fastdata.bench.result import Config, Point, SweepResult
+from fastdata.errors import ConfigError
+
+GIB = 2**30
+
+
+def pt(workers: int, sps: float, *, prefetch: int = 2, **fields: Any) -> Point:
+    """A point that measured ``sps`` samples/s; other figures default to an unremarkable loader."""
+    config = Config(workers, prefetch if workers else None, False, False, 64)
+    defaults: dict[str, Any] = {
+        "samples_per_s": sps, "mb_per_s": sps * 0.01, "startup_s": 0.2, "main_busy": 0.2,
+        "worker_busy": [0.2] * workers, "per_worker_cores": [0.1] * workers, "worker_cores": 0.1 * workers,
+        "main_cores": 0.2, "usable_cores": 2, "measured_s": 3.0, "window_rates": [sps] * 3,
+        "pss_main": 0.3 * GIB, "pss_workers": [0.1 * GIB] * workers,
+    }
+    defaults.update(fields)
+    return Point(config, **defaults)
+
+
+def sweep_of(*points: Point, cores: int = 2, memory: float = 16 * GIB, step_time: float = 0.0,
+             epoch_samples: int | None = 1_000_000) -> SweepResult:
+    return SweepResult(list(points), {"step_time": step_time, "batch_size": 64},
+                       {"usable_cores": cores, "usable_memory": memory}, "hand-built", epoch_samples)
+
+
+def test_the_smallest_configuration_within_five_percent_of_the_best() -> None:
+    result = sweep_of(pt(0, 100), pt(1, 180), pt(2, 340), pt(3, 345), pt(4, 350), cores=8)
+    rec = fd.bench.recommend(result)
+    assert rec.config is not None and rec.config.num_workers == 2  # 340 >= 0.95 * 350
+    assert rec.kwargs == {"batch_size": 64, "num_workers": 2, "prefetch_factor": 2,
+                          "persistent_workers": False, "pin_memory": False}
+    assert rec.best is not None and rec.best.config.num_workers == 4
+    assert rec.ratio_to_best == pytest.approx(340 / 350)
+    assert rec.code().startswith("DataLoader(dataset, batch_size=64, num_workers=2")
+    assert fd.bench.recommend(result, tolerance=0.01).config.num_workers == 4  # type: ignore[union-attr]
+
+
+def test_less_prefetch_is_preferred_at_equal_speed() -> None:
+    result = sweep_of(pt(2, 300, prefetch=4), pt(2, 298, prefetch=2), pt(0, 50))
+    rec = fd.bench.recommend(result)
+    assert rec.kwargs["prefetch_factor"] == 2
+
+
+def test_with_a_step_time_the_smallest_that_keeps_the_stall_under_target() -> None:
+    result = sweep_of(pt(0, 50, stall=0.6), pt(1, 90, stall=0.3), pt(2, 120, stall=0.04), pt(4, 121, stall=0.01),
+                      step_time=0.05)
+    rec = fd.bench.recommend(result)
+    assert rec.config is not None and rec.config.num_workers == 2
+    assert rec.bottleneck == "none"
+    assert "keeps up" in rec.diagnosis[0]
+    assert fd.bench.recommend(result, stall_target=0.02).config.num_workers == 4  # type: ignore[union-attr]
+
+
+def test_with_a_step_time_nothing_keeps_up_the_fastest_is_recommended() -> None:
+    result = sweep_of(pt(0, 50, stall=0.7), pt(1, 90, stall=0.5), pt(2, 120, stall=0.3), step_time=0.05)
+    rec = fd.bench.recommend(result)
+    assert rec.config is not None and rec.config.num_workers == 2
+    assert rec.bottleneck == "storage"  # the loop waits 30% of the time: the loader is the limit
+    assert any("No configuration keeps the stall under 5%" in s for s in rec.diagnosis)
+
+
+def test_with_a_step_time_a_loader_that_nearly_keeps_up_is_not_judged() -> None:
+    # at a 10% stall the workers wait for the training loop much of the time: idle, but not waiting on storage
+    result = sweep_of(pt(0, 50, stall=0.7), pt(1, 90, stall=0.3), pt(2, 120, stall=0.1), step_time=0.05)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "unknown"
+    assert "without --step-ms" in rec.diagnosis[0]
+    assert any("No configuration keeps the stall under 5%" in s for s in rec.diagnosis)
+
+
+def test_storage_bound_when_workers_wait_and_the_best_is_the_largest_tested() -> None:
+    result = sweep_of(pt(0, 100), pt(2, 200), pt(4, 400, iowait=0.3, procs_blocked=3,
+                                                stage_ms={"fetch": 9.0, "decode": 0.5, "transform": None,
+                                                          "collate": 0.01},
+                                                stage_busy={"fetch": 0.9, "decode": 0.05, "transform": None,
+                                                            "collate": 0.001}))
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "storage"
+    text = " ".join(rec.diagnosis)
+    assert "Storage-bound" in text and "fetching takes 9.00 ms per sample" in text
+    assert "iowait 30%" in text
+    assert "try more (--workers 4,8,16)" in text
+    assert "2.00x from 2 workers to 4 workers" in text
+
+
+def test_cpu_bound_when_the_workers_demand_every_core() -> None:
+    busy = {"worker_busy": [0.98, 0.97], "main_busy": 0.05,
+            "stage_ms": {"fetch": 0.05, "decode": 2.0, "transform": 0.3, "collate": 0.02},
+            "stage_busy": {"fetch": 0.02, "decode": 0.85, "transform": 0.12, "collate": 0.01}}
+    result = sweep_of(pt(0, 400, main_busy=1.0), pt(1, 450, worker_busy=[0.99]), pt(2, 900, **busy), cores=2)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "cpu"
+    assert rec.config is not None and rec.config.num_workers == 2
+    assert "saturated" in rec.diagnosis[0] and "decode (2.00 ms per sample)" in rec.diagnosis[0]
+    # one worker computing flat out with a core to spare: CPU-bound, and more workers would help
+    assert classify(result.points[1], 2) == "cpu"
+
+
+def test_oversubscribed_cpu_bound_workers_are_not_recommended() -> None:
+    # 4 CPU-bound workers on 2 cores measured 10% more than 2: CPU taken from other programs
+    result = sweep_of(pt(1, 450, worker_busy=[0.99]), pt(2, 900, worker_busy=[0.98, 0.97]),
+                      pt(4, 990, worker_busy=[0.95] * 4), cores=2)
+    rec = fd.bench.recommend(result)
+    assert rec.config is not None and rec.config.num_workers == 2
+    assert rec.best is not None and rec.best.config.num_workers == 4
+    assert any("CPU taken from other programs" in s for s in rec.diagnosis)
+
+
+def test_main_process_bound_when_the_main_process_is_always_busy() -> None:
+    result = sweep_of(pt(0, 60, main_busy=0.5), pt(2, 100, main_busy=0.85, unpickle=0.7, unpickle_cpu=0.6),
+                      pt(4, 102, main_busy=0.97, unpickle=0.8, unpickle_cpu=0.75), cores=4)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "main-process"
+    assert rec.config is not None and rec.config.num_workers == 2
+    assert "Main-process-bound" in rec.diagnosis[0] and "unpickling" in rec.diagnosis[0]
+
+
+def test_ipc_bound_when_no_workers_is_fastest() -> None:
+    result = sweep_of(pt(0, 200_000, main_busy=1.0), pt(1, 30_000, main_busy=0.7, unpickle=0.6),
+                      pt(2, 35_000, main_busy=0.75, unpickle=0.7))
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "ipc"
+    assert rec.kwargs == {"batch_size": 64, "num_workers": 0, "pin_memory": False}
+    assert "Transfer-bound" in rec.diagnosis[0]
+
+
+def test_memory_bound_when_pss_nears_the_usable_memory() -> None:
+    result = sweep_of(pt(0, 100), pt(2, 200, pss_workers=[3 * GIB] * 2),
+                      pt(4, 210, pss_workers=[3 * GIB] * 4), memory=12 * GIB)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "memory"
+    assert "at 4 workers" in rec.diagnosis[0] and "12.0 GiB" in rec.diagnosis[0]
+
+
+def test_pss_below_the_limit_is_not_memory_bound() -> None:
+    result = sweep_of(pt(0, 100), pt(2, 200, pss_workers=[1 * GIB] * 2), memory=12 * GIB)
+    assert fd.bench.recommend(result).bottleneck != "memory"
+
+
+def test_a_worker_killed_is_reported_as_memory_trouble() -> None:
+    died = Point(Config(4, 2, False, False, 64), error="RuntimeError: DataLoader worker (pid 123) is killed by "
+                                                       "signal: Killed.")
+    result = sweep_of(pt(0, 100), pt(2, 200), died)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "memory" and rec.config is not None and rec.config.num_workers == 2
+    assert any("failed" in s and "Killed" in s for s in rec.diagnosis)
+
+
+def test_start_up_bound_asks_for_persistent_workers() -> None:
+    # epochs of 2000 samples at 1000 samples/s (2 s) and a 3 s start-up
+    result = sweep_of(pt(0, 300), pt(2, 1000, startup_s=3.0), epoch_samples=2000)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "start-up"
+    assert rec.kwargs["persistent_workers"] is True
+    # a start-up that is a small but real part of an epoch: a note, and the same advice
+    result = sweep_of(pt(0, 300), pt(2, 1000, startup_s=0.4), epoch_samples=2000)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck != "start-up" and rec.kwargs["persistent_workers"] is True
+    assert any("persistent_workers=True" in s for s in rec.diagnosis)
+
+
+def test_ddp_per_rank_advice_shares_the_cores_when_cpu_bound() -> None:
+    cpu = sweep_of(pt(0, 100, main_busy=1.0), pt(4, 390, worker_busy=[0.95] * 4),
+                   pt(8, 800, worker_busy=[0.97] * 8), cores=8)
+    rec = fd.bench.recommend(cpu, procs_per_node=4)
+    assert rec.bottleneck == "cpu" and rec.config is not None and rec.config.num_workers == 8
+    assert rec.per_rank is not None
+    assert rec.per_rank["kwargs"]["num_workers"] == 1  # (8 cores - 4 main processes) // 4 ranks
+    storage = sweep_of(pt(0, 100), pt(4, 390), pt(8, 800), cores=8)
+    rec = fd.bench.recommend(storage, procs_per_node=4)
+    assert rec.per_rank is not None and rec.per_rank["kwargs"]["num_workers"] == 8
+    assert "per rank" in rec.text()
+    assert fd.bench.recommend(storage).per_rank is None
+
+
+def test_ddp_per_rank_advice_fits_memory() -> None:
+    storage = sweep_of(pt(0, 100), pt(8, 800, pss_workers=[1 * GIB] * 8, pss_main=1 * GIB), cores=8,
+                       memory=32 * GIB)
+    rec = fd.bench.recommend(storage, procs_per_node=4)
+    assert rec.per_rank is not None
+    # 60% of 32 GiB over 4 ranks = 4.8 GiB each; 1 GiB for the main process leaves room for 3 workers
+    assert rec.per_rank["kwargs"]["num_workers"] == 3
+
+
+def test_every_point_failed() -> None:
+    result = sweep_of(Point(Config(0), error="OSError: boom"), Point(Config(2, 2), error="OSError: boom"))
+    rec = fd.bench.recommend(result)
+    assert rec.config is None and rec.kwargs == {} and rec.bottleneck == "unknown"
+    assert "OSError: boom" in rec.diagnosis[0]
+
+
+def test_unknown_stages_are_said_to_be_unknown() -> None:
+    rec = fd.bench.recommend(sweep_of(pt(0, 100), pt(2, 200)))
+    assert any("stage times are unknown" in s for s in rec.diagnosis)
+
+
+def test_bad_arguments_fail_early() -> None:
+    with pytest.raises(ConfigError, match="procs_per_node"):
+        fd.bench.recommend(sweep_of(pt(0, 1)), procs_per_node=0)
+
+
+def test_results_round_trip_through_dicts() -> None:
+    result = sweep_of(pt(0, 100, stall=0.2), pt(2, 200, pss_workers=[GIB, GIB]))
+    again = SweepResult.from_dict(result.to_dict())
+    assert again == result
+
+
+def test_slow_collate_without_workers_points_at_torch_threads() -> None:
+    stages = {"fetch": 0.01, "decode": 0.4, "transform": None}
+    result = sweep_of(pt(0, 60, main_busy=1.0, stage_ms={**stages, "collate": 1.4}),
+                      pt(1, 900, worker_busy=[0.9], stage_ms={**stages, "collate": 0.1}),
+                      pt(2, 1000, worker_busy=[0.9, 0.9], stage_ms={**stages, "collate": 0.12}))
+    result.settings["main_threads"] = 2
+    assert any("torch.set_num_threads(1)" in s for s in fd.bench.recommend(result).diagnosis)
+    result.settings["main_threads"] = 1  # one thread already: the note would be wrong
+    assert not any("torch.set_num_threads(1)" in s for s in fd.bench.recommend(result).diagnosis)
+
+
+def test_many_waiting_workers_on_a_crowded_machine_are_not_oversubscribed() -> None:
+    # 8 workers that mostly sleep, each runnable a quarter of the time (late wake-ups), on 2 cores
+    result = sweep_of(pt(2, 100, worker_busy=[0.25] * 2), pt(4, 190, worker_busy=[0.25] * 4),
+                      pt(8, 380, worker_busy=[0.25] * 8), cores=2)
+    rec = fd.bench.recommend(result)
+    assert rec.config is not None and rec.config.num_workers == 8
+    assert rec.bottleneck == "storage"
+
+
+def test_doubts_name_the_points_to_measure_again() -> None:
+    from fastdata.bench.measure import doubts
+
+    # one worker computing flat out with a core to spare, yet two measured no faster: measure both again
+    conflict = sweep_of(pt(0, 100), pt(1, 500, worker_busy=[0.95]), pt(2, 480, worker_busy=[0.9, 0.9]))
+    assert [c.num_workers for c in doubts(conflict)] == [1, 2]
+    # the recommendation is not the best and the figures are too noisy to tell 5% apart
+    noisy = sweep_of(pt(0, 100), pt(2, 340, spread=0.8), pt(4, 350, spread=0.2), cores=8)
+    assert [c.num_workers for c in doubts(noisy)] == [2, 4]
+    assert any("--rounds 3" in s for s in fd.bench.recommend(noisy).diagnosis)
+    # steady figures that agree with the probes: nothing to confirm
+    clean = sweep_of(pt(0, 100), pt(2, 340, spread=0.05), pt(4, 350, spread=0.05), cores=8)
+    assert doubts(clean) == []
+
+
+def test_computing_workers_as_many_as_the_cores_are_not_told_to_add_more() -> None:
+    result = sweep_of(pt(1, 450, worker_busy=[0.7]), pt(2, 800, worker_busy=[0.65, 0.65]), cores=2)
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "cpu" and "more workers than cores will not help" in rec.diagnosis[0]
+    fewer = sweep_of(pt(1, 450, worker_busy=[0.7]), pt(2, 800, worker_busy=[0.65, 0.65]), cores=8)
+    assert "try more workers" in fd.bench.recommend(fewer).diagnosis[0]

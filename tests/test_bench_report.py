@@ -1,0 +1,76 @@
+"""Reports: the rich table, JSON that round-trips, and the PNG plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PIL import Image
+from rich.console import Console
+
+import fastdata as fd
+from fastdata.bench import report
+from fastdata.bench.environment import describe
+from tests.test_bench_recommend import pt, sweep_of
+
+
+def a_result(step_time: float = 0.0) -> fd.bench.SweepResult:
+    stall = {"stall": 0.3} if step_time else {}
+    result = sweep_of(pt(0, 100, **stall), pt(1, 180, **stall), pt(2, 340, **({"stall": 0.02} if step_time else {})),
+                      pt(2, 330, prefetch=4, **stall), pt(4, 350, **stall), step_time=step_time)
+    result.machine.update(describe())
+    result.machine["usable_cores"] = 2
+    return result
+
+
+def test_json_holds_versions_machine_settings_and_the_recommendation(tmp_path: Path) -> None:
+    result = a_result()
+    rec = fd.bench.recommend(result)
+    path = report.write_json(tmp_path / "out/bench.json", report.to_json(result, rec))
+    data = json.loads(path.read_text())
+    assert data["fastdata_bench"] == 1
+    assert data["result"]["machine"]["versions"]["torch"].startswith("2.")
+    assert data["result"]["machine"]["usable_cores"] == 2
+    assert data["result"]["settings"]["batch_size"] == 64
+    assert data["recommendation"]["kwargs"]["num_workers"] == 2
+    assert data["recommendation"]["bottleneck"] == rec.bottleneck
+    assert report.read_json(path) == result
+
+
+def test_the_table_stars_the_recommendation_and_shows_the_diagnosis() -> None:
+    result = a_result()
+    rec = fd.bench.recommend(result)
+    console = Console(record=True, width=200)
+    report.print_report(result, rec, console)
+    text = console.export_text()
+    assert "★" in text and "2w pf2" in text and "4w pf2" in text
+    assert "DataLoader(dataset, batch_size=64, num_workers=2" in text
+    assert "Storage-bound" in text
+    starred = [line for line in text.splitlines() if "★" in line]
+    assert len(starred) == 1 and "2w pf2" in starred[0] and "340" in starred[0]
+
+
+def test_a_failed_point_shows_its_error() -> None:
+    result = a_result()
+    result.points.append(fd.bench.Point(fd.bench.Config(8, 2), error="RuntimeError: worker killed"))
+    console = Console(record=True, width=220)
+    report.print_report(result, fd.bench.recommend(result), console)
+    assert "failed: RuntimeError: worker killed" in console.export_text()
+
+
+def test_the_plot_is_a_png(tmp_path: Path) -> None:
+    for step in (0.0, 0.05):
+        result = a_result(step)
+        path = report.write_plot(tmp_path / f"plot-{step}.png", result, fd.bench.recommend(result))
+        with Image.open(path) as img:
+            assert img.format == "PNG" and img.size == (700, 550)
+
+
+def test_the_demo_summary_has_a_row_per_backend() -> None:
+    result = a_result()
+    rec = fd.bench.recommend(result)
+    console = Console(record=True, width=160)
+    console.print(report.summary_table([("tar", result, rec, ""), ("hdf5", None, None, "skipped: no h5py")]))
+    text = console.export_text()
+    assert "tar" in text and "340" in text and "storage" in text
+    assert "skipped: no h5py" in text
