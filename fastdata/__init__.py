@@ -29,12 +29,14 @@ from fastdata.world import World
 
 if TYPE_CHECKING:
     from fastdata import bench
+    from fastdata.datasets.video import VideoClipDataset
 
 __version__ = "0.1.0"
 
 # name -> (module, the extra that provides its libraries)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("fastdata.bench", None),
+    "VideoClipDataset": ("fastdata.datasets.video", "video"),
 }
 
 
@@ -65,6 +67,7 @@ __all__ = [
     "SourceUnreadable",
     "TarShardDataset",
     "UnsafeMember",
+    "VideoClipDataset",
     "WorkerInit",
     "World",
     "bench",
