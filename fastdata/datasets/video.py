@@ -258,11 +258,14 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         plan = [self.frames_of(i) for i in indices]
         out: list[Any] = [_SKIPPED] * len(plan)
         # video by video, clips in frame order: a reader moving forward through a file need not seek
-        for k in sorted(range(len(plan)), key=lambda k: (plan[k][0], plan[k][1][0])):
+        order = sorted(range(len(plan)), key=lambda k: (plan[k][0], plan[k][1][0]))
+        for n, k in enumerate(order):
             video, frames = plan[k]
             path = self.paths[video]
+            after = plan[order[n + 1]] if n + 1 < len(order) else None
+            reads_on = after is not None and after[0] == video and after[1][0] > frames[-1]
             try:
-                clip = self.pool.read(path, frames)
+                clip = self.pool.read(path, frames, pause=not reads_on)
             except (BadSample, SourceNotFound, SourceUnreadable) as e:
                 if isinstance(e, DecodeTimeout):
                     self._shared.add("timeouts")

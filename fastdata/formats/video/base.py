@@ -7,7 +7,9 @@ of frames as one ``uint8`` array ``[T, H, W, 3]`` (RGB) in the order asked. Back
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fastdata.errors import BadSample, DecodeFailed, SourceNotFound, SourceUnreadable
+from fastdata.errors import BadSample, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
 
 Size = tuple[int, int]
 
@@ -77,8 +79,23 @@ def check_exists(path: str) -> None:
         raise VideoUnreadable(f"{path}: the file is empty (0 bytes); re-copy or re-encode it", path)
 
 
-def unreadable(path: str, backend: str, error: BaseException) -> VideoUnreadable:
-    """The error for a file that ``backend`` cannot open."""
+class TooManyOpenFiles(FastdataError, OSError):
+    """The process ran out of file descriptors: a setting to fix, not bad input (never skipped)."""
+
+
+def unreadable(path: str, backend: str, error: BaseException) -> VideoUnreadable | TooManyOpenFiles:
+    """The error for a file that ``backend`` cannot open: :class:`TooManyOpenFiles` when the process is
+    out of file descriptors (decord and OpenCV do not say so themselves), else :class:`VideoUnreadable`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # non-blocking: a FIFO must not block here
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE):
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            return TooManyOpenFiles(
+                f"{path}: cannot open: too many open files in this process (ulimit -n is {soft}); lower "
+                "max_open (readers kept open per worker) or num_workers, or raise the limit (ulimit -n)")
+    else:
+        os.close(fd)
     return VideoUnreadable(
         f"{path}: {backend} cannot open it as a video ({type(error).__name__}: {error}); the file is "
         "truncated, damaged or not a video: check it with ffprobe, or pass on_error='skip'", path)
@@ -149,6 +166,11 @@ class VideoReader(ABC):
     @abstractmethod
     def _read(self, wanted: list[int]) -> np.ndarray:
         """Frames ``wanted`` (sorted, distinct, in range) as ``uint8 [len(wanted), H, W, 3]``."""
+
+    def pause(self) -> None:
+        """The caller will not read from this reader for a while: stop any work the decoder does in
+        the background (decord decodes ahead in a thread until its next seek). Defaults to nothing."""
+        return None
 
     @abstractmethod
     def close(self) -> None:

@@ -7,7 +7,9 @@ and converts to RGB everything pushed, and keeps going *after* ``get_batch`` ret
 seek. A fresh reader stops that when it is destroyed; a kept one burnt 40-80 ms of CPU per clip in
 the background, stealing the cores of the other DataLoader workers. So:
 
-1. **park** the reader after every read (``seek(0)``: stops and empties the helper thread, ~0.2 ms);
+1. **park** the reader whenever the next read is not a continuation (``seek(0)``: stops and empties
+   the helper thread, ~0.2 ms): :meth:`pause`, called by the reader pool at the end of each batch's
+   reads from this file; between the clips of a sequential read the read-ahead is useful and kept;
 2. **read the span, not the stride** when the clip crosses a keyframe: decord re-seeks (and restarts
    its thread) at every keyframe a strided ``get_batch`` crosses, ~3 ms each, while the frames in
    between are decoded anyway; within one keyframe group, a strided ``get_batch`` is cheaper (decord
@@ -53,6 +55,7 @@ class DecordReader(VideoReader):
             raise unreadable(path, "decord", e) from e
         if meta is None:
             first = self._get([0])
+            self.pause()
             # with ``size`` this is the resized size: decord does not report the stored one
             meta = VideoMeta(frames, float(self._vr.get_avg_fps()), first.shape[1], first.shape[2])
         self._meta = meta

@@ -32,6 +32,14 @@ def _close_reader(reader: VideoReader) -> None:
         reader.close()
 
 
+def _get_frames(reader: VideoReader, frames: Sequence[int], pause: bool) -> np.ndarray:
+    try:
+        return reader.get_frames(frames)
+    finally:
+        if pause:
+            reader.pause()
+
+
 def _close_watchdog(watchdog: Watchdog) -> None:
     watchdog.close()
 
@@ -82,8 +90,12 @@ class ReaderPool:
         cls = reader_class(self.decoder)
         return self.watchdog.call(cls.probe, path, threads=self.threads, what="probing the video", source=path)
 
-    def read(self, path: str, frames: Sequence[int]) -> np.ndarray:
+    def read(self, path: str, frames: Sequence[int], *, pause: bool = True) -> np.ndarray:
         """Frames ``frames`` of ``path`` as ``uint8 [T, H, W, 3]``.
+
+        Args:
+            pause (bool): no read of this file follows right away (let the reader stop background
+                work); False when the caller reads on from where this read ends. Defaults to True.
 
         Raises:
             SourceNotFound, VideoUnreadable, FramesMissing, DecodeFailed, DecodeTimeout: bad input,
@@ -91,7 +103,7 @@ class ReaderPool:
         """
         reader = self._readers.get(path)
         try:
-            return self.watchdog.call(reader.get_frames, frames, source=path,
+            return self.watchdog.call(_get_frames, reader, frames, pause, source=path,
                                       what=f"decoding frames {min(frames)}..{max(frames)}")
         except DecodeTimeout:
             setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it

@@ -30,6 +30,13 @@ from fastdata.formats.video.base import DecodeTimeout
 T = TypeVar("T")
 
 MAX_STUCK = 4
+# Helper threads given up on in this process (tests join them once they unblock the decoder).
+_abandoned_threads: list[threading.Thread] = []
+
+
+def stuck_threads() -> list[threading.Thread]:
+    """Helper threads of this process that were given up on and are still running."""
+    return [t for t in _abandoned_threads if t.is_alive()]
 
 
 class _Job:
@@ -123,6 +130,8 @@ class Watchdog:
         job = _Job(fn, args, kwargs)
         self._jobs.put(job)
         if not job.done.wait(self.timeout) and job.abandon():
+            if self._thread is not None:
+                _abandoned_threads.append(self._thread)
             self._jobs = self._thread = None
             self.stuck += 1
             raise DecodeTimeout(
