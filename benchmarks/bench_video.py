@@ -12,12 +12,14 @@ Loaders, all map-style, all reading the same clips in the same order from the sa
 * ``decord-kept``         one ``decord.VideoReader`` per video kept open per worker, ``get_batch``
 
 Random clips (a seeded shuffle of all clips) and sequential clips (every clip of a video in order);
-workers 0, 1, 2, 4. Per run: clips/s in steady state (after the warm-up batches), CPU milliseconds per
-clip (main process + workers), and the time from ``iter(loader)`` to the first batch. Medians of
-``--repeats`` runs, interleaved so that drift on a shared machine hits every loader alike. Then one
-pass per worker count with a probe that counts the video files each fastdata worker holds open.
+workers 0, 1, 2, 4. Per run: clips/s in steady state (after every worker has delivered a batch), CPU
+milliseconds per clip (main process + workers), and the time from ``iter(loader)`` to the first batch.
+Medians of ``--repeats`` runs, interleaved so that drift on a shared machine hits every loader alike.
+Stagger is measured apart: ``fastdata`` with and without it, alternated ``--stagger-repeats`` times per
+worker count. First of all, one pass per worker count with a probe that counts the video files each
+fastdata worker holds open (the bound is ``max_open=8``; the data has 16 videos).
 
-    PYTHONPATH=. python benchmarks/bench_video.py --out results/bench_video.json
+    PYTHONPATH=. python benchmarks/bench_video.py                    # writes bench-out/bench_video.json
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -40,8 +43,9 @@ from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
 
-LOADERS = ["fastdata", "fastdata-nostagger", "fastdata-decord", "fastdata-opencv", "fastdata-torchcodec",
-           "naive-opencv", "decord-fresh", "decord-kept"]
+LOADERS = ["fastdata", "fastdata-decord", "fastdata-opencv", "fastdata-torchcodec", "naive-opencv", "decord-fresh",
+           "decord-kept"]
+DEFAULT_LOADERS = [n for n in LOADERS if n != "fastdata-opencv"]
 # loaders measured with sequential clips too (the others only with random clips)
 SEQUENTIAL = ["fastdata", "fastdata-decord", "fastdata-torchcodec", "naive-opencv", "decord-fresh"]
 
@@ -205,7 +209,7 @@ def measure(ds: Dataset[Any], order: list[int], workers: int, args: argparse.Nam
     it = iter(loader)
     next(it)
     first = time.perf_counter() - t0
-    for _ in range(args.warmup - 1):
+    for _ in range(max(args.warmup, workers) - 1):  # every worker past its start-up (and its stagger)
         next(it)
     n = 0
     c0, t1 = cpu_seconds(), time.perf_counter()
@@ -242,8 +246,9 @@ def versions() -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/bench_video.json")
-    parser.add_argument("--data", default=".bench-data/video", help="folder for the generated videos (reused)")
+    parser.add_argument("--out", default="bench-out/bench_video.json")
+    parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "fastdata-bench-video"),
+                        help="folder for the generated videos (reused by later runs)")
     parser.add_argument("--videos", type=int, default=16)
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--size", type=int, default=224)
@@ -253,12 +258,14 @@ def main() -> None:
     parser.add_argument("--stride", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 4])
-    parser.add_argument("--loaders", nargs="+", default=LOADERS, choices=LOADERS)
+    parser.add_argument("--loaders", nargs="+", default=DEFAULT_LOADERS, choices=LOADERS)
     parser.add_argument("--access", nargs="+", default=["random", "sequential"], choices=["random", "sequential"])
-    parser.add_argument("--clips", type=int, default=96, help="clips per measurement, after the warm-up")
-    parser.add_argument("--warmup", type=int, default=2, help="batches read before measuring")
-    parser.add_argument("--max-seconds", type=float, default=1.5, help="cap on one measurement")
+    parser.add_argument("--clips", type=int, default=64, help="clips per measurement, after the warm-up")
+    parser.add_argument("--warmup", type=int, default=2, help="batches read before measuring (at least one "
+                        "per worker)")
+    parser.add_argument("--max-seconds", type=float, default=1.0, help="cap on one measurement")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stagger-repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)  # collate's torch.stack stalls with 2 threads on a busy 2-core machine
@@ -275,21 +282,33 @@ def main() -> None:
              for s in range(0, args.frames - span + 1, span)]
     orders = {"random": np.random.default_rng(args.seed).permutation(len(clips)).tolist(),
               "sequential": list(range(len(clips)))}
+    started = time.perf_counter()
+    # first, while this process holds no reader of any loader: what each fastdata worker holds open
+    open_files = {str(w): max_open_per_worker(paths, clips, orders["random"], w, args) for w in args.workers}
+    if "fastdata" in loaders:
+        loaders.insert(1, "fastdata-nostagger")
     datasets = {name: build(name, paths, clips, args) for name in loaders}  # probe (index) once, up front
 
     runs: dict[tuple[str, str, int], list[dict[str, float]]] = {}
-    started = time.perf_counter()
     for rep in range(args.repeats):
         for access in args.access:
             for workers in args.workers:
                 for name in loaders:
-                    if access == "sequential" and name not in SEQUENTIAL:
+                    if name == "fastdata-nostagger" or (access == "sequential" and name not in SEQUENTIAL):
                         continue
                     r = measure(datasets[name], orders[access], workers, args, name.startswith("fastdata"))
                     runs.setdefault((name, access, workers), []).append(r)
                     print(f"rep {rep} {access:10s} workers={workers} {name:20s} {r['clips_per_s']:7.1f} clips/s "
                           f"{r['cpu_ms_per_clip']:6.2f} ms CPU/clip  first batch {r['first_batch_s']:.3f} s",
                           file=sys.stderr, flush=True)
+    if "fastdata" in loaders:
+        for workers in [w for w in args.workers if w > 0]:
+            for rep in range(args.stagger_repeats):
+                for name in ("fastdata", "fastdata-nostagger"):
+                    r = measure(datasets[name], orders["random"], workers, args, True)
+                    runs.setdefault((f"stagger:{name}", "random", workers), []).append(r)
+                    print(f"stagger rep {rep} workers={workers} {name:20s} {r['clips_per_s']:7.1f} clips/s  "
+                          f"first batch {r['first_batch_s']:.3f} s", file=sys.stderr, flush=True)
     for ds in datasets.values():
         if hasattr(ds, "close"):
             ds.close()
@@ -298,7 +317,6 @@ def main() -> None:
     for (name, access, workers), rs in runs.items():
         medians = {k: statistics.median(r[k] for r in rs) for k in ("clips_per_s", "cpu_ms_per_clip", "first_batch_s")}
         results.append({"loader": name, "access": access, "workers": workers, **medians, "repeats": len(rs)})
-    open_files = {str(w): max_open_per_worker(paths, clips, orders["random"], w, args) for w in args.workers}
 
     def get(name: str, access: str, workers: int, key: str = "clips_per_s") -> float | None:
         for r in results:
@@ -312,17 +330,25 @@ def main() -> None:
             base = get("naive-opencv", access, workers)
             if not base:
                 continue
-            entry = {}
+            entry: dict[str, Any] = {}
             for name in loaders:
                 value = get(name, access, workers)
                 if value is not None and name != "naive-opencv":
                     entry[f"{name}/naive-opencv"] = round(value / base, 2)
-            if access == "random" and get("fastdata-nostagger", access, workers):
-                entry["stagger_cost_pct"] = round(100 * (1 - get("fastdata", access, workers)  # type: ignore[operator]
-                                                         / get("fastdata-nostagger", access, workers)), 1)
-                entry["first_batch_s_stagger"] = round(get("fastdata", access, workers, "first_batch_s"), 3)  # type: ignore[arg-type]
-                entry["first_batch_s_nostagger"] = round(get("fastdata-nostagger", access, workers, "first_batch_s"), 3)  # type: ignore[arg-type]
+            cpu_base = get("naive-opencv", access, workers, "cpu_ms_per_clip")
+            for name in ("fastdata", "fastdata-decord"):
+                cpu = get(name, access, workers, "cpu_ms_per_clip")
+                if cpu and cpu_base:
+                    entry[f"cpu: naive-opencv/{name}"] = round(cpu_base / cpu, 2)
             summary[f"{access} workers={workers}"] = entry
+    for workers in args.workers:
+        pair = ("stagger:fastdata", "stagger:fastdata-nostagger")
+        with_, without = (get(n, "random", workers) for n in pair)
+        if with_ and without:
+            first = [get(n, "random", workers, "first_batch_s") for n in pair]
+            summary[f"stagger workers={workers}"] = {
+                "steady_state_cost_pct": round(100 * (1 - with_ / without), 1),
+                "first_batch_s_with": round(first[0] or 0, 3), "first_batch_s_without": round(first[1] or 0, 3)}
     summary["max_open_video_files_per_worker"] = open_files
     summary["max_open"] = 8
 

@@ -133,22 +133,32 @@ from torch.utils.data import DataLoader
 decoders, paths = sys.argv[1].split(","), sys.argv[2:]
 results = {}
 for decoder in decoders:
-    ds = fd.VideoClipDataset(paths, clip_len=4, clips_per_video="all", decoder=decoder, index_cache=False)
-    ds[0]  # the user checks a sample: a reader now lives in the parent
-    assert ds.open_readers == 1
-    loader = DataLoader(ds, batch_size=2, sampler=ds.sampler(shuffle=True), num_workers=2,
-                        multiprocessing_context="fork")
-    keys = sorted((v, f[0]) for b in loader for v, f in zip(b["video"].tolist(), b["frames"].tolist()))
-    ds[1]  # and the parent's own reader still works
-    results[decoder] = {"read": len(keys), "distinct": len(set(keys)), "clips": len(ds)}
+    for busy in (False, True):
+        ds = fd.VideoClipDataset(paths, clip_len=4, clips_per_video="all", decoder=decoder, index_cache=False)
+        ds[0]  # the user checks a sample: a reader now lives in the parent
+        assert ds.open_readers == 1
+        loader = DataLoader(ds, batch_size=2, sampler=ds.sampler(shuffle=True), num_workers=2,
+                            multiprocessing_context="fork")
+        if busy:  # as if another thread were reading at the fork: the reader stays open, the workers inherit it
+            ds.pool._busy.acquire()
+        batches = iter(loader)  # forks the workers
+        if busy:
+            ds.pool._busy.release()
+            assert ds.open_readers == 1
+        else:
+            assert ds.open_readers == 0  # closed in the parent just before the fork
+        keys = sorted((v, f[0]) for b in batches for v, f in zip(b["video"].tolist(), b["frames"].tolist()))
+        ds[1]  # and the parent goes on reading
+        results[f"{decoder} busy={busy}"] = {"read": len(keys), "distinct": len(set(keys)), "clips": len(ds)}
 print(json.dumps(results))
 """
 
 
 def test_reader_made_in_parent_then_forked_workers_do_not_hang(tmp_path: Path) -> None:
-    """decord (and torchcodec) readers hang a forked child that uses or destroys them (checked here:
-    making the workers close the inherited decord reader hangs this script); the workers must leave
-    the inherited reader alone. Run in a subprocess, so that a hang fails instead of blocking."""
+    """decord (and torchcodec) readers hang a forked child that uses or destroys them. Idle readers are
+    closed in the parent just before a fork; a reader busy at that moment is inherited and must be
+    left alone by the workers (checked: making them close it instead hangs this script). Run in a
+    subprocess, so that a hang fails instead of blocking."""
     decoders = [d for d in ("decord", "torchcodec") if not _available(d)]
     if "decord" not in decoders:
         pytest.skip(_available("decord") or "")
@@ -160,7 +170,8 @@ def test_reader_made_in_parent_then_forked_workers_do_not_hang(tmp_path: Path) -
         pytest.fail(f"{decoders}: reading with forked workers after ds[0] in the parent hung")
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {d: {"read": 18, "distinct": 18, "clips": 18} for d in decoders}
+    want = {"read": 18, "distinct": 18, "clips": 18}
+    assert result == {f"{d} busy={b}": want for d in decoders for b in (False, True)}
 
 
 def open_video_files(folder: str) -> int:

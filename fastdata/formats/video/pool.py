@@ -1,15 +1,25 @@
 """Per-process video readers: opened on first use through the watchdog, kept in a bounded LRU.
 
 The rules of :mod:`fastdata.worker` apply: nothing is opened before it is needed, nothing opened in
-one process is used in another (readers inherited through ``fork`` are abandoned, never used or
-closed: decord hangs in both cases), pickling drops every reader, and at most ``max_open`` readers
-(so file descriptors) are open per process.
+one process is used in another, pickling drops every reader, and at most ``max_open`` readers (so
+file descriptors) are open per process. Forks get two guards:
+
+* just before any fork, each pool closes its idle readers and stops its idle watchdog thread, in the
+  parent, where that is safe: a forked worker then inherits no reader, no descriptor of a video file,
+  and no decoder thread state (a user who looked at ``ds[0]`` before starting the DataLoader leaves
+  nothing behind);
+* a reader that was busy at that moment (read from another thread) is inherited, and the child
+  abandons it: never uses it, never closes it (decord hangs in a forked child that does either).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import threading
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +54,24 @@ def _close_watchdog(watchdog: Watchdog) -> None:
     watchdog.close()
 
 
+_pools: weakref.WeakSet[ReaderPool] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for pool in list(_pools):
+        pool.close_idle()
+
+
+def _after_fork_in_child() -> None:
+    # a pool busy in another thread of the parent was copied with its lock held, by a thread the
+    # child does not have: the child starts with a free lock (and abandons that pool's readers)
+    for pool in list(_pools):
+        pool._busy = threading.Lock()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
 class ReaderPool:
     """Open readers of one dataset's videos, per process.
 
@@ -68,6 +96,18 @@ class ReaderPool:
             self._open, _close_reader, max_open=max_open, close_inherited=False)
         self._watchdog: ProcessLocal[Watchdog] = ProcessLocal(
             functools.partial(Watchdog, timeout), _close_watchdog, close_inherited=False)
+        self._busy = threading.Lock()  # held while this process reads; see close_idle
+        _pools.add(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_busy"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._busy = threading.Lock()
+        _pools.add(self)
 
     @property
     def watchdog(self) -> Watchdog:
@@ -88,7 +128,8 @@ class ReaderPool:
     def probe(self, path: str) -> VideoMeta:
         """The file's :class:`VideoMeta`, found by opening it under the watchdog (then closing it)."""
         cls = reader_class(self.decoder)
-        return self.watchdog.call(cls.probe, path, threads=self.threads, what="probing the video", source=path)
+        with self._busy:
+            return self.watchdog.call(cls.probe, path, threads=self.threads, what="probing the video", source=path)
 
     def read(self, path: str, frames: Sequence[int], *, pause: bool = True) -> np.ndarray:
         """Frames ``frames`` of ``path`` as ``uint8 [T, H, W, 3]``.
@@ -101,17 +142,26 @@ class ReaderPool:
             SourceNotFound, VideoUnreadable, FramesMissing, DecodeFailed, DecodeTimeout: bad input,
                 for the dataset's error policy.
         """
-        reader = self._readers.get(path)
-        try:
-            return self.watchdog.call(_get_frames, reader, frames, pause, source=path,
-                                      what=f"decoding frames {min(frames)}..{max(frames)}")
-        except DecodeTimeout:
-            setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it
-            self._readers.discard(path)
-            raise
-        except BadSample:
-            self._readers.discard(path)  # reopen fresh next time: decoder state after an error is unknown
-            raise
+        with self._busy:
+            reader = self._readers.get(path)
+            try:
+                return self.watchdog.call(_get_frames, reader, frames, pause, source=path,
+                                          what=f"decoding frames {min(frames)}..{max(frames)}")
+            except DecodeTimeout:
+                setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it
+                self._readers.discard(path)
+                raise
+            except BadSample:
+                self._readers.discard(path)  # reopen fresh next time: decoder state after an error is unknown
+                raise
+
+    def close_idle(self) -> None:
+        """:meth:`close`, unless a read is in progress in another thread (then leave everything)."""
+        if self._busy.acquire(blocking=False):
+            try:
+                self.close()
+            finally:
+                self._busy.release()
 
     def close(self) -> None:
         """Close this process's readers and stop its watchdog thread. Idempotent."""
