@@ -8,7 +8,9 @@ PyAV gives us the demuxer and decoder directly, so the seek strategy is ours:
   already sits between that keyframe and the first frame (the next clip of a sequential read), it just
   keeps going, without a seek;
 * frames in between are decoded (they must be, to decode what follows) but only the ones asked for are
-  converted to RGB, through one reused ``VideoReformatter`` (a new one per frame costs ~0.4 ms here);
+  converted to RGB, through one ``VideoReformatter`` per thread, shared by all readers (a new one per
+  frame, as ``frame.to_ndarray(format="rgb24")`` makes, costs ~0.4 ms here; one per reader adds that
+  to every reopen);
 * no helper threads: with ``threads=1`` all work happens in the calling thread, so N DataLoader
   workers use N cores, not 2N.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +27,18 @@ import numpy as np
 
 from fastdata.errors import DecodeFailed
 from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, unreadable
+
+_local = threading.local()
+
+
+def _reformatter() -> Any:
+    reformatter = getattr(_local, "reformatter", None)
+    if reformatter is None:
+        from av.video.reformatter import VideoReformatter
+
+        reformatter = _local.reformatter = VideoReformatter()
+    return reformatter
+
 
 # Seeks retried from an earlier keyframe when a seek lands after the frames wanted (files whose
 # index points a little late, open-GOP streams whose leading frames need the previous GOP).
@@ -92,7 +107,6 @@ class PyAVReader(VideoReader):
                  meta: VideoMeta | None = None) -> None:
         super().__init__(path, threads=threads, size=size, meta=meta)
         import av
-        from av.video.reformatter import VideoReformatter
 
         check_exists(path)
         try:
@@ -119,7 +133,6 @@ class PyAVReader(VideoReader):
         except Exception as e:
             self._container.close()
             raise unreadable(path, "PyAV", e) from e
-        self._reformatter = VideoReformatter()
         self._frames: Iterator[Any] | None = None
         self._next = -1  # frame number the decoder produces next; -1: unknown, seek first
 
@@ -196,7 +209,7 @@ class PyAVReader(VideoReader):
     def _convert(self, frame: Any, out: np.ndarray) -> None:
         h, w = out.shape[:2]
         resize = (h, w) != (frame.height, frame.width)
-        rgb = self._reformatter.reformat(frame, format="rgb24", width=w, height=h, threads=self.threads,
+        rgb = _reformatter().reformat(frame, format="rgb24", width=w, height=h, threads=self.threads,
                                          interpolation="AREA" if resize else None)
         out[...] = rgb.to_ndarray()
 
