@@ -29,7 +29,6 @@ from fastdata.world import World
 
 if TYPE_CHECKING:
     from fastdata import bench
-    from fastdata.datasets.video import VideoClipDataset
 
 __version__ = "0.1.0"
 

@@ -27,7 +27,7 @@ import fastdata as fd
 from fastdata.errors import BadSampleWarning
 from fastdata.formats.video import DecodeTimeout
 from fastdata.formats.video.pyav_reader import PyAVReader
-from fastdata.formats.video.watchdog import stuck_threads
+from fastdata.formats.video.watchdog import stuck_calls
 from tests.test_video_readers import DECODERS, _available, need
 from tests.videogen import make_videos, read_stamp
 
@@ -35,7 +35,7 @@ TIMEOUT = 0.5  # seconds: the watchdog limit in these tests (the default is 60)
 
 
 def release(fifo: str | os.PathLike[str]) -> None:
-    """Unblock every thread stuck on the FIFO, then wait for the watchdog's abandoned threads to end.
+    """Unblock every thread stuck on the FIFO, then wait until every call the watchdog gave up on returns.
 
     Opening the FIFO read-write (never blocks on Linux) wakes the threads blocked opening it; removing
     it makes later opens fail at once; closing it gives the woken readers end-of-file.
@@ -44,10 +44,9 @@ def release(fifo: str | os.PathLike[str]) -> None:
         fd_ = os.open(fifo, os.O_RDWR)
         os.unlink(fifo)
         os.close(fd_)
-    for thread in stuck_threads():
-        thread.join(timeout=60)
-        # (a thread still stuck would hold OpenCV's open lock in every process forked later)
-        assert not thread.is_alive(), "a decoder thread stayed stuck after its FIFO was released"
+    for job in stuck_calls():
+        # (a call still stuck would hold OpenCV's open lock in every process forked later)
+        assert job.returned.wait(timeout=60), "a decoder call stayed stuck after its FIFO was released"
 
 
 @pytest.fixture

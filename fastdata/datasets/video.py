@@ -185,7 +185,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         try:
             outcomes = self.index.build(self.paths, self.pool.probe)
         finally:
-            self.pool.close()  # no reader and no watchdog thread left in the parent before a fork
+            self.pool.close()  # no reader left open in the parent before a fork
         metas: list[VideoMeta | None] = []
         for path in self.paths:
             outcome = outcomes[path]

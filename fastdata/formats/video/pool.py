@@ -4,17 +4,15 @@ The rules of :mod:`fastdata.worker` apply: nothing is opened before it is needed
 one process is used in another, pickling drops every reader, and at most ``max_open`` readers (so
 file descriptors) are open per process. Forks get two guards:
 
-* just before any fork, each pool closes its idle readers and stops its idle watchdog thread, in the
-  parent, where that is safe: a forked worker then inherits no reader, no descriptor of a video file,
-  and no decoder thread state (a user who looked at ``ds[0]`` before starting the DataLoader leaves
-  nothing behind);
+* just before any fork, each pool closes its idle readers, in the parent, where that is safe: a
+  forked worker then inherits no reader, no descriptor of a video file, and no decoder state (a user
+  who looked at ``ds[0]`` before starting the DataLoader leaves nothing behind);
 * a reader that was busy at that moment (read from another thread) is inherited, and the child
   abandons it: never uses it, never closes it (decord hangs in a forked child that does either).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import weakref
@@ -27,7 +25,7 @@ from fastdata.errors import BadSample
 from fastdata.formats.video import reader_class
 from fastdata.formats.video.base import DecodeTimeout, Size, VideoMeta, VideoReader
 from fastdata.formats.video.watchdog import Watchdog
-from fastdata.worker import HandleCache, ProcessLocal
+from fastdata.worker import HandleCache
 
 _STUCK_ATTR = "_fastdata_stuck"
 # Readers given up on by the watchdog: another thread may still be inside them, so they are kept
@@ -48,10 +46,6 @@ def _get_frames(reader: VideoReader, frames: Sequence[int], pause: bool) -> np.n
     finally:
         if pause:
             reader.pause()
-
-
-def _close_watchdog(watchdog: Watchdog) -> None:
-    watchdog.close()
 
 
 _pools: weakref.WeakSet[ReaderPool] = weakref.WeakSet()
@@ -94,8 +88,7 @@ class ReaderPool:
         self.before_open = before_open
         self._readers: HandleCache[str, VideoReader] = HandleCache(
             self._open, _close_reader, max_open=max_open, close_inherited=False)
-        self._watchdog: ProcessLocal[Watchdog] = ProcessLocal(
-            functools.partial(Watchdog, timeout), _close_watchdog, close_inherited=False)
+        self.watchdog = Watchdog(timeout)
         self._busy = threading.Lock()  # held while this process reads; see close_idle
         _pools.add(self)
 
@@ -108,10 +101,6 @@ class ReaderPool:
         self.__dict__.update(state)
         self._busy = threading.Lock()
         _pools.add(self)
-
-    @property
-    def watchdog(self) -> Watchdog:
-        return self._watchdog.get()
 
     @property
     def open_count(self) -> int:
@@ -164,6 +153,6 @@ class ReaderPool:
                 self._busy.release()
 
     def close(self) -> None:
-        """Close this process's readers and stop its watchdog thread. Idempotent."""
+        """Close this process's readers. Idempotent. (Watchdog helper threads stay, idle, for the life
+        of the process: see :mod:`~fastdata.formats.video.watchdog`.)"""
         self._readers.close()
-        self._watchdog.close()

@@ -4,21 +4,28 @@ A damaged file or a stalled mount can block a decoder inside FFmpeg forever, and
 be interrupted from Python. So each call runs on a helper thread while the caller waits at most
 ``timeout`` seconds. When the limit passes, the caller gives up on that thread (and on the reader it
 was using, which must then be neither used nor closed: another thread is still inside it), raises
-:class:`~fastdata.formats.video.DecodeTimeout`, and later calls get a fresh helper thread. The stuck
-thread is a daemon: it never delays the process's exit. If it ever returns, it closes what it opened
-and ends.
+:class:`~fastdata.formats.video.DecodeTimeout`, and its later calls get a fresh helper thread. If the
+stuck call ever returns, the helper closes what it made.
+
+Helper threads never exit before their process does: one per calling thread, kept idle between
+calls; a given-up one, once its call returns, waits to serve the next caller that needs a helper.
+A thread that exits runs its libraries' thread-local destructors at a moment nobody controls, and
+a fork in that moment can hand the child a lock that is never released. When helpers still exited
+(one per dataset, stopped on ``close``), about one test run in five hung in a forked worker's first
+``cv2.VideoCapture``, right after the parent had stopped a helper that had used OpenCV.
 
 This relies on the decoder releasing the GIL while it blocks; PyAV, decord (ctypes), OpenCV and
 torchcodec all do (``tests/test_video_faults.py`` checks each with a FIFO nobody writes to).
-A process keeps at most ``max_stuck`` stuck threads; one more means the storage itself is gone, and
-the watchdog raises :class:`~fastdata.errors.FastdataError` instead of leaking threads without end.
+A process tolerates ``max_stuck`` calls stuck at once; one more means the storage itself is gone, and
+the watchdog raises :class:`~fastdata.errors.FastdataError` instead of starting threads without end.
 
 Why a thread and not a subprocess: a clip is ~1 MB of pixels; sending it back from a subprocess would
-cost more than decoding it (see MEASURED.md), while a thread handoff costs a few microseconds.
+cost more than decoding it (see MEASURED.md), while a thread handoff costs ~30 microseconds.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -30,21 +37,15 @@ from fastdata.formats.video.base import DecodeTimeout
 T = TypeVar("T")
 
 MAX_STUCK = 4
-# Helper threads given up on in this process (tests join them once they unblock the decoder).
-_abandoned_threads: list[threading.Thread] = []
-
-
-def stuck_threads() -> list[threading.Thread]:
-    """Helper threads of this process that were given up on and are still running."""
-    return [t for t in _abandoned_threads if t.is_alive()]
 
 
 class _Job:
-    __slots__ = ("abandoned", "args", "done", "error", "fn", "kwargs", "lock", "result")
+    __slots__ = ("abandoned", "args", "done", "error", "fn", "kwargs", "lock", "result", "returned")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.done = threading.Event()
+        self.done = threading.Event()  # the outcome is there for the caller
+        self.returned = threading.Event()  # fn returned (even if nobody waits any more)
         self.lock = threading.Lock()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -65,9 +66,10 @@ class _Job:
                         close()
                     except Exception:  # noqa: BLE001
                         pass
-                return
-            self.result, self.error = result, error
-            self.done.set()
+            else:
+                self.result, self.error = result, error
+                self.done.set()
+        self.returned.set()
 
     def abandon(self) -> bool:
         """Give up on the job; False if it finished meanwhile (then its outcome stands)."""
@@ -83,31 +85,67 @@ class _Job:
         return self.result
 
 
-def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
+def _serve(jobs: queue.SimpleQueue[_Job], helpers: _Helpers) -> None:
     while True:
         job = jobs.get()
-        if job is None:
-            return
         job.run()
-        if job.abandoned:  # this thread was given up on; a fresh one serves the queue's successor
-            return
+        if job.abandoned:  # its caller has a fresh helper now: offer this one to the next caller
+            helpers.spare.put(jobs)
+
+
+class _Helpers:
+    """This process's helper threads, one per calling thread, and its stuck calls."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.local = threading.local()
+        self.stuck: list[_Job] = []
+        self.spare: queue.SimpleQueue[queue.SimpleQueue[_Job]] = queue.SimpleQueue()
+
+    def queue_for_this_thread(self) -> queue.SimpleQueue[_Job]:
+        jobs: queue.SimpleQueue[_Job] | None = getattr(self.local, "jobs", None)
+        if jobs is None:
+            try:
+                jobs = self.spare.get_nowait()
+            except queue.Empty:
+                jobs = queue.SimpleQueue()
+                threading.Thread(target=_serve, args=(jobs, self), name="fastdata-decode", daemon=True).start()
+            self.local.jobs = jobs
+        return jobs
+
+    def abandon_this_threads_helper(self, job: _Job) -> None:
+        self.local.jobs = None
+        self.stuck = [j for j in self.stuck if not j.returned.is_set()] + [job]
+
+
+_helpers = _Helpers()
+
+
+def _this_process() -> _Helpers:
+    global _helpers
+    if _helpers.pid != os.getpid():  # forked: the parent's helper threads do not exist here
+        _helpers = _Helpers()
+    return _helpers
+
+
+def stuck_calls() -> list[_Job]:
+    """Calls of this process that were given up on and have not returned (tests wait on
+    ``job.returned`` after unblocking them)."""
+    return [job for job in _this_process().stuck if not job.returned.is_set()]
 
 
 class Watchdog:
-    """Runs calls on a helper thread with a time limit. One per process (not fork-safe by itself:
-    keep it in a :class:`~fastdata.worker.ProcessLocal`).
+    """Runs calls on a helper thread with a time limit. Holds only its settings: it pickles, and
+    works in any process (helper threads belong to the process and the calling thread).
 
     Args:
         timeout (float | None): seconds to wait for one call. None runs calls inline, unguarded.
-        max_stuck (int): stuck helper threads tolerated in this process. Defaults to 4.
+        max_stuck (int): stuck calls tolerated in this process. Defaults to 4.
     """
 
     def __init__(self, timeout: float | None, max_stuck: int = MAX_STUCK) -> None:
         self.timeout = timeout
         self.max_stuck = max_stuck
-        self.stuck = 0
-        self._jobs: queue.SimpleQueue[_Job | None] | None = None
-        self._thread: threading.Thread | None = None
 
     def call(self, fn: Callable[..., T], *args: Any, what: str, source: str, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)``, or :class:`DecodeTimeout` after ``timeout`` seconds.
@@ -118,36 +156,18 @@ class Watchdog:
         """
         if self.timeout is None:
             return fn(*args, **kwargs)
-        if self._jobs is None:
-            if self.stuck >= self.max_stuck:
-                raise FastdataError(
-                    f"{self.stuck} decoder calls are stuck in this process (the last in {source}); the "
-                    "storage is probably unavailable: check it, then restart the job")
-            self._jobs = queue.SimpleQueue()
-            self._thread = threading.Thread(target=_serve, args=(self._jobs,), name="fastdata-decode",
-                                            daemon=True)
-            self._thread.start()
+        helpers = _this_process()
+        stuck = stuck_calls()
+        if len(stuck) >= self.max_stuck:
+            raise FastdataError(
+                f"{len(stuck)} decoder calls are stuck in this process (the latest: {source}); the storage "
+                "is probably unavailable: check it, then restart the job")
         job = _Job(fn, args, kwargs)
-        self._jobs.put(job)
+        helpers.queue_for_this_thread().put(job)
         if not job.done.wait(self.timeout) and job.abandon():
-            if self._thread is not None:
-                _abandoned_threads.append(self._thread)
-            self._jobs = self._thread = None
-            self.stuck += 1
+            helpers.abandon_this_threads_helper(job)
             raise DecodeTimeout(
                 f"{source}: {what} took longer than {self.timeout:g} s and was abandoned; the file is "
                 "damaged or its storage stalled: check it, pass on_error='skip', or raise decode_timeout",
                 source)
         return job.outcome()  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        """Stop the helper thread (it is idle between calls). Idempotent."""
-        jobs, thread = self._jobs, self._thread
-        self._jobs = self._thread = None
-        if jobs is not None and thread is not None:
-            jobs.put(None)
-            thread.join()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"timeout": self.timeout, "max_stuck": self.max_stuck, "stuck": 0, "_jobs": None,
-                "_thread": None}
