@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
 import warnings
@@ -55,6 +56,20 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
     os.mkfifo(path)
     yield path
     release(path)
+
+
+def run_script(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c script`` in its own process group; on timeout kill the whole group (its
+    DataLoader workers too, which would otherwise outlive it if they hang) and fail the test."""
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the script hung (killed after {timeout:g} s)")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def dump_stacks_if_stuck(worker_id: int) -> None:
@@ -162,11 +177,7 @@ def test_reader_made_in_parent_then_forked_workers_do_not_hang(tmp_path: Path) -
     if "decord" not in decoders:
         pytest.skip(_available("decord") or "")
     paths = make_videos(tmp_path, count=3, frames=24)
-    try:
-        out = subprocess.run([sys.executable, "-c", FORK_SCRIPT, ",".join(decoders), *paths], capture_output=True,
-                             text=True, timeout=180, env={**os.environ, "PYTHONPATH": os.getcwd()})
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{decoders}: reading with forked workers after ds[0] in the parent hung")
+    out = run_script(FORK_SCRIPT, ",".join(decoders), *paths, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     want = {"read": 18, "distinct": 18, "clips": 18}
@@ -235,8 +246,7 @@ def test_more_videos_than_ulimit_allows_open(tmp_path: Path) -> None:
     the bound lifted, the same process runs out of descriptors (so the limit really bites) and says so.
     Also checks that importing fastdata's video modules loads no decoder library."""
     paths = make_videos(tmp_path, count=100, frames=3, codec="mjpg")
-    out = subprocess.run([sys.executable, "-c", ULIMIT_SCRIPT, "64", *paths], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    out = run_script(ULIMIT_SCRIPT, "64", *paths, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["libs"] == []
