@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from fastdata import bench
     from fastdata.datasets.hdf5 import HDF5Dataset
     from fastdata.datasets.s3 import S3Dataset
+    from fastdata.datasets.video import VideoClipDataset
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("fastdata.bench", None),
     "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
     "S3Dataset": ("fastdata.datasets.s3", "s3"),
+    "VideoClipDataset": ("fastdata.datasets.video", "video"),
 }
 
 
@@ -73,6 +75,7 @@ __all__ = [
     "SourceUnreadable",
     "TarShardDataset",
     "UnsafeMember",
+    "VideoClipDataset",
     "WorkerInit",
     "World",
     "bench",

@@ -1,0 +1,89 @@
+"""Video decoders behind one small interface (:class:`VideoReader`), chosen by name.
+
+===============  ==========================================  =====================================
+name             library                                     install
+===============  ==========================================  =====================================
+``"pyav"``       PyAV (FFmpeg bundled in the wheel)          ``pip install 'fastdata[video]'``
+``"decord"``     decord 0.6 (unmaintained since 2022)        ``pip install 'fastdata[video]'``
+``"opencv"``     ``cv2.VideoCapture`` (FFmpeg backend)       ``pip install 'fastdata[video]'``
+``"torchcodec"`` torchcodec 0.13 + the system's FFmpeg       ``pip install 'fastdata[torchcodec]'``
+===============  ==========================================  =====================================
+
+Backends are imported on first use, so ``import fastdata`` never loads a video library. Any
+:class:`VideoReader` subclass can be passed where a name is expected (tests use this to plug in
+decoders that misbehave on purpose).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Literal, get_args
+
+from fastdata.errors import ConfigError
+from fastdata.formats.video.base import (
+    DecodeTimeout,
+    FramesMissing,
+    Size,
+    TooManyOpenFiles,
+    VideoMeta,
+    VideoReader,
+    VideoTooShort,
+    VideoUnreadable,
+)
+
+DecoderName = Literal["pyav", "decord", "opencv", "torchcodec"]
+
+# name -> (module, class, the extra that installs its library)
+_DECODERS: dict[str, tuple[str, str, str]] = {
+    "pyav": ("fastdata.formats.video.pyav_reader", "PyAVReader", "video"),
+    "decord": ("fastdata.formats.video.decord_reader", "DecordReader", "video"),
+    "opencv": ("fastdata.formats.video.opencv_reader", "OpenCVReader", "video"),
+    "torchcodec": ("fastdata.formats.video.torchcodec_reader", "TorchCodecReader", "torchcodec"),
+}
+
+
+def reader_class(decoder: str | type[VideoReader]) -> type[VideoReader]:
+    """The :class:`VideoReader` class for a decoder name (or the class itself), with its library
+    imported now so that a missing one fails here with an install hint.
+
+    Raises:
+        ConfigError: an unknown name (the message lists the known ones).
+        ImportError: the decoder's library is not installed.
+    """
+    if isinstance(decoder, type):
+        if not issubclass(decoder, VideoReader):
+            raise ConfigError(f"decoder={decoder!r} is not a VideoReader subclass")
+        return decoder
+    if decoder not in _DECODERS:
+        raise ConfigError(f"decoder={decoder!r} is not one of {', '.join(map(repr, get_args(DecoderName)))}")
+    module, name, extra = _DECODERS[decoder]
+    cls: type[VideoReader] = getattr(importlib.import_module(module), name)
+    library = {"pyav": "av", "opencv": "cv2"}.get(decoder, decoder)
+    try:
+        importlib.import_module(library)
+    except ImportError as e:
+        hint = " and Debian's ffmpeg package (apt-get install ffmpeg)" if decoder == "torchcodec" else ""
+        raise ImportError(f"decoder={decoder!r} needs {library} ({e}); install it with "
+                          f"pip install 'fastdata[{extra}]'{hint}") from e
+    return cls
+
+
+def open_video(path: str, decoder: str | type[VideoReader] = "pyav", *, threads: int = 1,
+               size: Size | None = None, meta: VideoMeta | None = None) -> VideoReader:
+    """Open one video with the named decoder; see :class:`VideoReader`."""
+    return reader_class(decoder)(path, threads=threads, size=size, meta=meta)
+
+
+__all__ = [
+    "DecodeTimeout",
+    "DecoderName",
+    "FramesMissing",
+    "Size",
+    "TooManyOpenFiles",
+    "VideoMeta",
+    "VideoReader",
+    "VideoTooShort",
+    "VideoUnreadable",
+    "open_video",
+    "reader_class",
+]
