@@ -19,21 +19,28 @@ from tests.datagen import make_shards
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def open_shards() -> tuple[int, int]:
-    """(file descriptors, memory maps) of ``.tar`` files in this process right now."""
+def open_shards(folder: str) -> tuple[int, int]:
+    """(file descriptors, memory maps) of the ``.tar`` files in ``folder`` open in this process now.
+
+    Only this test's folder counts: a forked worker also inherits the maps of shards that other tests'
+    datasets left open in the parent process, which are not this dataset's handles.
+    """
+    def ours(path: str) -> bool:
+        return path.startswith(folder) and path.endswith(".tar")
+
     fds = 0
     for fd_name in os.listdir("/proc/self/fd"):
         try:
-            fds += os.readlink(f"/proc/self/fd/{fd_name}").endswith(".tar")
+            fds += ours(os.readlink(f"/proc/self/fd/{fd_name}"))
         except OSError:
             continue  # closed since listed
     with open("/proc/self/maps") as f:
-        maps = {line.split(maxsplit=5)[-1].strip() for line in f if line.rstrip().endswith(".tar")}
+        maps = {line.split(maxsplit=5)[-1].strip() for line in f if ours(line.split(maxsplit=5)[-1].strip())}
     return fds, len(maps)
 
 
 def note_open_shards(sample: dict) -> tuple[str, int, int]:
-    return (sample["__key__"], *open_shards())
+    return (sample["__key__"], *open_shards(os.path.dirname(sample["__url__"])))
 
 
 @pytest.fixture(scope="module")
