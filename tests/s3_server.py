@@ -1,10 +1,9 @@
 """A real S3-compatible server for tests and benchmarks: moto in server mode, in its own process.
 
-moto is single-threaded Python (~250-390 GETs/s here); in its own process it does not share the
-client's GIL. It listens on 127.0.0.1 on a port the OS picks (``-p 0``): the port is read from its
-start-up line, so two test runs never race for a port.
+The launcher lives in the package (:mod:`fastdata.bench.local_s3`, which ``fastdata bench --demo``
+uses too); this module re-exports it for the tests and adds their upload helper.
 
-Usable outside pytest (the benchmark harness starts one)::
+Usable outside pytest (the benchmarks start one)::
 
     with MotoServer() as server:
         client = server.client()
@@ -14,114 +13,11 @@ Usable outside pytest (the benchmark harness starts one)::
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
-import sys
-import threading
-from collections import deque
-from pathlib import Path
 from typing import Any
 
-# Dummy credentials: moto accepts any; real ones must never reach a test server.
-CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing-secret-key"}
-REGION = "us-east-1"
-START_TIMEOUT_S = 60.0  # a loaded 2-core machine can take a while to import moto
-_RUNNING = re.compile(r"Running on http://([\d.]+):(\d+)")
+from fastdata.bench.local_s3 import CREDENTIALS, REGION, START_TIMEOUT_S, MotoServer
 
-
-# Runs first in the child: asks Linux to end it when its parent goes (a test run or benchmark killed
-# without cleaning up must not leave a server behind), then becomes the server.
-DIE_WITH_PARENT = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
-                   "os.execv(sys.argv[1], sys.argv[1:])")
-
-
-def _command(host: str) -> list[str]:
-    script = Path(sys.executable).with_name("moto_server")
-    if script.exists():
-        server = [str(script), "-H", host, "-p", "0"]
-    elif shutil.which("moto_server"):
-        server = [str(shutil.which("moto_server")), "-H", host, "-p", "0"]
-    else:
-        server = [sys.executable, "-m", "moto.server", "-H", host, "-p", "0"]
-    if sys.platform != "linux":
-        return server
-    return [sys.executable, "-c", DIE_WITH_PARENT, *server]
-
-
-class MotoServer:
-    """A moto S3 server in a child process, listening on ``host`` (loopback) on a free port.
-
-    Args:
-        host (str): the address to bind. Defaults to "127.0.0.1".
-        timeout_s (float): how long to wait for it to start, in seconds. Defaults to 60.
-    """
-
-    def __init__(self, host: str = "127.0.0.1", timeout_s: float = START_TIMEOUT_S) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self._proc = subprocess.Popen(_command(host), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True, env=env)
-        self._log: deque[str] = deque(maxlen=50)
-        self._ready = threading.Event()
-        self.port = 0
-        # moto logs every request to stderr: drain it for the server's whole life, or it blocks
-        self._drain = threading.Thread(target=self._read_log, name="moto-log", daemon=True)
-        self._drain.start()
-        if not self._ready.wait(timeout_s) or not self.port:
-            self.close()
-            raise RuntimeError(f"moto_server did not start within {timeout_s:.0f} s: {''.join(self._log)}")
-        self.host = host
-
-    def _read_log(self) -> None:
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self._log.append(line)
-            if not self.port:
-                m = _RUNNING.search(line)
-                if m:
-                    self.port = int(m.group(2))
-                    self._ready.set()
-        self._ready.set()  # the process ended: stop waiting
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def client(self, endpoint_url: str | None = None, **config: Any) -> Any:
-        """A plain boto3 client for this server (for test set-up, not the code under test)."""
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client("s3", endpoint_url=endpoint_url or self.endpoint_url, region_name=REGION,
-                            config=Config(**config) if config else None, **CREDENTIALS)
-
-    def env(self, endpoint_url: str | None = None) -> dict[str, str]:
-        """Environment variables that point the standard AWS chain at this server."""
-        return {"AWS_ENDPOINT_URL": endpoint_url or self.endpoint_url, "AWS_DEFAULT_REGION": REGION,
-                "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
-                "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"]}
-
-    def close(self) -> None:
-        """Stop the server. Idempotent."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        if self._proc.stderr is not None:
-            self._drain.join(5)
-            self._proc.stderr.close()
-
-    def __enter__(self) -> MotoServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"MotoServer({self.endpoint_url})"
+__all__ = ["CREDENTIALS", "REGION", "START_TIMEOUT_S", "MotoServer", "upload_files"]
 
 
 def upload_files(client: Any, bucket: str, files: dict[str, bytes | str | os.PathLike[str]]) -> list[str]:

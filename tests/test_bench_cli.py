@@ -1,13 +1,17 @@
-"""``fastdata bench`` on a tiny tar dataset, the backend registry, and ``fastdata bench --demo``."""
+"""``fastdata bench`` on a tiny tar dataset, the backend registry, and ``fastdata bench --demo`` over every
+backend (tar, HDF5, video, and S3 through the local server the demo starts and stops)."""
 
 from __future__ import annotations
 
 import json
+import re
+import socket
 from pathlib import Path
 
 import pytest
 
 from fastdata.bench import backends
+from fastdata.bench.local_s3 import CREDENTIALS
 from fastdata.cli import main
 from tests.datagen import make_shards
 
@@ -62,25 +66,49 @@ def test_bad_invocations_fail_with_a_clear_message(shards: list[str], tmp_path: 
     assert "comma-separated integers" in capsys.readouterr().err
 
 
-def test_the_registry_finds_the_tar_backend_by_its_module() -> None:
+def test_the_registry_finds_every_backend_by_its_module() -> None:
     found = {b.name: b for b in backends.backends()}
+    assert [b.name for b in backends.backends()] == ["tar", "hdf5", "video", "s3"]  # by detection priority
+    for name, b in found.items():
+        assert b.available and b.module == f"fastdata.bench.backends.{name}", b.error
     tar = found["tar"]
-    assert tar.available and tar.module == "fastdata.bench.backends.tar"
-    assert tar.detect("s3://bucket/train-{000000..000009}.tar") and tar.detect("x/*.tar")
+    assert tar.detect("data/train-{000000..000009}.tar") and tar.detect("x/*.tar")
+    # shards on S3 are the s3 backend's (it takes the S3 options too)
+    assert not tar.detect("s3://bucket/train-{000000..000009}.tar")
     assert not tar.detect("data/train.h5") and not tar.detect("s3://bucket/prefix/")
 
 
+def test_demo_flags_need_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "data/x.tar", "--quick"]) == 2
+    assert "go with --demo" in capsys.readouterr().err
+
+
 @pytest.mark.slow
-def test_demo_builds_data_sweeps_and_summarises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # the README's command, with a small grid and short measurements
-    rc = main(["bench", "--demo", "--backends", "tar", "--workers", "0,1", "--seconds", "0.5",
+def test_demo_builds_data_sweeps_and_summarises_every_backend(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # the README's command, with a quarter of the data, a small grid and short measurements
+    rc = main(["bench", "--demo", "--quick", "--workers", "0,1", "--seconds", "0.3",
                "--json", str(tmp_path / "demo.json"), "--keep", str(tmp_path / "data")])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert rc == 0
     assert "recommended DataLoader settings per backend" in out
-    assert "tar: DataLoader(dataset, batch_size=64" in out
     data = json.loads((tmp_path / "demo.json").read_text())
-    tar = data["backends"]["tar"]
-    assert tar["result"]["settings"]["demo"] is True
-    assert len(tar["result"]["points"]) == 2
-    assert sorted(p.name for p in (tmp_path / "data/tar").iterdir())[0] == "demo-000000.tar"
+    assert data["not_measured"] == {}
+    assert set(data["backends"]) == {"tar", "hdf5", "video", "s3"}
+    for name, batch in (("tar", 64), ("hdf5", 256), ("video", 8), ("s3", 32)):
+        assert f"{name}: DataLoader(dataset, batch_size={batch}" in out
+        result = data["backends"][name]["result"]
+        assert result["settings"]["demo"] is True and result["settings"]["format"] == name
+        assert [p["config"]["num_workers"] for p in result["points"]][:2] == [0, 1]
+        assert all(p["error"] is None for p in result["points"])
+        assert all(p["stage_ms"]["fetch"] is not None for p in result["points"])  # every dataset reports fetch
+    data_dir = tmp_path / "data"
+    assert sorted(p.name for p in (data_dir / "tar").iterdir())[0] == "demo-000000.tar"
+    assert (data_dir / "hdf5/demo.h5").is_file() and any((data_dir / "video/videos").glob("*.mp4"))
+    # the S3 server's dummy credentials appear nowhere, and the server is gone
+    assert CREDENTIALS["aws_secret_access_key"] not in out + captured.err + (tmp_path / "demo.json").read_text()
+    config = data["backends"]["s3"]["result"]["settings"]["options"]["config"]
+    port = int(re.search(r"endpoint_url='http://127\.0\.0\.1:(\d+)'", config).group(1))  # type: ignore[union-attr]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()

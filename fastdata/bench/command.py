@@ -29,7 +29,8 @@ def _ints(text: str) -> list[int]:
     return values
 
 
-def _option(text: str) -> tuple[str, Any]:
+def parse_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (from ``-o``) as ``(key, value)``, the value read as JSON when it parses, else a string."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
@@ -61,7 +62,7 @@ def register(sub: Any) -> None:
     p.add_argument("--step-ms", type=float, default=0.0, metavar="MS",
                    help="the training step to simulate after each batch, in ms (default 0: the loader's top speed)")
     p.add_argument("--seconds", type=float, default=None, metavar="S",
-                   help="most seconds measured per configuration (default 6; 3 with --demo)")
+                   help="most seconds measured per configuration (default 6; 3 with --demo, 1 with --quick)")
     p.add_argument("--rounds", type=int, default=1, metavar="N",
                    help="passes over the grid, pooled: steadier figures on a busy machine (default 1)")
     p.add_argument("--main-threads", type=int, default=None, metavar="N",
@@ -69,12 +70,15 @@ def register(sub: Any) -> None:
                         "one per core)")
     p.add_argument("--procs-per-node", type=int, default=1, metavar="N",
                    help="training processes per machine (DDP): adds per-rank advice")
-    p.add_argument("-o", "--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("-o", "--option", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
                    help="an option for the backend's dataset (repeatable), e.g. -o decode=numpy")
     p.add_argument("--json", metavar="FILE", help="write the full results as JSON")
     p.add_argument("--plot", metavar="FILE", help="write a PNG plot (with --demo, one per backend: FILE-<backend>.png)")
     p.add_argument("--backends", metavar="NAME,...", help="with --demo: only these backends")
     p.add_argument("--keep", metavar="DIR", help="with --demo: build the data in DIR and keep it")
+    p.add_argument("--quick", action="store_true",
+                   help="with --demo: a quarter of the data and 1 s per configuration (a first look in well "
+                        "under a minute; rougher figures)")
     p.set_defaults(run=run)
 
 
@@ -115,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     if args.demo:
         if args.spec:
             raise ConfigError("pass either SPEC or --demo, not both")
+    elif args.quick or args.keep or args.backends:
+        raise ConfigError("--quick, --keep and --backends go with --demo")
+    if args.demo:
         from fastdata.bench.demo import run_demo
 
         return run_demo(args)

@@ -1,8 +1,10 @@
 """``fastdata bench --demo``: small synthetic data for every backend, a sweep of each, one summary.
 
 Each backend builds its own data (:mod:`fastdata.bench.backends`) in a temporary folder, removed at the
-end (``--keep DIR`` keeps it). Short measurements (3 s per configuration) keep the whole demo within a
-few minutes on two cores; the figures are for showing the harness, not for comparing backends.
+end (``--keep DIR`` keeps it); the S3 backend also starts a local S3 server (moto) and stops it. Short
+measurements (3 s per configuration) keep the whole demo within about two minutes on two cores
+(``--quick``: a quarter of the data, 1 s per configuration); the figures are for showing the harness,
+not for comparing backends.
 """
 
 from __future__ import annotations
@@ -16,8 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from fastdata.bench.advise import Recommendation
+from fastdata.bench.backends import DemoUnavailable, public_options
 from fastdata.bench.result import SweepResult
 from fastdata.errors import ConfigError
+
+SECONDS = 3.0  # most seconds measured per configuration
+QUICK_SECONDS = 1.0  # ... with --quick
+QUICK_SCALE = 0.25  # the share of each backend's demo data built with --quick
 
 
 def _plot_path(plot: str, backend: str) -> Path:
@@ -27,6 +34,7 @@ def _plot_path(plot: str, backend: str) -> Path:
 
 def run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     import fastdata.bench as fb
     from fastdata.bench import backends, report
@@ -55,9 +63,9 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         per_backend = []
         for b in chosen:
-            kw = sweep_args(args, batch_size=b.demo_batch_size, seconds=3.0)
-            kw.setdefault("window", 0.5)
-            kw.setdefault("warmup", 0.5)
+            kw = sweep_args(args, batch_size=b.demo_batch_size, seconds=QUICK_SECONDS if args.quick else SECONDS)
+            kw.setdefault("window", 0.25 if args.quick else 0.5)
+            kw.setdefault("warmup", 0.25 if args.quick else 0.5)
             workers = kw["workers"] or default_workers()
             n = len(grid(workers, kw["prefetch_factor"], kw["pin_memory"] or [False], kw["persistent_workers"],
                          kw["batch_size"])) * kw["rounds"]
@@ -70,19 +78,22 @@ def run_demo(args: argparse.Namespace) -> int:
                 base = done
                 bar.update(task, description=f"{b.name}: building data")
                 try:
-                    with b.demo(root / b.name) as spec:
+                    with b.demo(root / b.name, scale=QUICK_SCALE if args.quick else 1.0) as data:
                         bar.update(task, completed=base + 1, description=f"{b.name}: sweeping")
-                        options = b.demo_options
                         def advance(done_here: int, _total: int, _point: Any, base: int = base, n: int = n) -> None:
                             bar.update(task, completed=base + 1 + min(done_here, n))  # confirmations: extra
 
-                        result = fb.sweep(functools.partial(b.open, spec, **options), progress=advance, **kw)
-                    result.settings.update({"spec": spec, "format": b.name, "options": options, "demo": True})
+                        result = fb.sweep(functools.partial(b.open, data.spec, **data.options), progress=advance,
+                                          **kw)
+                    result.settings.update({"spec": data.spec, "format": b.name,
+                                            "options": public_options(data.options), "demo": True})
                     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
                     rows.append((b.name, result, rec, ""))
                     saved[b.name] = report.to_json(result, rec)
                     if args.plot:
                         report.write_plot(_plot_path(args.plot, b.name), result, rec, title=f"demo: {b.name}")
+                except DemoUnavailable as e:
+                    rows.append((b.name, None, None, f"skipped: {e}"))
                 except Exception as e:  # noqa: BLE001 - one backend's failure (a server that will not start,
                     # a library error of any kind) must not hide the others' results; it is shown in the table
                     rows.append((b.name, None, None, f"failed: {type(e).__name__}: {e}"))
@@ -92,16 +103,21 @@ def run_demo(args: argparse.Namespace) -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     elapsed = time.perf_counter() - started
-    out.print(report.summary_table(rows))
-    for name, _result, advice, _note in rows:
+    # the table says "skipped" or "failed"; the reasons (install hints, errors) follow it in full
+    out.print(report.summary_table([(name, result, advice, note.split(":", 1)[0]) for name, result, advice, note
+                                    in rows]))
+    for name, _result, advice, note in rows:
         if advice is not None and advice.config is not None:
             out.print(f"[bold]{name}[/bold]: {advice.code()}")
             if advice.diagnosis:
                 out.print("  " + advice.diagnosis[0], highlight=False)
+        elif note:
+            out.print(f"[bold]{name}[/bold]: {escape(note)}", highlight=False)
     out.print(f"demo took {elapsed:.0f} s. Run 'fastdata bench SPEC' on your own data for the full report "
               "(--json, --plot, --step-ms).")
     if args.json:
-        report.write_json(args.json, {"fastdata_bench_demo": 1, "backends": saved})
+        report.write_json(args.json, {"fastdata_bench_demo": 1, "backends": saved,
+                                      "not_measured": {name: note for name, _, _, note in rows if note}})
         out.print(f"JSON: {args.json}")
     return 0 if any(r is not None and r.config is not None for _, _, r, _ in rows) else 1
 

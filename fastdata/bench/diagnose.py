@@ -253,14 +253,27 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
         if cores_saturated(best, cores):
             stage = _dominant_stage(best, ("decode", "transform", "collate", "fetch"))
             where = f"; most of the workers' time goes to {stage[0]} ({stage[1]:.2f} ms per sample)" if stage else ""
-            out.append(f"Decode/CPU-bound: the {cores} usable cores are saturated (at {_workers(w)} the loader keeps "
+            if stage is not None and stage[0] == "fetch":
+                # computing to fetch: the storage client's work per request (an S3 client spends a few ms of
+                # CPU per GET), or a storage server sharing these cores
+                label, cure = "CPU-bound", ("Fewer, larger reads (tar shards rather than an object per sample), "
+                                            "storage served from another machine, or more cores will.")
+            else:
+                label, cure = "Decode/CPU-bound", "Cheaper decoding or transforms, smaller images, or more cores will."
+            out.append(f"{label}: the {cores} usable cores are saturated (at {_workers(w)} the loader keeps "
                        f"{best.demand:.1f} cores busy or waiting for one){where}; more workers will not help. "
-                       "Cheaper decoding or transforms, smaller images, or more cores will.")
+                       f"{cure}")
         elif w >= cores:
             out.append(f"Decode/CPU-bound: {_workers(w)} on {cores} usable cores compute "
                        f"{_per_worker_busy(best):.0%} of the time and want {best.demand:.1f} cores between them and "
                        "the main process; more workers than cores will not help. Cheaper decoding or transforms, "
                        "or more cores, will.")
+        elif best.machine_busy_cores >= CORES_SATURATED * cores:
+            # the loader leaves cores free, but other programs hold them: more workers would only compete
+            out.append(f"CPU-bound in the workers: each of the {w} workers computes {_per_worker_busy(best):.0%} of "
+                       f"the time and the loader wants only {best.demand:.1f} of {cores} cores, but other programs "
+                       f"held the rest (the machine was busy {best.machine_busy_cores:.1f} of {cores} cores), so more "
+                       "workers measured no faster here; on an idle machine, try more workers.")
         else:
             out.append(f"CPU-bound in the workers, with cores to spare: each of the {w} workers computes "
                        f"{_per_worker_busy(best):.0%} of the time, and the loader wants only {best.demand:.1f} of "

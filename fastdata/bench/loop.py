@@ -64,7 +64,11 @@ def make_loader(ds: Any, config: Config, *, shuffle: bool = True, collate_fn: Ca
                 table: StageTable | None = None) -> DataLoader[Any]:
     """The DataLoader of one configuration, probed when ``table`` is given."""
     batched = config.batch_size is not None
-    user_collate = collate_fn or (default_collate if batched else default_convert)
+    own_collate = getattr(ds, "collate", None) if batched and not isinstance(ds, IterableDataset) else None
+    # a fastdata dataset's own collate (HDF5Dataset hands its whole-batch arrays to torch without a
+    # second copy), as its docs tell users to pass; like its sampler() below
+    user_collate = collate_fn or (own_collate if callable(own_collate) else None) or (
+        default_collate if batched else default_convert)
     kwargs: dict[str, Any] = dict(config.loader_kwargs())
     if table is not None:
         kwargs["collate_fn"] = ProbedCollate(user_collate, batched)

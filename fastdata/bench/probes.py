@@ -212,6 +212,25 @@ def _schedstat(path: str) -> tuple[float, float]:
         return 0.0, 0.0
 
 
+def _tasks_busy(pid: int, seen: dict[int, float]) -> float:
+    """Seconds every thread of process ``pid`` has been running or runnable, since each started.
+
+    ``/proc/PID/schedstat`` counts the process's main thread only, and a worker may compute in other
+    threads (a watchdog's decode thread, a pool of fetch threads) while its main thread waits on them.
+    ``seen`` (per process, kept by the caller) remembers each thread's last reading, so that a thread that
+    has exited still counts and the total never goes down.
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []  # it exited: keep its last readings
+    for tid in tids:
+        on, runq = _schedstat(f"/proc/{pid}/task/{tid}/schedstat")
+        if on:
+            seen[int(tid)] = on + runq
+    return sum(seen.values())
+
+
 def procs_blocked() -> int:
     """Processes of the machine in uninterruptible sleep now (``procs_blocked`` of ``/proc/stat``)."""
     try:
@@ -241,6 +260,7 @@ class SystemProbe:
                 continue
         self._workers_cpu = [0.0] * len(self.workers)
         self._workers_busy = [0.0] * len(self.workers)
+        self._worker_threads: list[dict[int, float]] = [{} for _ in self.workers]
         self._thread = f"/proc/{os.getpid()}/task/{threading_native_id()}/schedstat"
         self._main_tid = threading_native_id()
         # the machine's CPUs that we may run on: other CPUs' load is not ours to share
@@ -268,9 +288,9 @@ class SystemProbe:
                     dstate += proc.status() == psutil.STATUS_DISK_SLEEP
             except psutil.Error:
                 continue  # it exited (end of an epoch): keep its last readings
-            on_w, runq_w = _schedstat(f"/proc/{proc.pid}/schedstat")
-            if on_w:
-                self._workers_busy[i] = on_w + runq_w
+            busy = _tasks_busy(proc.pid, self._worker_threads[i])
+            if busy:
+                self._workers_busy[i] = busy
         busy = iowait = 0.0
         per_cpu = psutil.cpu_times(percpu=True)
         for cpu in self.cpus:

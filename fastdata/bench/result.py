@@ -122,7 +122,8 @@ class Point:
         main_cores, worker_cores (float): CPU used, in cores (CPU-seconds per second).
         per_worker_cores (list[float]): each worker's CPU use, in cores.
         worker_busy (list[float]): each worker's demand for a core: running or runnable (waiting for
-            a core another program holds). Near 1 for a computing worker however busy the machine is.
+            a core another program holds), summed over its threads. Near 1 for a computing worker however
+            busy the machine is (more when it computes in several threads at once).
         machine_busy_cores (float): CPU used by the whole machine (other programs too), in cores.
         iowait (float): fraction of the machine's CPU time idle waiting for I/O.
         procs_blocked (int): most processes seen in uninterruptible sleep on the machine.

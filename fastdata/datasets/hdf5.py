@@ -10,6 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from fastdata.bench import stages
 from fastdata.bufferpool import BufferPool
 from fastdata.chunk_sampler import ChunkBatchSampler
 from fastdata.datasets.base import DatasetBase
@@ -175,6 +176,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         return out
 
     def _read(self, idx: np.ndarray) -> SampleBatch:
+        t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         files, rows = self._locate(idx)
         if len(self.paths) > 1 or (idx < 0).any():
             idx = self._starts[files] + rows  # negative indices made positive
@@ -190,11 +192,13 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
                 self._read_file(k, pos, rows[pos], idx, columns, objects, bad)
         keys = (*self.fields, "__index__")
         if self.transform is None and self._sample_decoder is None and self._field_decoder is None:
+            stages.lap("fetch", t, m)
             if bad.any():
                 keep = np.flatnonzero(~bad)
                 return SampleBatch(keys, idx[keep], None, lambda: self._samples(idx, keep, columns, objects))
             return SampleBatch(keys, idx, columns, lambda: self._samples(idx, None, columns, objects))
-        samples = self._decoded(self._samples(idx, np.flatnonzero(~bad), columns, objects), bad)
+        raw = self._samples(idx, np.flatnonzero(~bad), columns, objects)
+        samples = self._decoded(raw, bad, stages.lap("fetch", t, m))
         return SampleBatch(keys, idx[~bad], None if bad.any() else columns, lambda: samples)
 
     def _read_file(self, k: int, pos: np.ndarray, rows: np.ndarray, idx: np.ndarray,
@@ -234,10 +238,12 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         index = idx.tolist()
         return [{**{name: src[j] for name, src in sources}, "__index__": index[j]} for j in positions]
 
-    def _decoded(self, samples: list[Sample], bad: np.ndarray) -> list[Any]:
+    def _decoded(self, samples: list[Sample], bad: np.ndarray, t: float) -> list[Any]:
         """Decode and transform ``samples`` (the good ones of a batch, in order); a sample whose decoding
-        fails is handled by the policy and marked in ``bad``."""
+        fails is handled by the policy and marked in ``bad``. ``t``: the stage clock (see
+        :mod:`fastdata.bench.stages`)."""
         field_decoder, sample_decoder, transform = self._field_decoder, self._sample_decoder, self.transform
+        decoding = field_decoder is not None or sample_decoder is not None
         good = np.flatnonzero(~bad).tolist()
         out = []
         for j, sample in zip(good, samples):
@@ -250,7 +256,12 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
                 bad[j] = True
                 self._policy.handle(e)
                 continue
-            out.append(transform(sample) if transform is not None else sample)
+            if decoding:
+                t = stages.lap("decode", t)
+            if transform is not None:
+                sample = transform(sample)
+                t = stages.lap("transform", t)
+            out.append(sample)
         return out
 
     def _decode_fields(self, sample: Sample, decoder: Decoder) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
+from fastdata.bench import stages
 from fastdata.datasets.base import DatasetBase
 from fastdata.decode import DecodeMode, Decoder, make_decoder
 from fastdata.errors import (
@@ -191,6 +192,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
     def _read(self, indices: Sequence[int]) -> list[Any]:
         """The samples ``indices``, fetched concurrently and decoded in order; bad ones handled by the
         policies (raised, or counted and left out)."""
+        t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         if self._seen_epoch != self.epoch:
             self._seen_epoch = self.epoch
             on_epoch(self.worker_world())
@@ -223,6 +225,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
                 except (SourceUnreadable, S3Unavailable, ObjectChanged) as e:
                     self._policy.handle(e)  # type: ignore[arg-type]
                     continue
+                t = stages.lap("fetch", t)  # waiting for the object (fetched by the pool's threads)
                 sample = self._sample(i, data)
                 if self.decoder is not None:
                     try:
@@ -230,7 +233,11 @@ class S3Dataset(DatasetBase, Dataset[Any]):
                     except BadSample as e:
                         self._policy.handle(e)
                         continue
-                out.append(self.transform(sample) if self.transform is not None else sample)
+                    t = stages.lap("decode", t)
+                if self.transform is not None:
+                    sample = self.transform(sample)
+                    t = stages.lap("transform", t)
+                out.append(sample)
         except BaseException:
             for f in futures:
                 f.cancel()

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from fastdata.bench import stages
 from fastdata.datasets.base import DatasetBase
 from fastdata.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable, check_choice
 from fastdata.formats.video import DecoderName, VideoMeta, VideoReader, reader_class
@@ -273,7 +274,11 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
                 continue
             sample = {"clip": torch.from_numpy(clip), "video": video, "path": path,
                       "frames": torch.tensor(frames, dtype=torch.int64), "fps": self.metas[video].fps}  # type: ignore[union-attr]
-            out[k] = self.transform(sample) if self.transform is not None else sample
+            if self.transform is not None:
+                t = stages.clock()  # the pool times fetch and decode; 0.0 unless `fastdata bench` probes
+                sample = self.transform(sample)
+                stages.lap("transform", t)
+            out[k] = sample
         return [s for s in out if s is not _SKIPPED]
 
     def __getitem__(self, i: int) -> Any:

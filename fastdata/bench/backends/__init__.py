@@ -17,15 +17,23 @@ entry point in the group ``fastdata.bench_backends`` naming such a module). The 
         '''The dataset to benchmark. ``options`` come from ``fastdata bench -o KEY=VALUE`` (values parsed
         as JSON when they parse, else strings); unknown ones raise ConfigError.'''
 
-    def demo(folder: pathlib.Path) -> contextlib.AbstractContextManager[str]:
-        '''Build small synthetic data under ``folder`` (a few seconds' work, tens of MB at most) and
-        yield its SPEC; on exit, stop whatever it started (a local S3 server, ...). The caller
-        removes ``folder``. The dataset ``open(spec, **DEMO_OPTIONS)`` gives is what the demo sweeps.'''
+    def demo(folder: pathlib.Path, scale: float = 1.0) -> contextlib.AbstractContextManager[str | tuple[str, dict]]:
+        '''Build small synthetic data under ``folder`` (a few seconds' work, tens of MB at most; ``scale``
+        times that much, for ``--demo --quick`` and tests; optional, for demos that cannot shrink) and
+        yield its SPEC, or ``(SPEC, options)`` where ``options`` are open() options that hold only for
+        this data (the endpoint of a server it started, an index file in ``folder`` ...); on exit,
+        also after an error or Ctrl-C, stop whatever it started (a local S3 server, ...). The caller
+        removes ``folder``. The dataset ``open(spec, **DEMO_OPTIONS, **options)`` gives is what the
+        demo sweeps. Options are recorded in the demo's JSON through ``repr``/``str``: pass secrets
+        inside an object whose repr hides them (an ``S3Config``), never as plain strings. When the demo
+        cannot run here (a tool it needs is not installed), raise :class:`DemoUnavailable` saying how
+        to install it: ``fastdata bench --demo`` then lists the backend as skipped.'''
 
     DEMO_OPTIONS: dict         # optional; options for open() in the demo (decode="numpy" ...).
 
 A module that fails to import (its extra is not installed) is listed as unavailable, with the reason;
-``fastdata bench --demo`` skips it and says so.
+``fastdata bench --demo`` skips it and says so. A module checks that its libraries are installed with
+:func:`require` (which looks for them without importing them), so that finding the backends stays cheap.
 """
 
 from __future__ import annotations
@@ -33,7 +41,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
+import inspect
 import pkgutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -42,6 +53,55 @@ from typing import Any
 from fastdata.errors import ConfigError
 
 ENTRY_POINTS = "fastdata.bench_backends"
+
+
+class DemoUnavailable(ConfigError):
+    """A backend's demo cannot run on this machine (a tool it needs is missing); the message says how
+    to install it. ``fastdata bench --demo`` lists the backend as skipped."""
+
+
+def require(*modules: str, extra: str) -> None:
+    """Raise ImportError (naming the extra to install) unless every one of ``modules`` is installed.
+
+    Looks for them with :func:`importlib.util.find_spec`, without importing them: the registry imports
+    every backend module to list them, and h5py, PyAV or boto3 each take a noticeable time to import.
+    """
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ImportError(f"{name} is not installed; pip install 'fastdata[{extra}]'", name=name)
+
+
+def public_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` as they may be written to a report: JSON values as they are, any other object as its
+    ``repr`` (never taken apart: ``dataclasses.asdict`` on a report would expose an ``S3Config``'s
+    credentials, which its repr hides)."""
+    def plain(v: Any) -> bool:
+        if v is None or isinstance(v, (str, int, float, bool)):
+            return True
+        if isinstance(v, (list, tuple)):
+            return all(plain(x) for x in v)
+        if isinstance(v, dict):
+            return all(isinstance(k, str) and plain(x) for k, x in v.items())
+        return False
+
+    return {k: (v if plain(v) else repr(v)) for k, v in options.items()}
+
+
+@dataclass
+class DemoData:
+    """What a backend's demo built: the SPEC, and the options of ``open()`` for it.
+
+    Attributes:
+        spec (str): the data, as ``fastdata bench SPEC`` takes it.
+        options (dict): the backend's ``DEMO_OPTIONS`` and the options its demo yielded for this data.
+    """
+
+    spec: str
+    options: dict[str, Any]
 
 
 @dataclass
@@ -83,8 +143,18 @@ class Backend:
     def open(self, spec: str, **options: Any) -> Any:
         return self._require().open(spec, **options)
 
-    def demo(self, folder: Path) -> contextlib.AbstractContextManager[str]:
-        return self._require().demo(folder)  # type: ignore[no-any-return]
+    @contextlib.contextmanager
+    def demo(self, folder: Path, scale: float = 1.0) -> Iterator[DemoData]:
+        """Build the backend's demo data under ``folder`` (``scale`` times the usual amount, where the
+        backend's demo takes a scale); yields its :class:`DemoData`."""
+        make = self._require().demo
+        if scale != 1.0 and "scale" in inspect.signature(make).parameters:
+            built_cm = make(folder, scale=scale)
+        else:
+            built_cm = make(folder)
+        with built_cm as built:
+            spec, extra = built if isinstance(built, tuple) else (built, {})
+            yield DemoData(spec, {**self.demo_options, **extra})
 
     @property
     def demo_options(self) -> dict[str, Any]:
@@ -140,4 +210,5 @@ def detect(spec: str) -> Backend:
     raise ConfigError(f"{spec}: cannot tell its format; pass --format (one of {names})")
 
 
-__all__ = ["ENTRY_POINTS", "Backend", "backends", "detect", "get"]
+__all__ = ["ENTRY_POINTS", "Backend", "DemoData", "DemoUnavailable", "backends", "detect", "get", "public_options",
+           "require"]

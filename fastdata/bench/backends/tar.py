@@ -1,7 +1,9 @@
-"""The tar-shard backend of ``fastdata bench``: WebDataset-format shards, local or on S3.
+"""The tar-shard backend of ``fastdata bench``: local WebDataset-format shards.
 
-SPEC: a shard pattern (``data/train-{000000..000099}.tar``, ``data/*.tar``, ``s3://b/train-{0..9}.tar``),
-one shard, or a folder holding ``*.tar`` shards. Options (``-o KEY=VALUE``): ``decode`` ("raw", "pil",
+SPEC: a shard pattern (``data/train-{000000..000099}.tar``, ``data/*.tar``), one shard, or a folder
+holding ``*.tar`` shards. Shards on S3 (``s3://b/train-{0..9}.tar``) are the ``s3`` backend's, which
+takes the S3 options (endpoint, retries, read-ahead) too; ``--format tar`` still reads them, through
+the AWS chain's settings. Options (``-o KEY=VALUE``): ``decode`` ("raw", "pil",
 "numpy", "torch"; default "raw"), ``indexed`` (true: the map-style :class:`~fastdata.IndexedTarDataset`
 with random access; default false: the streaming :class:`~fastdata.TarShardDataset`), ``shuffle``
 (default true), ``shuffle_window``, ``on_error``.
@@ -41,11 +43,13 @@ def _first(spec: str) -> str:
 
 
 def detect(spec: str) -> bool:
-    """A name ending in ``.tar`` (after brace expansion), or a local folder with ``.tar`` files in it."""
-    first = _first(spec)
-    if first.endswith(".tar"):
+    """A local name ending in ``.tar`` (after brace expansion), or a local folder with ``.tar`` files in
+    it. Not a remote URL: ``s3://`` shards go to the ``s3`` backend."""
+    if "://" in spec:
+        return False
+    if _first(spec).endswith(".tar"):
         return True
-    return "://" not in spec and os.path.isdir(spec) and any(Path(spec).glob("*.tar"))
+    return os.path.isdir(spec) and any(Path(spec).glob("*.tar"))
 
 
 def _urls(spec: str) -> str | list[str]:
@@ -75,7 +79,7 @@ def open(spec: str, **options: Any) -> Any:
     return fd.TarShardDataset(urls, **options)
 
 
-class _Images:
+class DemoImages:
     """Photo-like JPEGs made fast: a smooth gradient, a colour, and noise from a small pool (drawing
     fresh noise per image costs as much as encoding it). They decode like photos, not like static."""
 
@@ -99,7 +103,7 @@ def write_demo_shards(folder: Path, *, shards: int = DEMO_SHARDS, per_shard: int
                       size: tuple[int, int] = DEMO_SIZE, seed: int = 0) -> str:
     """Shards of small JPEGs with class labels; returns their brace pattern."""
     rng = np.random.default_rng(seed)
-    images = _Images(rng, size)
+    images = DemoImages(rng, size)
     folder.mkdir(parents=True, exist_ok=True)
     for s in range(shards):
         # plain ustar headers, as `tar cf` writes: webdataset's ShardWriter is ~5x slower to write
@@ -114,6 +118,7 @@ def write_demo_shards(folder: Path, *, shards: int = DEMO_SHARDS, per_shard: int
 
 
 @contextlib.contextmanager
-def demo(folder: Path) -> Iterator[str]:
-    """4 shards of 1000 JPEGs (128x128) and labels, about 25 MB, swept with ``decode="torch"``."""
-    yield write_demo_shards(Path(folder))
+def demo(folder: Path, scale: float = 1.0) -> Iterator[str]:
+    """4 shards of 1000 JPEGs (128x128) and labels, about 25 MB (``scale`` times as many per shard),
+    swept with ``decode="torch"``."""
+    yield write_demo_shards(Path(folder), per_shard=max(16, round(DEMO_PER_SHARD * scale)))

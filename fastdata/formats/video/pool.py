@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fastdata.bench import stages
 from fastdata.errors import BadSample
 from fastdata.formats.video import reader_class
 from fastdata.formats.video.base import DecodeTimeout, Size, VideoMeta, VideoReader
@@ -132,10 +133,14 @@ class ReaderPool:
                 for the dataset's error policy.
         """
         with self._busy:
+            t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
             reader = self._readers.get(path)
+            t = stages.lap("fetch", t)  # opening the file and its container, when not open yet
             try:
-                return self.watchdog.call(_get_frames, reader, frames, pause, source=path,
+                clip = self.watchdog.call(_get_frames, reader, frames, pause, source=path,
                                           what=f"decoding frames {min(frames)}..{max(frames)}")
+                stages.lap("decode", t)  # demuxing and decoding (the packets' bytes come from a local file)
+                return clip
             except DecodeTimeout:
                 setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it
                 self._readers.discard(path)
