@@ -134,6 +134,16 @@ def test_ipc_bound_when_no_workers_is_fastest() -> None:
     assert "Transfer-bound" in rec.diagnosis[0]
 
 
+def test_no_workers_fastest_while_the_main_process_waits_is_storage_bound() -> None:
+    # a slow store on the same machine (the S3 demo's local server): no workers wins, but the main
+    # process mostly waits for reads, so moving items between processes is not what limits
+    result = sweep_of(pt(0, 150, main_busy=0.1), pt(1, 120, main_busy=0.03), pt(2, 130, main_busy=0.03))
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "storage"
+    assert rec.config is not None and rec.config.num_workers == 0
+    assert not any("Transfer-bound" in line for line in rec.diagnosis)
+
+
 def test_memory_bound_when_pss_nears_the_usable_memory() -> None:
     result = sweep_of(pt(0, 100), pt(2, 200, pss_workers=[3 * GIB] * 2),
                       pt(4, 210, pss_workers=[3 * GIB] * 4), memory=12 * GIB)

@@ -5,8 +5,8 @@ follow from the numbers (:func:`diagnose`). The rules, in order:
 
 * ``memory``: the processes' PSS at some point comes near the usable memory (or a point died).
 * ``none``: with a step time, the loader keeps the stall under the target: the model is the limit.
-* ``ipc``: no workers is fastest: items are so cheap that moving them between processes costs more
-  than making them.
+* ``ipc``: no workers is fastest, with the main process busy making items: they are so cheap that
+  moving them between processes costs more than making them.
 * ``main-process``: the main process is busy receiving batches (unpickling, pinning) most of the time,
   so more workers cannot help.
 * ``ipc`` again, with workers: the main process mostly waits in the middle of receiving batches (the
@@ -169,7 +169,9 @@ def _headline(result: SweepResult, rec: Point, best: Point, cores: int, largest:
                 f"{share:.0%} of an epoch ({result.epoch_samples} samples); use persistent_workers=True.")
         return "start-up", [text, *_explain(result, rec, best, cores, largest, stall_target)]
     with_workers = [p for p in result.ok_points() if p.config.num_workers]
-    if rec.config.num_workers == 0 and with_workers and not result.step_time:
+    if rec.config.num_workers == 0 and with_workers and not result.step_time and rec.main_busy >= MAIN_BUSY:
+        # no workers is fastest while the main process computes all the time: making items is cheaper
+        # than moving them. (When it mostly waits instead, on a slow store, the verdict is storage.)
         top = max(with_workers, key=lambda p: p.samples_per_s)
         if top.samples_per_s < rec.samples_per_s:
             text = (f"Transfer-bound: items are so cheap that sending them between processes costs more than "
