@@ -3,10 +3,11 @@ shared with its workers, the bad-input policy, and ``close``."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastdata.errors import ErrorPolicy, OnError
-from fastdata.worker import SharedState
+from fastdata.worker import SharedState, on_epoch
 from fastdata.world import World, current_rank, current_worker
 
 
@@ -36,6 +37,7 @@ class DatasetBase:
         self._shared = SharedState(("skipped", *counters))
         self._policy = ErrorPolicy(on_error, self._shared)
         World(self.rank, self.world_size, seed=seed)  # checks rank and world size
+        self._seen_epoch: tuple[int, int] | None = None  # (pid, epoch) last reseeded for: see follow_epoch
 
     @property
     def on_error(self) -> OnError:
@@ -63,6 +65,16 @@ class DatasetBase:
         """The :class:`World` of the calling process (its worker id and count filled in)."""
         worker, num_workers = current_worker()
         return World(self.rank, self.world_size, worker, num_workers, self.seed, self.epoch)
+
+    def follow_epoch(self) -> None:
+        """Reseed this process's random streams (:func:`fastdata.worker.on_epoch`) when the shared epoch
+        has moved since it last looked: map-style datasets call it on every read, so persistent workers
+        get new streams each epoch even without ``worker_init_fn``. Keyed by pid too: a worker forked
+        from a parent that already read (``ds[0]`` before training) still seeds its own streams."""
+        seen = (os.getpid(), self.epoch)
+        if self._seen_epoch != seen:
+            self._seen_epoch = seen
+            on_epoch(self.worker_world())
 
     def close(self) -> None:
         """Close every handle this process opened. Idempotent; the dataset reopens on next use."""

@@ -31,7 +31,7 @@ from fastdata.formats.hdf5_rows import H5Handle, corrupt, read_field
 from fastdata.sampler import EpochSampler
 from fastdata.sharding import Remainder
 from fastdata.storage import expand_urls, scheme
-from fastdata.worker import HandleCache, on_epoch
+from fastdata.worker import HandleCache
 
 _KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
 
@@ -114,7 +114,6 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         self._handles: HandleCache[int, H5Handle] = HandleCache(self._open, max_open=max_open,
                                                                 close_inherited=True)
         self._pool = BufferPool()
-        self._seen_epoch = -1
 
     def _describe(self, path: str, first: FileInfo | None) -> FileInfo | None:
         try:
@@ -154,20 +153,16 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         files = np.searchsorted(self._starts, idx, side="right") - 1
         return files, idx - self._starts[files]
 
-    def _epoch_hook(self) -> None:
-        if self._seen_epoch != self.epoch:
-            self._seen_epoch = self.epoch
-            on_epoch(self.worker_world())
 
     def __getitem__(self, i: int) -> Any:
-        self._epoch_hook()
+        self.follow_epoch()
         got = self._read(np.array([i], dtype=np.int64))
         return got[0] if got else None
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """A batch's samples in the order asked; skipped bad ones are left out (the DataLoader calls
         this to batch). Rows are read file by file, in file order, each field in as few reads as it takes."""
-        self._epoch_hook()
+        self.follow_epoch()
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         out = self._read(idx)
         if not out and len(idx):

@@ -17,7 +17,6 @@ from fastdata.errors import BadSample, OnError
 from fastdata.sampler import EpochSampler
 from fastdata.sharding import Remainder
 from fastdata.storage import expand_urls
-from fastdata.worker import on_epoch
 
 
 class IndexedTarDataset(DatasetBase, Dataset[Any]):
@@ -65,7 +64,6 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
                                 transform=transform, max_open=max_open, storage_options=storage_options,
                                 stats=self._shared)
         self._starts = [0, *accumulate(self.source.counts)]
-        self._seen_epoch = -1
 
     @property
     def urls(self) -> list[str]:
@@ -83,20 +81,16 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         shard = bisect.bisect_right(self._starts, i) - 1
         return shard, i - self._starts[shard]
 
-    def _epoch_hook(self) -> None:
-        if self._seen_epoch != self.epoch:
-            self._seen_epoch = self.epoch
-            on_epoch(self.worker_world())
 
     def __getitem__(self, i: int) -> Any:
-        self._epoch_hook()
+        self.follow_epoch()
         shard, local = self.locate(i)
         got = self.source.read(shard, [local])
         return got[0] if got else None
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch)."""
-        self._epoch_hook()
+        self.follow_epoch()
         out: list[Any] = []
         run: list[int] = []
         run_shard = -1

@@ -29,7 +29,7 @@ from fastdata.storage.s3 import S3Config, Stats, executor
 from fastdata.storage.s3_client import COUNTERS, client, release
 from fastdata.storage.s3_fetch import ObjectChanged, S3Unavailable, get
 from fastdata.storage.s3_list import resolve
-from fastdata.worker import ProcessLocal, on_epoch
+from fastdata.worker import ProcessLocal
 from fastdata.world import current_worker
 
 Sample = dict[str, Any]
@@ -146,7 +146,6 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self._plan: tuple[bool, Remainder] | None = None  # the order of sampler(), for lookahead
         self._ahead: ProcessLocal[_Lookahead] = ProcessLocal(_Lookahead, _close_lookahead, close_inherited=False)
-        self._seen_epoch = -1
 
     @property
     def on_missing(self) -> OnMissing:
@@ -193,9 +192,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         """The samples ``indices``, fetched concurrently and decoded in order; bad ones handled by the
         policies (raised, or counted and left out)."""
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
-        if self._seen_epoch != self.epoch:
-            self._seen_epoch = self.epoch
-            on_epoch(self.worker_world())
+        self.follow_epoch()
         ahead = self._ahead.get()
         pool = executor(self.config)
         futures: list[Future[bytes]] = []

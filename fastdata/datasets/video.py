@@ -24,7 +24,7 @@ from fastdata.formats.video.pool import ReaderPool
 from fastdata.sampler import EpochSampler
 from fastdata.sharding import Remainder
 from fastdata.storage import expand_urls, scheme
-from fastdata.worker import derive_seed, on_epoch, stagger
+from fastdata.worker import derive_seed, stagger
 from fastdata.world import current_worker
 
 ClipSampling = Literal["random", "uniform"]
@@ -171,7 +171,6 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         if not len(self):
             raise BadSample(f"none of the {len(self.paths)} videos holds a clip of {self.span} frames "
                             "(see the warnings above)", self.paths[0])
-        self._seen_epoch = -1
         self._stagger_pid = -1
         self.stagger_delay = 0.0  # the delay this process waited before its first read, seconds
 
@@ -245,9 +244,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         return video, list(range(start, start + self.span, self.frame_stride))
 
     def _begin(self) -> None:
-        if self._seen_epoch != self.epoch:
-            self._seen_epoch = self.epoch
-            on_epoch(self.worker_world())
+        self.follow_epoch()
         if self._stagger_pid != os.getpid():
             self._stagger_pid = os.getpid()
             world = self.worker_world()
