@@ -40,6 +40,7 @@ import fastdata as fd
 from fastdata.convert import convert
 from fastdata.datasets.tar_source import load_index
 from fastdata.formats.tar import read_samples
+from fastdata.loader import as_is
 from fastdata.storage.local import LocalReader
 
 CHUNK = 1 << 20
@@ -165,7 +166,8 @@ def run_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None
     if cold_paths is not None:
         evict(cold_paths)
     dataset = make()
-    loader = DataLoader(dataset, batch_size=None, num_workers=workers, shuffle=False,
+    # every reader yields finished items: skip the DataLoader's default_convert walk for all of them alike
+    loader = DataLoader(dataset, batch_size=None, num_workers=workers, shuffle=False, collate_fn=as_is,
                         multiprocessing_context="fork" if workers else None)
     samples = nbytes = 0
     begin = time.perf_counter()

@@ -1,7 +1,8 @@
 """fastdata: fast, worker-safe PyTorch datasets for tar shards, HDF5, video and S3.
 
-Backends that need optional libraries (h5py, decord, boto3) are imported on first use, so
-``import fastdata`` stays light and a missing extra fails with an install hint.
+Every public name is imported on first use: ``import fastdata`` (and so the ``fastdata`` command) does
+not pay for torch until a dataset is asked for, and a backend whose optional libraries (h5py, decord,
+boto3) are missing fails with an install hint only when it is used.
 """
 
 from __future__ import annotations
@@ -9,9 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fastdata.datasets.indexed_tar import IndexedTarDataset
-from fastdata.datasets.tar_shards import TarShardDataset
-from fastdata.decode import Decoder
 from fastdata.errors import (
     BadSample,
     ConfigError,
@@ -23,25 +21,37 @@ from fastdata.errors import (
     SourceUnreadable,
     UnsafeMember,
 )
-from fastdata.loader import Loader
-from fastdata.sampler import EpochSampler
-from fastdata.worker import WorkerInit, compose_worker_init, worker_init_fn
-from fastdata.world import World
 
 if TYPE_CHECKING:
     from fastdata import bench
     from fastdata.datasets.hdf5 import HDF5Dataset
+    from fastdata.datasets.indexed_tar import IndexedTarDataset
     from fastdata.datasets.s3 import S3Dataset
+    from fastdata.datasets.tar_shards import TarShardDataset
     from fastdata.datasets.video import VideoClipDataset
+    from fastdata.decode import Decoder
+    from fastdata.loader import Loader
+    from fastdata.sampler import EpochSampler
+    from fastdata.worker import WorkerInit, compose_worker_init, worker_init_fn
+    from fastdata.world import World
 
 __version__ = "0.1.0"
 
-# name -> (module, the extra that provides its libraries)
+# name -> (module, the extra that provides its libraries, or None when it needs only the core)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("fastdata.bench", None),
+    "Decoder": ("fastdata.decode", None),
+    "EpochSampler": ("fastdata.sampler", None),
     "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
+    "IndexedTarDataset": ("fastdata.datasets.indexed_tar", None),
+    "Loader": ("fastdata.loader", None),
     "S3Dataset": ("fastdata.datasets.s3", "s3"),
+    "TarShardDataset": ("fastdata.datasets.tar_shards", None),
     "VideoClipDataset": ("fastdata.datasets.video", "video"),
+    "WorkerInit": ("fastdata.worker", None),
+    "World": ("fastdata.world", None),
+    "compose_worker_init": ("fastdata.worker", None),
+    "worker_init_fn": ("fastdata.worker", None),
 }
 
 
@@ -55,7 +65,13 @@ def __getattr__(name: str) -> Any:
         if extra is None:
             raise
         raise ImportError(f"fastdata.{name} needs {e.name}; install it with pip install 'fastdata[{extra}]'") from e
-    return mod if module.endswith(name) else getattr(mod, name)
+    value = mod if module.endswith(name) else getattr(mod, name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

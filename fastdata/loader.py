@@ -35,6 +35,16 @@ _OWNED = {
 _CHECKED = ("batch_size", "world_size", "samples", "seed")
 
 
+def as_is(batch: Any) -> Any:
+    """The ``collate_fn`` for a dataset that yields finished batches (``TarShardDataset(batch_size=...)``).
+
+    With ``batch_size=None`` the DataLoader otherwise runs ``default_convert`` over every batch: for a
+    batch of 64 dicts of bytes that is ~0.5 ms (8 us a sample, measured here), as much as reading the
+    samples, to redo what the dataset's own collate already did. Pass it to a plain ``DataLoader`` too.
+    """
+    return batch
+
+
 class Loader:
     """Iterate a fastdata dataset through a ``DataLoader``, and resume mid-epoch from a saved state.
 
@@ -176,7 +186,7 @@ class Loader:
         if self._dataloader is None:
             if self.iterable:
                 self._dataloader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
-                                              worker_init_fn=self._worker_init, **self._kwargs)
+                                              collate_fn=as_is, worker_init_fn=self._worker_init, **self._kwargs)
             else:
                 self._dataloader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=self.sampler,
                                               drop_last=self._drop_last, num_workers=self.num_workers,
