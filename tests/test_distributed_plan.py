@@ -17,7 +17,7 @@ from tests.dist_backends import BACKENDS, BATCH, batch_keys, make_loader
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list[str]]]:
+def data(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> dict[str, tuple[Path, list[str]]]:
     out = {}
     for name, backend in BACKENDS.items():
         folder = tmp_path_factory.mktemp(name)

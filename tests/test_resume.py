@@ -23,7 +23,7 @@ STOP_EPOCH = 1
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def data(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> dict[str, Path]:
     out = {}
     for name, backend in BACKENDS.items():
         folder = tmp_path_factory.mktemp(name)
