@@ -4,10 +4,15 @@ Adding a backend is one entry in :data:`BACKENDS`: a function that writes small 
 folder and returns the identity of every sample, and a function that builds the dataset from that
 folder. The torchrun worker (``tests/dist_worker.py``) and the in-process tests (``test_resume.py``,
 ``test_distributed_plan.py``) all build their datasets and loaders through here.
+
+Backends on S3 (``needs_s3``) keep their objects on the test session's moto server and find it through
+the standard AWS chain (``AWS_ENDPOINT_URL`` ..., set by the ``s3_env`` fixture and inherited by the
+torchrun ranks and their workers); the local folder then holds only the URL of their data.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,12 +39,18 @@ class DistBackend:
             (the Loader passes them to its ``sampler()``); an iterable one must plan with them.
         keys_of: the identities of the samples of one batch.
         iterable: True for an IterableDataset (it batches itself), False for a map-style dataset.
+        needs_s3: the data lives on the S3 server of the ``s3_env`` fixture.
+        slow: reading costs milliseconds a sample (a server's round trip, a video decoder): the in-process
+            tests try fewer resume positions and world sizes (every one is tried on the fast backends,
+            and the planning code is the same).
     """
 
     prepare: Callable[[Path], list[str]]
     make: Callable[..., Any]
     keys_of: Callable[[Any], list[str]]
     iterable: bool
+    needs_s3: bool = False
+    slow: bool = False
 
 
 def _tar_data(folder: Path) -> list[str]:
@@ -85,11 +96,83 @@ def _hdf5_keys(batch: Any) -> list[str]:
     return [str(k) for k in batch["key"].tolist()]
 
 
+# 3 videos of 22 frames, clips of 2 frames every 2 frames: 11 clips each, 33 in all
+VIDEO_FRAMES, CLIP_LEN = 22, 2
+
+
+def _video_data(folder: Path) -> list[str]:
+    from tests.videogen import make_videos
+
+    make_videos(folder, count=3, frames=VIDEO_FRAMES, seed=2)
+    _make_video(folder, seed=0)  # probes the videos once, into the index file every later build reads
+    return [f"{v}:{f}" for v in range(3) for f in range(0, VIDEO_FRAMES, CLIP_LEN)]
+
+
+def _make_video(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
+                **_: Any) -> Any:
+    return fd.VideoClipDataset(sorted(str(p) for p in Path(folder).glob("*.mp4")), clip_len=CLIP_LEN,
+                               clips_per_video="all", index_cache=Path(folder) / "index.json", seed=seed,
+                               rank=rank, world_size=world_size)
+
+
+def _video_keys(batch: Any) -> list[str]:
+    from tests.videogen import read_stamp
+
+    keys = []
+    for clip, video, frames in zip(batch["clip"], batch["video"].tolist(), batch["frames"].tolist()):
+        # the pixels must be the frames the sample names
+        assert [read_stamp(f) for f in clip.numpy()] == [(video, f) for f in frames], (video, frames)
+        keys.append(f"{video}:{frames[0]}")
+    return keys
+
+
+def _s3_client() -> Any:
+    import boto3
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        raise RuntimeError("S3 backends need the test S3 server: request the s3_env fixture")
+    return boto3.client("s3", endpoint_url=endpoint)
+
+
+def _bucket(folder: Path) -> str:
+    """One bucket per data folder (each test session's folders are new)."""
+    return "dist-" + hashlib.sha1(str(Path(folder).resolve()).encode()).hexdigest()[:16]
+
+
+def _s3_objects_data(folder: Path) -> list[str]:
+    import numpy as np
+
+    bucket, s3 = _bucket(folder), _s3_client()
+    s3.create_bucket(Bucket=bucket)
+    rng = np.random.default_rng(3)
+    keys = [f"s{i:06d}" for i in range(33)]
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=f"objects/{key}.bin", Body=rng.bytes(int(rng.integers(1, 300))))
+    (Path(folder) / "source.txt").write_text(f"s3://{bucket}/objects/")
+    return keys
+
+
+def _make_s3_objects(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
+                     **_: Any) -> Any:
+    # the prefix is listed at every build, as a training script does at every start
+    return fd.S3Dataset((Path(folder) / "source.txt").read_text(), seed=seed, rank=rank, world_size=world_size)
+
+
+def _s3_keys(batch: Any) -> list[str]:
+    return [k.rsplit("/", 1)[-1] for k in batch["__key__"]]
+
+
 BACKENDS: dict[str, DistBackend] = {
     "tar_shards": DistBackend(_tar_data, _make_tar_shards, _tar_keys, iterable=True),
     "indexed_tar": DistBackend(_tar_data, _make_indexed_tar, _tar_keys, iterable=False),
     "hdf5": DistBackend(_hdf5_data, _make_hdf5, _hdf5_keys, iterable=False),
+    "video": DistBackend(_video_data, _make_video, _video_keys, iterable=False, slow=True),
+    "s3_objects": DistBackend(_s3_objects_data, _make_s3_objects, _s3_keys, iterable=False, needs_s3=True, slow=True),
+    # (TarShardDataset on S3 is left out: it cost ~12 s of torchrun and ~15 s in process, for the same planning
+    # code as "tar_shards"; tests/test_s3_conformance.py reads it through DataLoader workers)
 }
+FAST = [name for name, backend in BACKENDS.items() if not backend.slow]
 
 
 def make_dataset(name: str, folder: str | os.PathLike[str], *, seed: int = SEED, shuffle: bool = True,

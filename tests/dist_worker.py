@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +174,12 @@ def main() -> None:
         states = args.root / "state"
         states.mkdir(exist_ok=True)
         phase = plan_phase if args.phase == "plan" else resume_phase
-        result = {"rank": rank, "world_size": dist.get_world_size(), "pid": os.getpid(), "backends": {}}
+        result = {"rank": rank, "world_size": dist.get_world_size(), "pid": os.getpid(), "backends": {},
+                  "seconds": {}}
         for name in args.backends.split(","):
+            start = time.perf_counter()
             result["backends"][name] = phase(name, args.root / name, states)
+            result["seconds"][name] = round(time.perf_counter() - start, 2)  # what each backend costs the suite
         step([])  # every rank got here: nobody is left behind in a collective
         (args.root / f"{args.phase}-rank{rank}.json").write_text(json.dumps(result))
     finally:

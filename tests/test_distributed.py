@@ -51,7 +51,8 @@ def torchrun(phase: str, root: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> dict[str, Any]:
+    # s3_env: the S3 backends' server, found by the ranks (and their workers) through the environment
     root = tmp_path_factory.mktemp("dist")
     expected = {}
     for name, backend in BACKENDS.items():

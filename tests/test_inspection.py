@@ -1,4 +1,5 @@
-"""``fastdata inspect``: counts, extensions, bad members by name, manifest checks, --write-manifest."""
+"""``fastdata inspect``: counts, extensions, bad members by name, manifest checks, --write-manifest; HDF5
+files, folders of videos, and ``s3://`` prefixes and shards on the moto server."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import webdataset as wds
 
@@ -17,6 +19,7 @@ from fastdata.convert import convert
 from fastdata.inspection import inspect_paths, write_manifest
 from fastdata.manifest import sample_counts
 from tests.datagen import make_image_folder, make_shards
+from tests.s3_server import MotoServer, upload_files
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +91,120 @@ def test_unknown_files_and_empty_folders_are_refused(tmp_path: Path) -> None:
     with pytest.raises(fd.ConfigError, match="cannot inspect"):
         inspect_paths(str(tmp_path / "x.zip"))
     assert main(["inspect", str(tmp_path / "missing.tar")]) == 2
+
+
+# -- HDF5 ----------------------------------------------------------------------------------------------
+def test_hdf5_files_report_fields_chunking_attrs_and_unequal_lengths(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import h5py
+
+    from tests.hdf5_datagen import make_files
+
+    paths, _ = make_files(tmp_path, sizes=(11, 13, 9))  # chunked, contiguous, gzip-compressed
+    with h5py.File(paths[0], "a") as f:
+        f.attrs["classes"] = np.array(["cat", "dog"], dtype=h5py.string_dtype())
+    with h5py.File(tmp_path / "uneven.h5", "w") as f:
+        f.create_dataset("image", data=np.zeros((5, 2), np.float32))
+        f.create_dataset("label", data=np.zeros(4, np.int64))
+    (tmp_path / "cut.h5").write_bytes(Path(paths[1]).read_bytes()[:1000])
+    report = inspect_paths(str(tmp_path))
+    files = {os.path.basename(r["url"]): r for r in report["files"]}
+    assert sorted(files) == ["cut.h5", "part-0.h5", "part-1.h5", "part-2.h5", "uneven.h5"]
+    part0 = files["part-0.h5"]
+    assert part0["format"] == "hdf5" and part0["samples"] == 11 and part0["bad"] == []
+    fields = part0["details"]["fields"]
+    assert fields["image"] == {"length": 11, "shape": [11, 4, 5, 3], "dtype": "uint8", "chunks": [4, 4, 5, 3],
+                               "compression": None}
+    assert fields["label"]["dtype"] == "int64" and fields["key"]["chunks"] == [3]
+    assert fields["blob"]["dtype"] == "uint8 (variable length)" and fields["blob"]["length"] == 11
+    assert part0["details"]["attrs"] == {"classes": ["cat", "dog"]}
+    assert files["part-1.h5"]["details"]["fields"]["image"]["chunks"] is None
+    assert files["part-2.h5"]["details"]["fields"]["image"]["compression"] == "gzip"
+    (uneven,) = files["uneven.h5"]["bad"]
+    assert "unequal lengths ('image': 5, 'label': 4)" in uneven
+    assert files["cut.h5"]["complete"] is False and "HDF5 cannot open it" in files["cut.h5"]["bad"][0]
+    assert report["totals"]["bad"] == 2 and report["totals"]["samples"] == 11 + 13 + 9 + 4
+    assert main(["inspect", str(tmp_path / "part-{0..2}.h5")]) == 0
+    out = capsys.readouterr().out
+    assert "field image: 11x4x5x3 uint8, chunks 4x4x5x3" in out and "gzip" in out
+    assert 'attr classes: ["cat", "dog"]' in out
+    assert main(["inspect", str(tmp_path)]) == 1
+    assert "bad: " in capsys.readouterr().out
+
+
+# -- videos --------------------------------------------------------------------------------------------
+def test_a_folder_of_videos_reports_codecs_and_frames_and_names_unreadable_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.videogen import make_videos
+
+    make_videos(tmp_path / "class_a", count=2, frames=[12, 20], codec="mp4v")
+    make_videos(tmp_path / "class_b", count=1, frames=15, codec="mjpg")
+    (tmp_path / "class_b" / "broken.mp4").write_bytes(b"not a video at all" * 50)
+    report = inspect_paths(str(tmp_path))
+    files = {os.path.relpath(r["url"], tmp_path): r for r in report["files"]}
+    assert sorted(files) == ["class_a/v000.mp4", "class_a/v001.mp4", "class_b/broken.mp4", "class_b/v000.avi"]
+    assert [files[f"class_a/v00{k}.mp4"]["samples"] for k in (0, 1)] == [12, 20]
+    assert files["class_a/v000.mp4"]["details"] == {"codec": "mpeg4", "frames": 12, "fps": 25.0, "width": 96,
+                                                    "height": 64, "seconds": 0.48}
+    assert files["class_b/v000.avi"]["details"]["codec"] == "mjpeg"
+    broken = files["class_b/broken.mp4"]
+    assert not broken["complete"] and "broken.mp4" in broken["bad"][0]
+    assert report["totals"]["extensions"] == {"mjpeg": 1, "mpeg4": 2} and report["totals"]["bad"] == 1
+    assert main(["inspect", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "v001.mp4  20 frames" in out and "video: mpeg4, 20 frames, 25.0 fps, 96x64" in out
+    assert "bad: " in out and "broken.mp4" in out
+
+
+def test_video_suffixes_match_the_video_dataset() -> None:
+    from fastdata.datasets.video import VIDEO_EXTENSIONS
+    from fastdata.inspection_media import VIDEO_SUFFIXES
+
+    assert set(VIDEO_SUFFIXES) == VIDEO_EXTENSIONS
+
+
+# -- S3 ------------------------------------------------------------------------------------------------
+def test_an_s3_prefix_of_shards_is_listed_inspected_and_checked_against_its_manifest(
+        converted: Path, s3_env: dict[str, str], s3_server: MotoServer, s3_bucket: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    s3 = s3_server.client()
+    upload_files(s3, s3_bucket, {f"train/{p.name}": p for p in sorted(converted.iterdir()) if p.is_file()})
+    upload_files(s3, s3_bucket, {"train/readme.txt": b"hello"})
+    local = inspect_paths(str(converted))
+    report = inspect_paths(f"s3://{s3_bucket}/train")
+    (prefix,) = report["prefixes"].values()
+    objects = [p for p in converted.iterdir() if p.is_file()]
+    assert prefix["objects"] == len(objects) + 1 and prefix["inspected"] == 3
+    assert prefix["bytes"] == sum(p.stat().st_size for p in objects) + 5
+    assert prefix["suffixes"] == {".tar": 3, ".idx": 3, ".json": 1, ".txt": 1}
+    assert report["totals"] == local["totals"]
+    assert [r["url"] for r in report["files"]] == [f"s3://{s3_bucket}/train/shard-{k:06d}.tar" for k in range(3)]
+    assert all(r["notes"] == [] for r in report["files"]), "the sidecar indexes on S3 were not checked"
+    (summary,) = report["manifests"].values()
+    assert summary["samples"] == 12 and summary["problems"] == []
+    # one shard alone: the others are not reported missing; then one deleted: it is
+    one = inspect_paths(f"s3://{s3_bucket}/train/shard-000001.tar")
+    assert one["totals"]["samples"] == 4 and one["manifests"][f"s3://{s3_bucket}/train"]["problems"] == []
+    s3.delete_object(Bucket=s3_bucket, Key="train/shard-000002.tar")
+    assert main(["inspect", f"s3://{s3_bucket}/train/"]) == 1
+    out = capsys.readouterr().out
+    assert f"prefix s3://{s3_bucket}/train/: 7 object(s)" in out
+    assert "mismatch: shard-000002.tar: listed in the manifest but missing" in out
+
+
+def test_an_s3_prefix_of_plain_objects_is_counted_and_media_listed_not_opened(
+        s3_env: dict[str, str], s3_server: MotoServer, s3_bucket: str, tmp_path: Path) -> None:
+    from tests.hdf5_datagen import make_h5
+
+    make_h5(tmp_path / "a.h5", 3)
+    upload_files(s3_server.client(), s3_bucket, {"raw/x/1.jpg": b"a" * 10, "raw/x/2.jpg": b"b" * 20,
+                                                 "raw/y/3.cls": b"1", "raw/a.h5": tmp_path / "a.h5"})
+    report = inspect_paths(f"s3://{s3_bucket}/raw")
+    assert report["prefixes"][f"s3://{s3_bucket}/raw"] == {
+        "objects": 4, "bytes": 31 + (tmp_path / "a.h5").stat().st_size, "suffixes": {".jpg": 2, ".h5": 1, ".cls": 1},
+        "inspected": 1}
+    (h5,) = report["files"]
+    assert h5["format"] == "hdf5" and h5["bytes"] == (tmp_path / "a.h5").stat().st_size
+    assert h5["notes"] == ["not opened: HDF5 files are read from local disk (copy the file first)"]
+    with pytest.raises(fd.SourceNotFound, match="no objects under this prefix"):
+        inspect_paths(f"s3://{s3_bucket}/nothing")

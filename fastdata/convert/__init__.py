@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from fastdata.convert.corpus import Corpus, scan_corpus
 from fastdata.errors import ConfigError, check_choice
+from fastdata.storage import scheme
 
 Format = Literal["tar", "hdf5"]
 
@@ -38,6 +39,8 @@ def convert(
     decode: bool = False,
     size: tuple[int, int] | None = None,
     progress: bool = True,
+    staging: str | os.PathLike[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Convert the corpus at ``src`` into ``out``; return the manifest written to ``out/manifest.json``.
 
@@ -48,6 +51,9 @@ def convert(
     Args:
         src: an ImageFolder tree (a folder per class; labels become ``.cls``) or a flat folder of files.
         out: the output folder; must be empty or new, or hold an interrupted run of the same conversion.
+            Or, for tar, ``s3://bucket/prefix``: shards are written to a local staging folder and uploaded
+            as each is finished, the manifest last (see :mod:`fastdata.convert.remote`); the prefix must
+            hold nothing else.
         format ("tar" | "hdf5"): Defaults to "tar".
         shard_size (int | str | None): most bytes per shard, like ``"256MB"`` or ``"1GiB"`` (a single larger
             file gets a shard of its own). Defaults to "256MB".
@@ -63,6 +69,12 @@ def convert(
         decode (bool): hdf5 only: store decoded pixels instead of encoded bytes. Defaults to False.
         size (tuple[int, int] | None): hdf5 with ``decode``: resize images to (height, width).
         progress (bool): show a progress bar (files and MB/s). Defaults to True.
+        staging (str | PathLike | None): s3:// output: the local folder to stage shards in (a subfolder
+            named after ``out`` is used, and deleted once the conversion is complete). Defaults to
+            ``$FASTDATA_CACHE_DIR/convert-staging`` (``~/.cache/fastdata/convert-staging``).
+        storage_options (dict | None): s3:// output: :class:`~fastdata.storage.s3_client.S3Config`
+            fields (``endpoint_url``, ``profile_name``, credentials, ``max_attempts`` ...). Defaults to the
+            standard AWS chain (``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` ...).
 
     Raises:
         CorpusProblems: the corpus has problems and ``skip_bad`` is False (nothing is written).
@@ -72,6 +84,9 @@ def convert(
     check_choice("format", format, Format)
     out = os.fspath(out)
     if format == "hdf5":
+        if scheme(out) or staging is not None or storage_options:
+            raise ConfigError(f"{out}: format='hdf5' writes a local file; convert into a local folder, then "
+                              "upload the file (fastdata.storage.s3.upload_file)")
         if shard_count is not None or shuffle or workers != 1:
             raise ConfigError("shard_count, shuffle and workers apply to format='tar' only")
         corpus = _scan_checked(src, skip_bad)
@@ -92,7 +107,8 @@ def convert(
     corpus = scan_corpus(src)
     return convert_tar(corpus, out, shard_size=None if shard_count is not None else parse_size(shard_size or "256MB"),
                        shard_count=shard_count, workers=workers, shuffle=shuffle, seed=seed, prefix=prefix,
-                       skip_bad=skip_bad, restart=restart, fsync=fsync, progress=progress)
+                       skip_bad=skip_bad, restart=restart, fsync=fsync, progress=progress, staging=staging,
+                       storage_options=storage_options)
 
 
 def _scan_checked(src: str | os.PathLike[str], skip_bad: bool) -> Corpus:

@@ -43,18 +43,29 @@ class ConversionState:
     def record_path(self, name: str) -> str:
         return os.path.join(self.done_dir, name + ".json")
 
-    def finished(self, plan: Plan) -> dict[str, dict[str, Any]]:
-        """Records of the planned shards that are complete on disk, by shard name."""
+    def records(self, plan: Plan) -> dict[str, dict[str, Any]]:
+        """Every readable record of a planned shard, by shard name, whether or not the shard is on disk."""
         out: dict[str, dict[str, Any]] = {}
         for name in plan.names:
             try:
                 with open(self.record_path(name), "rb") as f:
                     record = json.load(f)
+                if record["name"] == name and isinstance(record["bytes"], int):
+                    out[name] = record
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # missing or half-written: the shard is redone
+        return out
+
+    def finished(self, plan: Plan) -> dict[str, dict[str, Any]]:
+        """Records of the planned shards that are complete on disk, by shard name."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, record in self.records(plan).items():
+            try:
                 if os.stat(os.path.join(self.out, name)).st_size == record["bytes"] and \
                         os.path.isfile(os.path.join(self.out, name + ".idx")):
                     out[name] = record
-            except (OSError, ValueError, KeyError):
-                continue  # missing, half-written or stale: the shard is redone
+            except OSError:
+                continue  # missing or stale: the shard is redone
         return out
 
     def save_record(self, record: dict[str, Any]) -> None:

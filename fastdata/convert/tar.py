@@ -1,15 +1,17 @@
 """Small-file corpus -> WebDataset tar shards, in parallel, resumable, with a manifest.
 
 The work is planned first (:mod:`fastdata.convert.plan`: which file goes into which shard under which
-key), then each shard is written by one process (:class:`~fastdata.formats.tar_writer.TarShardWriter`),
-published (:func:`publish_shard`), and recorded as finished (:mod:`fastdata.convert.resume`). The
-manifest is written last, from the records.
+key), then each shard is written by one process (:class:`~fastdata.formats.tar_writer.TarShardWriter`)
+and recorded as finished (:mod:`fastdata.convert.resume`). The manifest is written last, from the
+records. For an ``s3://`` output the shards are written into a local staging folder and the main process
+uploads each one as its writer reports it finished, the manifest last (:mod:`fastdata.convert.remote`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import multiprocessing
 import os
 import signal
@@ -24,6 +26,7 @@ from tqdm import tqdm
 
 from fastdata.convert.corpus import Corpus
 from fastdata.convert.plan import LABEL_EXT, Entry, Plan, brace_pattern, plan_shards
+from fastdata.convert.remote import RemoteOutput, check_remote, staging_folder
 from fastdata.convert.resume import ConversionState, open_state, sync_dir
 from fastdata.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
 from fastdata.formats.tar_writer import TarShardWriter, write_atomic
@@ -48,18 +51,6 @@ class CorpusProblems(FastdataError):
                          "Fix them, or pass --skip-bad (skip_bad=True) to convert the rest; the manifest then "
                          "counts what was left out")
         self.problems = problems
-
-
-def publish_shard(local_path: str, out: str) -> None:
-    """Called in the writing process once a shard and its ``.idx`` are complete at ``local_path``.
-
-    For a local output folder the shard already lies in place (written under a temporary name and
-    renamed), so there is nothing to do. This is the one place where an upload to a remote ``out``
-    (``s3://``) hooks in.
-    """
-    if scheme(out):
-        raise ConfigError(f"{out}: fastdata convert writes to local folders only for now; convert to a "
-                          "local folder, then upload it")
 
 
 def _file_problem(message: str) -> bool:
@@ -102,8 +93,9 @@ def write_shard(out: str, name: str, entries: list[Entry], *, labelled: bool, sk
         raise
     if progress is not None:
         progress(done % _REPORT_EVERY, nbytes)
-    publish_shard(path, out)
+    index = result.index.to_bytes()  # the bytes the writer stored as the sidecar: an upload checks them
     return {"name": name, "samples": result.samples, "bytes": result.bytes, "sha256": result.sha256,
+            "idx_bytes": len(index), "idx_sha256": hashlib.sha256(index).hexdigest(),
             "labels": {str(k): v for k, v in sorted(labels.items())}, "skipped": skipped}
 
 
@@ -147,33 +139,57 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
 
 def _run_parallel(state: ConversionState, plan: Plan, todo: list[int], *, labelled: bool, skip_bad: bool,
-                  fsync: bool, workers: int, bar: tqdm) -> None:
+                  fsync: bool, workers: int, bar: tqdm, remote: RemoteOutput | None = None,
+                  staged: list[dict[str, Any]] | None = None) -> None:
     ctx = _mp_context()
     counter = ctx.Array("q", 2)
     seen = [0, 0]
     pending: set[Future[dict[str, Any]]] = set()
+    queue = list(reversed(todo))
+    # Shards are handed out a few at a time rather than all at once, so that for an s3:// output the
+    # writers pause while too many finished shards wait in staging for their upload.
+    ahead = 2 * workers
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                              initargs=(counter, state.lock_fd if ctx.get_start_method() == "fork" else -1)) as pool:
         try:
-            for i in todo:
-                pending.add(pool.submit(_write_shard_task, state.out, plan.names[i], plan.shards[i], labelled,
-                                        skip_bad, fsync, fsync))
-            while pending:
+            while queue or pending:
+                while queue and len(pending) < ahead and (remote is None or remote.room()):
+                    i = queue.pop()
+                    pending.add(pool.submit(_write_shard_task, state.out, plan.names[i], plan.shards[i],
+                                            labelled, skip_bad, fsync, fsync))
+                if staged and remote is not None:
+                    # only now: under fork the writers were started by the first submit, before any
+                    # upload thread exists in this process
+                    _upload_staged(remote, staged)
+                    staged = None
+                if not pending:  # everything left waits for room in staging
+                    assert remote is not None
+                    remote.make_room()
+                    continue
                 done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
                 with counter.get_lock():
                     files, nbytes = counter[0], counter[1]
-                _advance(bar, files - seen[0], nbytes - seen[1])
+                _advance(bar, files - seen[0], nbytes - seen[1], remote)
                 seen = [files, nbytes]
                 for fut in done:
-                    fut.result()  # raises a writer's error here
+                    record = fut.result()  # raises a writer's error here
+                    if remote is not None:
+                        remote.shard_written(record)
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
 
 
-def _advance(bar: tqdm, files: int, nbytes: int) -> None:
+def _upload_staged(remote: RemoteOutput, records: list[dict[str, Any]]) -> None:
+    """Queue the uploads of shards an interrupted run finished but did not upload."""
+    for record in records:
+        remote.shard_written(record)
+
+
+def _advance(bar: tqdm, files: int, nbytes: int, remote: RemoteOutput | None = None) -> None:
     bar.files += files  # type: ignore[attr-defined]
-    bar.set_postfix_str(f"{bar.files}/{bar.total_files} files", refresh=False)  # type: ignore[attr-defined]
+    uploaded = f", {remote.uploaded}/{bar.total_shards} shards uploaded" if remote is not None else ""  # type: ignore[attr-defined]
+    bar.set_postfix_str(f"{bar.files}/{bar.total_files} files{uploaded}", refresh=False)  # type: ignore[attr-defined]
     bar.update(nbytes)
 
 
@@ -192,14 +208,25 @@ def convert_tar(
     restart: bool = False,
     fsync: bool = True,
     progress: bool = True,
+    staging: str | os.PathLike[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Convert ``corpus`` into tar shards in folder ``out``; resume an interrupted run there.
+    """Convert ``corpus`` into tar shards in folder ``out`` (or under ``s3://bucket/prefix``); resume an
+    interrupted run there.
 
     See :func:`fastdata.convert.convert` for the options. Returns the manifest written.
     """
-    publish_shard("", out)  # refuses remote output early
-    if os.path.commonpath([os.path.realpath(out), corpus.root]) == corpus.root:
-        raise ConfigError(f"{out}: is inside the corpus {corpus.root}; its shards would be converted next "
+    remote = None
+    if scheme(out):
+        check_remote(out)
+        folder = staging_folder(out, staging)
+        remote = RemoteOutput(out, folder, workers=max(1, workers), storage_options=storage_options)
+    elif staging is not None or storage_options:
+        raise ConfigError("staging and storage_options apply to s3:// outputs only")
+    else:
+        folder = out
+    if os.path.commonpath([os.path.realpath(folder), corpus.root]) == corpus.root:
+        raise ConfigError(f"{folder}: is inside the corpus {corpus.root}; its shards would be converted next "
                           "time; write them somewhere else")
     if workers < 1:
         raise ConfigError(f"workers={workers} must be >= 1")
@@ -211,38 +238,79 @@ def convert_tar(
     if problems and not skip_bad:
         raise CorpusProblems(corpus.root, problems)
     plan.options["skip_bad"] = skip_bad
+    if remote is not None:
+        plan.options["out"] = remote.url  # one staging folder, one destination
+        remote.check_prefix(plan)
+    with contextlib.ExitStack() as stack:
+        if remote is not None:
+            stack.enter_context(remote)  # leaving early cancels the uploads still queued: no manifest
+        state = stack.enter_context(open_state(folder, fsync=fsync))
+        manifest = _convert_in(state, plan, corpus, problems, workers=workers, skip_bad=skip_bad, restart=restart,
+                               fsync=fsync, progress=progress, remote=remote)
+    if remote is not None:
+        remote.remove_staging()  # complete: nothing left to resume
+    return manifest
+
+
+def _convert_in(state: ConversionState, plan: Plan, corpus: Corpus, problems: list[str], *, workers: int,
+                skip_bad: bool, restart: bool, fsync: bool, progress: bool,
+                remote: RemoteOutput | None) -> dict[str, Any]:
+    folder = state.out
     labelled = bool(corpus.classes)
-    with open_state(out, fsync=fsync) as state:
-        resumed = state.check_or_start(plan, src=corpus.root, restart=restart)
-        state.clean_temporaries()
+    resumed = state.check_or_start(plan, src=corpus.root, restart=restart)
+    state.clean_temporaries()
+    staged: list[dict[str, Any]] = []
+    if remote is None:
         records = state.finished(plan)
-        todo = [i for i, name in enumerate(plan.names) if name not in records]
-        total_files, total_bytes = plan.samples, sum(plan.shard_bytes(i) for i in range(len(plan.names)))
-        done_files = sum(len(plan.shards[i]) for i, n in enumerate(plan.names) if n in records)
-        done_bytes = sum(plan.shard_bytes(i) for i, n in enumerate(plan.names) if n in records)
-        bar = tqdm(total=total_bytes, initial=done_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                   desc=f"fastdata convert{' (resumed)' if resumed and records else ''}", disable=not progress,
-                   dynamic_ncols=True)
-        bar.files, bar.total_files = done_files, total_files  # type: ignore[attr-defined]
-        with bar:
-            if todo and (workers == 1 or len(todo) == 1):
-                for i in todo:
-                    record = write_shard(out, plan.names[i], plan.shards[i], labelled=labelled, skip_bad=skip_bad,
-                                         fsync=fsync, progress=lambda f, b: _advance(bar, f, b))
-                    state.save_record(record)
-            elif todo:
-                _run_parallel(state, plan, todo, labelled=labelled, skip_bad=skip_bad, fsync=fsync,
-                              workers=min(workers, len(todo)), bar=bar)
-        if fsync:
-            sync_dir(out)
+    else:
+        records, staged = remote.done_records(state, plan)
+    todo = [i for i, name in enumerate(plan.names) if name not in records]
+    total_files, total_bytes = plan.samples, sum(plan.shard_bytes(i) for i in range(len(plan.names)))
+    done_files = sum(len(plan.shards[i]) for i, n in enumerate(plan.names) if n in records)
+    done_bytes = sum(plan.shard_bytes(i) for i, n in enumerate(plan.names) if n in records)
+    bar = tqdm(total=total_bytes, initial=done_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+               desc=f"fastdata convert{' (resumed)' if resumed and records else ''}", disable=not progress,
+               dynamic_ncols=True)
+    bar.files, bar.total_files, bar.total_shards = done_files, total_files, len(plan.names)  # type: ignore[attr-defined]
+    with bar:
+        if remote is not None and (workers == 1 or len(todo) <= 1):
+            for record in staged:
+                remote.shard_written(record)
+        if todo and (workers == 1 or len(todo) == 1):
+            for i in todo:
+                if remote is not None:
+                    remote.make_room()
+                record = write_shard(folder, plan.names[i], plan.shards[i], labelled=labelled, skip_bad=skip_bad,
+                                     fsync=fsync, progress=lambda f, b: _advance(bar, f, b, remote))
+                state.save_record(record)
+                if remote is not None:
+                    remote.shard_written(record)
+        elif todo:
+            _run_parallel(state, plan, todo, labelled=labelled, skip_bad=skip_bad, fsync=fsync,
+                          workers=min(workers, len(todo)), bar=bar, remote=remote, staged=staged)
+        if remote is not None:
+            bar.set_description_str("fastdata convert: waiting for the uploads")
+            remote.poll(wait=True)
+            _advance(bar, 0, 0, remote)
+    if fsync:
+        sync_dir(folder)
+    if remote is None:
         records = state.finished(plan)
-        missing = [n for n in plan.names if n not in records]
-        if missing:
-            raise FastdataError(f"{out}: shards {missing[:3]} were written but are not on disk as recorded "
-                                "(removed meanwhile?); rerun the same command to redo them")
-        manifest = build_manifest(plan, [records[n] for n in plan.names], corpus, problems)
-        manifest["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        write_atomic(os.path.join(out, MANIFEST), _dumps(manifest), fsync=fsync)
+        where = "on disk"
+    else:
+        records = state.records(plan)  # each one verified uploaded by now
+        records = {n: r for n, r in records.items() if r.get("uploaded")}
+        where = "uploaded"
+    missing = [n for n in plan.names if n not in records]
+    if missing:
+        raise FastdataError(f"{folder}: shards {missing[:3]} were written but are not {where} as recorded "
+                            "(removed meanwhile?); rerun the same command to redo them")
+    manifest = build_manifest(plan, [records[n] for n in plan.names], corpus, problems)
+    manifest["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest_path = os.path.join(folder, MANIFEST)
+    write_atomic(manifest_path, _dumps(manifest), fsync=fsync)
+    if remote is not None:
+        remote.finish(manifest_path)
     return manifest
 
 

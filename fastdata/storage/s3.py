@@ -54,6 +54,8 @@ def _shutdown(pool: ThreadPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+CLOSE_WAIT_S = 5.0  # the longest close() waits for background reads still running, seconds
+
 # One pool per process: threads do not survive a fork, so a child must never use its parent's pool
 # (its queue would never be served); the inherited one is left alone, a new one built.
 _pools: HandleCache[int, ThreadPoolExecutor] = HandleCache(
@@ -339,7 +341,11 @@ class S3Reader:
         if sidecar is not None and not sidecar.cancel():
             running.append(sidecar)
         if running:
-            wait_all(running)
+            # bounded: a close run by the garbage collector (a reader dropped mid-iteration, in a reference
+            # cycle) can run while this thread holds a lock the background reads need (the client's, the
+            # counters'); an unbounded wait there deadlocked. Past the bound they finish on their own,
+            # their bytes dropped.
+            wait_all(running, timeout=CLOSE_WAIT_S)
 
     def __enter__(self) -> S3Reader:
         return self

@@ -242,6 +242,25 @@ class ShardUploader:
             raise
         return list(self.uploaded)
 
+    def completed(self) -> list[str]:
+        """Verify the uploads that have ended, without waiting for the others; the URLs verified by this
+        call (a converter deletes its local copies of those).
+
+        Raises:
+            UploadFailed, SourceUnreadable ...: an upload that ended failed (the others stay queued).
+        """
+        newly: list[str] = []
+        while self._pending:
+            ended = next((item for item in self._pending if item[0].done()), None)
+            if ended is None:
+                break
+            self._pending.remove(ended)
+            future, url, size, digest = ended
+            _finish_one(future, url, self.config, self.stats, size, digest)
+            self.uploaded.append(url)
+            newly.append(url)
+        return newly
+
     def finish(self, manifest: str | os.PathLike[str] | None, name: str = MANIFEST) -> list[str]:
         """Wait for every upload, verify them, then upload ``manifest`` (a local file) as ``prefix + name``.
 

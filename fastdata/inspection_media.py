@@ -1,0 +1,156 @@
+"""The HDF5 and video inspectors of ``fastdata inspect`` (see :mod:`fastdata.inspection`).
+
+Registered when :mod:`fastdata.inspection` is imported. Both formats are read from local files only (h5py
+and the decoders open paths); an object of either kind under an ``s3://`` prefix is listed, not opened.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastdata.inspection import FileReport, _sha256, register_inspector
+
+
+def _local_only(url: str, fmt: str, why: str) -> FileReport | None:
+    """The report for a file of ``fmt`` on S3 (listed, not opened: ``why``), or None for a local file."""
+    from fastdata.storage import open_reader, scheme
+
+    if not scheme(url):
+        return None
+    reader = open_reader(url)
+    try:
+        return FileReport(url, fmt, bytes=reader.size, notes=[f"not opened: {why}"])
+    finally:
+        reader.close()
+
+
+def _plain(value: Any) -> Any:
+    """An HDF5 attribute as JSON types (bytes decoded, arrays as lists)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool)) or value is None else repr(value)
+
+
+def _h5_dtype(ds: Any) -> str:
+    import h5py
+
+    strings = h5py.check_string_dtype(ds.dtype)
+    if strings is not None and strings.length is None:
+        return "str (variable length)"
+    vlen = h5py.check_vlen_dtype(ds.dtype)
+    return f"{vlen} (variable length)" if vlen is not None else str(ds.dtype)
+
+
+def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
+    """Open an HDF5 file read-only and report every dataset in it (each one a candidate field) and the
+    file's attributes; fields of unequal lengths are a problem (a sample is one row of every field)."""
+    import h5py
+
+    remote = _local_only(url, "hdf5", "HDF5 files are read from local disk (copy the file first)")
+    if remote is not None:
+        return remote
+    report = FileReport(url, "hdf5", bytes=os.path.getsize(url))
+    try:
+        f = h5py.File(url, "r")
+    except OSError as e:
+        report.bad.append(f"{url}: HDF5 cannot open it ({e}); the file is truncated or not HDF5: re-create it")
+        report.complete = False
+        return report
+    with f:
+        found: dict[str, Any] = {}
+
+        def visit(name: str, obj: Any) -> None:  # (a visitor that returns a value stops the visit)
+            if isinstance(obj, h5py.Dataset):
+                found[name] = obj
+
+        f.visititems(visit)
+        fields: dict[str, dict[str, Any]] = {}
+        for name, ds in sorted(found.items()):
+            fields[name] = {"length": int(ds.shape[0]) if ds.ndim else None, "shape": list(ds.shape),
+                            "dtype": _h5_dtype(ds), "chunks": list(ds.chunks) if ds.chunks else None,
+                            "compression": ds.compression}
+            if ds.attrs:
+                fields[name]["attrs"] = {k: _plain(v) for k, v in ds.attrs.items()}
+        attrs = {k: _plain(v) for k, v in f.attrs.items()}
+    lengths = {name: d["length"] for name, d in fields.items() if d["length"] is not None}
+    scalars = sorted(set(fields) - set(lengths))
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{name!r}: {n}" for name, n in lengths.items())
+        report.bad.append(f"{url}: fields have unequal lengths ({listed}); HDF5Dataset reads one row of every "
+                          "field it is given per sample: pass fields=(...) of equal length, or fix the file")
+    if not lengths:
+        report.notes.append("no dataset with rows: nothing HDF5Dataset can read")
+    if scalars:
+        report.notes.append(f"scalar datasets (not fields): {', '.join(map(repr, scalars))}")
+    report.samples = min(lengths.values(), default=0)
+    report.extensions = lengths
+    report.details = {"fields": fields, "attrs": attrs}
+    if checksum:
+        from fastdata.storage import open_reader
+
+        reader = open_reader(url)
+        try:
+            report.sha256 = _sha256(reader)
+        finally:
+            reader.close()
+    return report
+
+
+for _suffix in (".h5", ".hdf5", ".he5"):
+    register_inspector(_suffix, inspect_hdf5)
+
+# the same as fastdata.datasets.video.VIDEO_EXTENSIONS (a test checks), not imported from there because
+# that module imports torch, which would cost 'fastdata inspect' seconds of start-up
+VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts", ".flv", ".wmv", ".3gp")
+
+
+def inspect_video(url: str, checksum: bool = False) -> FileReport:
+    """Probe a video through the video index (as :class:`fastdata.VideoClipDataset` does: open it, decode
+    its first frame, count its frames) with the default ``pyav`` decoder; name it if it cannot be read."""
+    from fastdata.formats.video import reader_class
+    from fastdata.formats.video.base import VideoMeta
+    from fastdata.formats.video.meta_cache import VideoIndex
+
+    remote = _local_only(url, "video", "videos are decoded from local files (copy them first)")
+    if remote is not None:
+        return remote
+    report = FileReport(url, "video", bytes=os.path.getsize(url))
+    # no index file: inspecting must not change what a later training run finds in its cache
+    outcome = VideoIndex(None, "pyav").build([url], reader_class("pyav").probe)[url]
+    if not isinstance(outcome, VideoMeta):
+        report.bad.append(str(outcome))
+        report.complete = False
+        return report
+    codec = _codec(url)
+    report.samples = outcome.frames
+    report.extensions = {codec: 1}
+    report.details = {"codec": codec, "frames": outcome.frames, "fps": round(outcome.fps, 3),
+                      "width": outcome.width, "height": outcome.height,
+                      "seconds": round(outcome.frames / outcome.fps, 3) if outcome.fps else None}
+    if checksum:
+        from fastdata.storage import open_reader
+
+        reader = open_reader(url)
+        try:
+            report.sha256 = _sha256(reader)
+        finally:
+            reader.close()
+    return report
+
+
+def _codec(url: str) -> str:
+    """The codec of the first video stream, by name (``"h264"``, ``"mpeg4"``); the probe has checked the
+    file opens and decodes."""
+    import av
+
+    with av.open(url) as container:
+        return str(container.streams.video[0].codec_context.name)
+
+
+for _suffix in VIDEO_SUFFIXES:
+    register_inspector(_suffix, inspect_video)
