@@ -20,18 +20,20 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from fastdata.convert.corpus import Corpus
 from fastdata.convert.plan import LABEL_EXT, Entry, Plan, brace_pattern, plan_shards
-from fastdata.convert.remote import RemoteOutput, check_remote, staging_folder
 from fastdata.convert.resume import ConversionState, open_state, sync_dir
 from fastdata.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
 from fastdata.formats.tar_writer import TarShardWriter, write_atomic
 from fastdata.manifest import MANIFEST
 from fastdata.storage import scheme
+
+if TYPE_CHECKING:
+    from fastdata.convert.remote import RemoteOutput
 
 Progress = Callable[[int, int], None]  # (files, bytes) done since the last call
 _REPORT_EVERY = 64  # files between progress reports from a shard writer
@@ -218,6 +220,9 @@ def convert_tar(
     """
     remote = None
     if scheme(out):
+        # imported here: the S3 client brings torch (2 s of start-up) that a local conversion never needs
+        from fastdata.convert.remote import RemoteOutput, check_remote, staging_folder
+
         check_remote(out)
         folder = staging_folder(out, staging)
         remote = RemoteOutput(out, folder, workers=max(1, workers), storage_options=storage_options)
