@@ -142,6 +142,7 @@ def test_no_workers_fastest_while_the_main_process_waits_is_storage_bound() -> N
     assert rec.bottleneck == "storage"
     assert rec.config is not None and rec.config.num_workers == 0
     assert not any("Transfer-bound" in line for line in rec.diagnosis)
+    assert "Storage-bound: the main process" in rec.diagnosis[0] and "workers" not in rec.diagnosis[0]
 
 
 def test_memory_bound_when_pss_nears_the_usable_memory() -> None:

@@ -288,17 +288,23 @@ def _explain(result: SweepResult, rec: Point, best: Point, cores: int, largest: 
     elif kind == "storage":
         busy = _per_worker_busy(best)
         fetch = best.stage_ms.get("fetch")
+        who, whose = ("the workers", "their") if w else ("the main process, loading by itself,", "its")
         fetch_text = (f", and fetching takes {fetch:.2f} ms per sample ({best.stage_busy['fetch'] or 0:.0%} of "
-                      "their time)") if fetch is not None else ""
-        out.append(f"Storage-bound: the workers spend most of their time waiting for data, not computing (each "
-                   f"computes {busy:.0%} of the time{fetch_text}).{_growth(result, best)}")
+                      f"{whose} time)") if fetch is not None else ""
+        computes = (f"each computes {busy:.0%} of the time" if w else
+                    f"it is busy {best.main_busy:.0%} of the time")
+        out.append(f"Storage-bound: {who} spend{'s' if not w else ''} most of {whose} time waiting for data, not "
+                   f"computing ({computes}{fetch_text}).{_growth(result, best)}")
         if best.iowait >= 0.05 or best.dstate or best.procs_blocked:
             out.append(f"The disk is the wait: iowait {best.iowait:.0%} of CPU time, up to {best.procs_blocked} "
                        "processes in uninterruptible sleep. Faster storage, larger sequential reads (tar shards), "
                        "or the page cache help.")
         else:
+            hide = ("More workers or a larger prefetch_factor hide it." if w else
+                    "Workers did not hide it here: the store itself is the limit (or what serves it, when it "
+                    "runs on these cores).")
             out.append("There is no iowait, so the wait is not on a local disk: network or object storage, a "
-                       "remote server, sleeps or locks. More workers or a larger prefetch_factor hide it.")
+                       f"remote server, sleeps or locks. {hide}")
         if w == largest:
             out.append(f"{_workers(w)} is the most tested and still the best: try more "
                        f"(--workers {w},{2 * w},{4 * w}).")
