@@ -76,6 +76,17 @@ def _sha256(reader: Any) -> str:
     return h.hexdigest()
 
 
+def sha256_of(url: str) -> str:
+    """The SHA-256 of a whole file or object, read through its storage reader."""
+    from fastdata.storage import open_reader
+
+    reader = open_reader(url)
+    try:
+        return _sha256(reader)
+    finally:
+        reader.close()
+
+
 def inspect_tar(url: str, checksum: bool = False) -> FileReport:
     """Index a tar shard by scanning its headers (never extracting anything) and report on it."""
     from fastdata.formats.tar import ShardIndex, index_url, scan

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fastdata.inspection import FileReport, _sha256, register_inspector
+from fastdata.inspection import FileReport, register_inspector, sha256_of
 
 
 def _local_only(url: str, fmt: str, why: str) -> FileReport | None:
@@ -91,13 +91,7 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
     report.extensions = lengths
     report.details = {"fields": fields, "attrs": attrs}
     if checksum:
-        from fastdata.storage import open_reader
-
-        reader = open_reader(url)
-        try:
-            report.sha256 = _sha256(reader)
-        finally:
-            reader.close()
+        report.sha256 = sha256_of(url)
     return report
 
 
@@ -133,13 +127,7 @@ def inspect_video(url: str, checksum: bool = False) -> FileReport:
                       "width": outcome.width, "height": outcome.height,
                       "seconds": round(outcome.frames / outcome.fps, 3) if outcome.fps else None}
     if checksum:
-        from fastdata.storage import open_reader
-
-        reader = open_reader(url)
-        try:
-            report.sha256 = _sha256(reader)
-        finally:
-            reader.close()
+        report.sha256 = sha256_of(url)
     return report
 
 

@@ -34,6 +34,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from fastdata.bench.local_s3 import stop_process
+
 CONTROL = "/__fault_proxy__/"
 CHUNK = 1 << 16
 
@@ -324,13 +326,7 @@ class FaultProxy:
 
     def close(self) -> None:
         """Stop the proxy. Idempotent."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc)
 
     def __enter__(self) -> FaultProxy:
         return self

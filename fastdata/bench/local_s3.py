@@ -67,6 +67,17 @@ def _command(host: str) -> list[str]:
     return [sys.executable, "-c", DIE_WITH_PARENT, *server]
 
 
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """Terminate ``proc`` and wait for it; kill it if it has not ended after ``grace_s``. Idempotent."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
 class MotoServer:
     """A moto S3 server in a child process, listening on ``host`` (loopback) on a free port.
 
@@ -143,13 +154,7 @@ class MotoServer:
 
     def close(self) -> None:
         """Stop the server. Idempotent."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc)
         if self._proc.stderr is not None:
             self._drain.join(5)
             self._proc.stderr.close()
