@@ -42,6 +42,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
+from fastdata.worker import open_files
 
 LOADERS = ["fastdata", "fastdata-decord", "fastdata-opencv", "fastdata-torchcodec", "naive-opencv", "decord-fresh",
            "decord-kept"]
@@ -150,17 +151,6 @@ class DecordKept(ClipList):
         return self.sample(i, reader.get_batch(frames).asnumpy())
 
 
-def open_video_files(folder: str) -> int:
-    """Files under ``folder`` that this process holds open (counted from /proc/self/fd)."""
-    n = 0
-    for fd_name in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd_name}").startswith(folder)
-        except OSError:
-            pass
-    return n
-
-
 class CountOpen:
     """A transform recording how many video files the worker holds open right after each read."""
 
@@ -168,7 +158,7 @@ class CountOpen:
         self.folder = folder
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        sample["open_files"] = open_video_files(self.folder)
+        sample["open_files"] = open_files(self.folder).total()
         return sample
 
 

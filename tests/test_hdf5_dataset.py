@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, default_collate
 import fastdata as fd
 from fastdata.datasets.hdf5 import SampleBatch, collate
 from fastdata.formats.hdf5 import DEFAULT_RDCC_NBYTES, DEFAULT_RDCC_NSLOTS, DEFAULT_RDCC_W0
+from fastdata.worker import open_files
 from tests.datagen import jpeg_bytes
 from tests.hdf5_datagen import make_files, make_h5
 
@@ -148,14 +149,8 @@ def test_decode_turns_encoded_images_into_arrays(tmp_path: Any) -> None:
 
 def open_fds(paths: list[str]) -> int:
     """Descriptors of this process open on ``paths``."""
-    targets = {os.path.realpath(p) for p in paths}
-    count = 0
-    for fd_ in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd_}") in targets
-        except OSError:
-            pass
-    return count
+    now = open_files()
+    return sum(now[os.path.realpath(p)] for p in paths)
 
 
 def test_length_known_at_construction_with_every_file_closed(files: tuple[list[str], dict[str, Any]]) -> None:

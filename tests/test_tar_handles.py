@@ -14,6 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
+from fastdata.worker import open_files
 from tests.datagen import make_shards
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,12 +29,7 @@ def open_shards(folder: str) -> tuple[int, int]:
     def ours(path: str) -> bool:
         return path.startswith(folder) and path.endswith(".tar")
 
-    fds = 0
-    for fd_name in os.listdir("/proc/self/fd"):
-        try:
-            fds += ours(os.readlink(f"/proc/self/fd/{fd_name}"))
-        except OSError:
-            continue  # closed since listed
+    fds = sum(n for path, n in open_files(folder).items() if ours(path))
     with open("/proc/self/maps") as f:
         maps = {line.split(maxsplit=5)[-1].strip() for line in f if ours(line.split(maxsplit=5)[-1].strip())}
     return fds, len(maps)

@@ -29,6 +29,7 @@ from fastdata.errors import BadSampleWarning
 from fastdata.formats.video import DecodeTimeout
 from fastdata.formats.video.pyav_reader import PyAVReader
 from fastdata.formats.video.watchdog import stuck_calls
+from fastdata.worker import open_files
 from tests.test_video_readers import DECODERS, _available, need
 from tests.videogen import make_videos, read_stamp
 
@@ -184,23 +185,12 @@ def test_reader_made_in_parent_then_forked_workers_do_not_hang(tmp_path: Path) -
     assert result == {f"{d} busy={b}": want for d in decoders for b in (False, True)}
 
 
-def open_video_files(folder: str) -> int:
-    """Files under ``folder`` that this process holds open (from /proc/self/fd)."""
-    n = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{name}").startswith(folder)
-        except OSError:
-            pass
-    return n
-
-
 class CountOpen:
     def __init__(self, folder: str) -> None:
         self.folder = folder
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        sample["open_files"] = open_video_files(self.folder)
+        sample["open_files"] = open_files(self.folder).total()
         return sample
 
 
