@@ -99,30 +99,36 @@ class SharedMemoryBatch:
         return (_unpack, (self.ring, self.capacity, self.batch, self.end, self.pid))
 
 
-def _pack(value: Any, ring: _Ring, wait_s: float) -> Any:
-    if isinstance(value, (bytes, bytearray)) and len(value) >= 1024:
-        slot = ring.put(value, wait_s)
-        return value if slot is None else _Slot(*slot)
+def _map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with ``leaf`` applied to everything inside its dicts, lists and plain tuples (named
+    tuples are leaves: rebuilding them positionally could fail)."""
     if isinstance(value, dict):
-        return {k: _pack(v, ring, wait_s) for k, v in value.items()}
+        return {k: _map_leaves(v, leaf) for k, v in value.items()}
     if isinstance(value, list):
-        return [_pack(v, ring, wait_s) for v in value]
+        return [_map_leaves(v, leaf) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_pack(v, ring, wait_s) for v in value)
-    return value
+        return tuple(_map_leaves(v, leaf) for v in value)
+    return leaf(value)
+
+
+def _pack(value: Any, ring: _Ring, wait_s: float) -> Any:
+    def put(leaf: Any) -> Any:
+        if isinstance(leaf, (bytes, bytearray)) and len(leaf) >= 1024:
+            slot = ring.put(leaf, wait_s)
+            return leaf if slot is None else _Slot(*slot)
+        return leaf
+
+    return _map_leaves(value, put)
 
 
 def _copy_out(value: Any, data: np.ndarray, capacity: int) -> Any:
-    if isinstance(value, _Slot):
-        at = value.position % capacity
-        return data[at : at + value.length].tobytes()
-    if isinstance(value, dict):
-        return {k: _copy_out(v, data, capacity) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_out(v, data, capacity) for v in value]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_copy_out(v, data, capacity) for v in value)
-    return value
+    def take(leaf: Any) -> Any:
+        if isinstance(leaf, _Slot):
+            at = leaf.position % capacity
+            return data[at : at + leaf.length].tobytes()
+        return leaf
+
+    return _map_leaves(value, take)
 
 
 def _unpack(ring: torch.Tensor, capacity: int, batch: Any, end: int, pid: int) -> Any:
