@@ -27,7 +27,7 @@ from torch.utils.data import Sampler
 
 from fastdata.errors import ConfigError, check_positive
 from fastdata.sharding import Remainder, rank_span
-from fastdata.worker import SharedState
+from fastdata.worker import SharedEpoch, SharedState
 from fastdata.world import current_rank
 
 
@@ -56,7 +56,7 @@ def block_sequence(starts: np.ndarray, n: int, *, shuffle: bool, seed: int, epoc
     return seq[np.argsort(window + rng.random(n), kind="stable")]
 
 
-class ChunkBatchSampler(Sampler[list[int]]):
+class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
     """Batches of a map-style dataset for this rank, each from one or a few chunks; see the module doc.
 
     Pass as ``DataLoader(ds, batch_sampler=...)``. :meth:`fastdata.HDF5Dataset.chunk_sampler` builds one
@@ -105,13 +105,6 @@ class ChunkBatchSampler(Sampler[list[int]]):
         _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
         self._shared = shared if shared is not None else SharedState(())
         self._resume: tuple[int, int] | None = None
-
-    @property
-    def epoch(self) -> int:
-        return self._shared.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self._shared.epoch = epoch
 
     @property
     def samples(self) -> int:

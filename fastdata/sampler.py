@@ -15,11 +15,11 @@ from torch.utils.data import Sampler
 
 from fastdata.errors import ConfigError
 from fastdata.sharding import Remainder, rank_indices, rank_span
-from fastdata.worker import SharedState
+from fastdata.worker import SharedEpoch, SharedState
 from fastdata.world import current_rank
 
 
-class EpochSampler(Sampler[int]):
+class EpochSampler(SharedEpoch, Sampler[int]):
     """Indices of a map-style dataset for this rank, shuffled per epoch.
 
     Args:
@@ -50,13 +50,6 @@ class EpochSampler(Sampler[int]):
         self._shared = shared if shared is not None else SharedState(())
         self._resume: tuple[int, int] | None = None
         self._position: list[int] | None = None
-
-    @property
-    def epoch(self) -> int:
-        return self._shared.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self._shared.epoch = epoch
 
     def indices(self) -> Any:
         """This rank's indices for the current epoch (a numpy array)."""

@@ -384,3 +384,19 @@ def open_files(under: str = "/") -> Counter[str]:
         if target.startswith(under):
             paths[target] += 1
     return paths
+
+
+class SharedEpoch:
+    """``epoch`` and ``set_epoch`` kept in a :class:`SharedState` (``self._shared``), so that workers,
+    persistent ones too, follow the main process's ``set_epoch``. For datasets and samplers."""
+
+    _shared: SharedState
+
+    @property
+    def epoch(self) -> int:
+        """The epoch set by :meth:`set_epoch` (shared with every worker, persistent ones too)."""
+        return self._shared.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch``: a new shuffle order, and new random streams in the workers."""
+        self._shared.epoch = epoch

@@ -7,11 +7,11 @@ import os
 from typing import Any
 
 from fastdata.errors import ErrorPolicy, OnError
-from fastdata.worker import SharedState, on_epoch
+from fastdata.worker import SharedEpoch, SharedState, on_epoch
 from fastdata.world import World, current_rank, current_worker
 
 
-class DatasetBase:
+class DatasetBase(SharedEpoch):
     """Mixin for fastdata datasets (map-style and iterable).
 
     Args:
@@ -42,15 +42,6 @@ class DatasetBase:
     @property
     def on_error(self) -> OnError:
         return self._policy.on_error  # type: ignore[return-value]
-
-    @property
-    def epoch(self) -> int:
-        """The epoch set by :meth:`set_epoch` (shared with every worker, persistent ones too)."""
-        return self._shared.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch``: a new shuffle order, and new random streams in the workers."""
-        self._shared.epoch = epoch
 
     @property
     def skipped(self) -> int:
