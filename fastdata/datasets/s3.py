@@ -23,6 +23,7 @@ from fastdata.errors import (
     check_choice,
     check_positive,
 )
+from fastdata.formats.tar import split_key
 from fastdata.sampler import EpochSampler
 from fastdata.sharding import Remainder, rank_indices
 from fastdata.storage.s3 import S3Config, Stats, executor
@@ -39,12 +40,9 @@ OnMissing = Literal["raise", "skip"]
 def sample_key(url: str) -> tuple[str, str]:
     """``("dir/name", "ext")`` for ``s3://bucket/dir/name.ext``: WebDataset's rule (the key ends at the
     first dot of the last path component); ``"data"`` for an object without an extension."""
-    key = url.split("/", 3)[3]
-    slash = key.rfind("/") + 1
-    dot = key.find(".", slash)
-    if dot <= slash:
-        return key, "data"
-    return key[:dot], key[dot + 1 :].lower()
+    name = url.split("/", 3)[3]
+    key, ext = split_key(name)
+    return (key, ext) if key != name else (name, "data")
 
 
 class _Lookahead:

@@ -15,7 +15,6 @@ reported as :class:`~fastdata.errors.UnsafeMember`; a truncated or damaged shard
 from __future__ import annotations
 
 import io
-import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,13 +29,13 @@ BLOCK = 512
 _HEADER = struct.Struct("100s24x12s12x8sc100x6s82x155s12x")
 _CHKSUM_AT = 148
 _REGULAR = (b"0", b"\0", b"7")
-_KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's rule: the key ends at the first dot
 
 
-def split_name(name: str) -> tuple[str, str] | None:
-    """``("dir/key", "ext")`` for ``"dir/key.ext"`` (extension lower-cased), or None without a dot."""
-    m = _KEY_EXT.match(name)
-    return (m.group(1), m.group(2).lower()) if m else None
+def split_key(name: str) -> tuple[str, str]:
+    """``("dir/key", "ext")`` for ``"dir/key.ext"`` (extension lower-cased; ``""`` without one): webdataset's
+    rule, the key ends at the first dot of the last path component (a leading dot starts no extension)."""
+    dot = name.find(".", name.rfind("/") + 1)
+    return (name[:dot], name[dot + 1 :].lower()) if dot > 0 and name[dot - 1] != "/" else (name, "")
 
 
 def is_safe_name(name: str) -> bool:
@@ -180,8 +179,7 @@ def scan(reader: Reader) -> ShardIndex:
                 f.split(b"\0", 1)[0].decode("utf-8", "surrogateescape") for f in (prefix_f, name_f) if f[0])
             _fail(index, f"truncated: member {cut!r} needs {member_size} bytes, the shard ends after "
                          f"{size - data_at}", at)
-            dot = cut.find(".", cut.rfind("/") + 1)
-            cut_key = cut[:dot] if dot > 0 else cut
+            cut_key = split_key(cut)[0]
             if cur_key is not None and cut_key != cur_key:
                 # the cut member starts a new sample: the one before it is whole and stays readable
                 keys.append(cur_key)
@@ -217,9 +215,7 @@ def scan(reader: Reader) -> ShardIndex:
             pax = {}
         if typeflag == b"5" or (name.startswith("__") and name.endswith("__") and "/" not in name):
             continue  # folders, and webdataset's metadata members, carry no sample data
-        # webdataset's rule: the key ends at the first dot of the last path component
-        dot = name.find(".", name.rfind("/") + 1)
-        key, ext = (name[:dot], name[dot + 1 :].lower()) if dot > 0 and name[dot - 1] != "/" else (name, "")
+        key, ext = split_key(name)
         if key != cur_key:
             if cur_key is not None:
                 keys.append(cur_key)
