@@ -114,8 +114,8 @@ def probe_cost(factory: Any, config: Config, samples_per_s: float, window: float
 
     from torch.utils.data import IterableDataset, default_collate
 
-    from fastdata.bench import stages
     from fastdata.bench.probes import Probed, SystemProbe, payload_bytes
+    from fastdata.core import stages
 
     ds = factory()
     size = config.batch_size or 1
@@ -186,7 +186,7 @@ def hook_cost(factory: Any, batch: int, batches: int = 20, reps: int = 20_000) -
     wrappers would slow). Time per call: a ``clock()`` + ``lap()`` pair, halved, with probing off (as in
     training: what the hooks cost every user) and on (under ``fastdata bench``).
     """
-    from fastdata.bench import stages
+    from fastdata.core import stages
 
     ds = factory()
     try:

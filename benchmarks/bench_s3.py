@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import fastdata as fd  # noqa: E402
-from fastdata.sampler import EpochSampler  # noqa: E402
+from fastdata.loading.sampler import EpochSampler  # noqa: E402
 from tests.datagen import write_tar  # noqa: E402
 from tests.fault_proxy import FaultProxy  # noqa: E402
 from tests.s3_server import CREDENTIALS, REGION, MotoServer  # noqa: E402

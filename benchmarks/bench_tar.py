@@ -40,7 +40,7 @@ import fastdata as fd
 from fastdata.convert import convert
 from fastdata.datasets.tar_source import load_index
 from fastdata.formats.tar import read_samples
-from fastdata.loader import as_is
+from fastdata.loading.loader import as_is
 from fastdata.storage.local import LocalReader
 
 CHUNK = 1 << 20
@@ -215,7 +215,7 @@ def readers(urls: list[str], files: list[tuple[str, int]], mode: str,
         return ds.decode("rgb8") if decode else ds
 
     def ours_batched_shm() -> Any:
-        from fastdata.transport import SharedMemoryCollate
+        from fastdata.loading.transport import SharedMemoryCollate
 
         return fd.TarShardDataset(shard_subset, decode="numpy" if decode else "raw", batch_size=64,
                                   collate_fn=SharedMemoryCollate(list))

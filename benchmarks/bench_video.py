@@ -42,7 +42,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
-from fastdata.worker import open_files
+from fastdata.core.handles import open_files
 
 LOADERS = ["fastdata", "fastdata-decord", "fastdata-opencv", "fastdata-torchcodec", "naive-opencv", "decord-fresh",
            "decord-kept"]

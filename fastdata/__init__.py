@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fastdata.errors import (
+from fastdata.core.errors import (
     BadSample,
+    BadSampleWarning,
     ConfigError,
     CorruptShard,
     DecodeFailed,
@@ -21,37 +22,40 @@ from fastdata.errors import (
     SourceUnreadable,
     UnsafeMember,
 )
+from fastdata.core.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from fastdata import bench
+    from fastdata.core import errors
+    from fastdata.core.seeding import WorkerInit, compose_worker_init, worker_init_fn
+    from fastdata.core.world import World
     from fastdata.datasets.hdf5 import HDF5Dataset
     from fastdata.datasets.indexed_tar import IndexedTarDataset
     from fastdata.datasets.s3 import S3Dataset
     from fastdata.datasets.tar_shards import TarShardDataset
     from fastdata.datasets.video import VideoClipDataset
-    from fastdata.decode import Decoder
-    from fastdata.loader import Loader
-    from fastdata.sampler import EpochSampler
-    from fastdata.worker import WorkerInit, compose_worker_init, worker_init_fn
-    from fastdata.world import World
+    from fastdata.formats.decode import Decoder
+    from fastdata.loading.loader import Loader, as_is
+    from fastdata.loading.sampler import EpochSampler
 
-__version__ = "0.1.0"
 
 # name -> (module, the extra that provides its libraries, or None when it needs only the core)
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "as_is": ("fastdata.loading.loader", None),
     "bench": ("fastdata.bench", None),
-    "Decoder": ("fastdata.decode", None),
-    "EpochSampler": ("fastdata.sampler", None),
+    "errors": ("fastdata.core.errors", None),
+    "Decoder": ("fastdata.formats.decode", None),
+    "EpochSampler": ("fastdata.loading.sampler", None),
     "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
     "IndexedTarDataset": ("fastdata.datasets.indexed_tar", None),
-    "Loader": ("fastdata.loader", None),
+    "Loader": ("fastdata.loading.loader", None),
     "S3Dataset": ("fastdata.datasets.s3", "s3"),
     "TarShardDataset": ("fastdata.datasets.tar_shards", None),
     "VideoClipDataset": ("fastdata.datasets.video", "video"),
-    "WorkerInit": ("fastdata.worker", None),
-    "World": ("fastdata.world", None),
-    "compose_worker_init": ("fastdata.worker", None),
-    "worker_init_fn": ("fastdata.worker", None),
+    "WorkerInit": ("fastdata.core.seeding", None),
+    "World": ("fastdata.core.world", None),
+    "compose_worker_init": ("fastdata.core.seeding", None),
+    "worker_init_fn": ("fastdata.core.seeding", None),
 }
 
 
@@ -76,6 +80,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BadSample",
+    "BadSampleWarning",
     "ConfigError",
     "CorruptShard",
     "DecodeFailed",
@@ -94,7 +99,9 @@ __all__ = [
     "VideoClipDataset",
     "WorkerInit",
     "World",
+    "as_is",
     "bench",
+    "errors",
     "compose_worker_init",
     "worker_init_fn",
 ]

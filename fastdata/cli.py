@@ -11,9 +11,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from fastdata.errors import FastdataError
+from fastdata.core.errors import FastdataError
 
-COMMANDS = ("fastdata.convert.command", "fastdata.bench.command", "fastdata.inspection")
+COMMANDS = ("fastdata.convert.command", "fastdata.bench.command", "fastdata.inspection.command")
 
 
 def build_parser() -> argparse.ArgumentParser:

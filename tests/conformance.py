@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from fastdata.worker import open_files
+from fastdata.core.handles import open_files
 
 
 @dataclass

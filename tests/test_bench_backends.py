@@ -14,12 +14,13 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.bench import backends, stages
+from fastdata.bench import backends
 from fastdata.bench.backends import hdf5 as hdf5_backend
 from fastdata.bench.backends import video as video_backend
 from fastdata.bench.loop import make_loader
 from fastdata.bench.result import Config
-from fastdata.errors import ConfigError
+from fastdata.core import stages
+from fastdata.core.errors import ConfigError
 
 
 @pytest.fixture

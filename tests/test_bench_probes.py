@@ -12,10 +12,10 @@ import torch
 from torch.utils.data import Dataset
 
 import fastdata as fd
-from fastdata.bench import stages
 from fastdata.bench.loop import Timing, make_loader, measure
 from fastdata.bench.probes import Probed, ProbedCollate, StageTable, leading_dim, payload_bytes
 from fastdata.bench.result import Config
+from fastdata.core import stages
 from tests.datagen import make_shards
 
 

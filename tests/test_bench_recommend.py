@@ -9,7 +9,7 @@ import pytest
 import fastdata as fd
 from fastdata.bench.diagnose import classify
 from fastdata.bench.result import Config, Point, SweepResult
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 GIB = 2**30
 

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 
 import fastdata as fd
-from fastdata.bench import backends, stages
+from fastdata.bench import backends
 from fastdata.bench.backends import DemoUnavailable, public_options
 from fastdata.bench.backends import s3 as s3_backend
 from fastdata.bench.local_s3 import CREDENTIALS
 from fastdata.cli import main
-from fastdata.errors import ConfigError
+from fastdata.core import stages
+from fastdata.core.errors import ConfigError
 from fastdata.formats.tar import scan
 from fastdata.storage import open_reader
 from fastdata.storage.s3_client import S3Config

@@ -23,7 +23,7 @@ import fastdata as fd
 from fastdata.cli import main
 from fastdata.convert import convert
 from fastdata.convert.remote import staging_folder
-from fastdata.errors import ConfigError, SourceUnreadable
+from fastdata.core.errors import ConfigError, SourceUnreadable
 from tests.datagen import make_image_folder
 from tests.fault_proxy import FaultProxy
 from tests.s3_server import MotoServer

@@ -21,7 +21,7 @@ from fastdata.convert import convert
 from fastdata.convert.plan import sample_names
 from fastdata.convert.resume import STATE_DIR
 from fastdata.convert.tar import CorpusProblems
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 from fastdata.formats.tar import ShardIndex, scan
 from fastdata.storage.local import LocalReader
 from tests.datagen import jpeg_bytes, make_image_folder

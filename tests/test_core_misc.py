@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import fastdata as fd
-from fastdata.decode import Decoder
-from fastdata.errors import ConfigError, DecodeFailed, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ConfigError, DecodeFailed, SourceNotFound, SourceUnreadable
+from fastdata.formats.decode import Decoder
 from fastdata.storage import expand_urls, open_reader
 from tests.datagen import jpeg_bytes
 

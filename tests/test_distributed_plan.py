@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import fastdata as fd
-from fastdata.errors import BadSample, DecodeFailed, PlanError
+from fastdata.core.errors import BadSample, DecodeFailed, PlanError
 from tests.datagen import make_shards
 from tests.dist_backends import BACKENDS, BATCH, FAST, batch_keys, make_loader
 

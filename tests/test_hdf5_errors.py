@@ -13,7 +13,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
+from fastdata.core.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
 from fastdata.formats.hdf5 import BadLayout, CorruptHDF5, FileChanged
 from tests.hdf5_datagen import make_h5
 

@@ -11,8 +11,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.chunk_sampler import ChunkBatchSampler, block_sequence
-from fastdata.errors import ConfigError, PlanError
+from fastdata.core.errors import ConfigError, PlanError
+from fastdata.loading.chunk_sampler import ChunkBatchSampler, block_sequence
 from tests.hdf5_datagen import make_files
 
 # blocks of uneven length, as files of different lengths and partial last chunks give

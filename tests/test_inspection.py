@@ -16,8 +16,8 @@ import webdataset as wds
 import fastdata as fd
 from fastdata.cli import main
 from fastdata.convert import convert
-from fastdata.inspection import inspect_paths, write_manifest
-from fastdata.manifest import sample_counts
+from fastdata.formats.manifest import sample_counts
+from fastdata.inspection.paths import inspect_paths, write_manifest
 from tests.datagen import make_image_folder, make_shards
 from tests.s3_server import MotoServer, upload_files
 
@@ -154,13 +154,6 @@ def test_a_folder_of_videos_reports_codecs_and_frames_and_names_unreadable_files
     out = capsys.readouterr().out
     assert "v001.mp4  20 frames" in out and "video: mpeg4, 20 frames, 25.0 fps, 96x64" in out
     assert "bad: " in out and "broken.mp4" in out
-
-
-def test_video_suffixes_match_the_video_dataset() -> None:
-    from fastdata.datasets.video import VIDEO_EXTENSIONS
-    from fastdata.inspection_media import VIDEO_SUFFIXES
-
-    assert set(VIDEO_SUFFIXES) == VIDEO_EXTENSIONS
 
 
 # -- S3 ------------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import pytest
 from torch.utils.data import SequentialSampler
 
 import fastdata as fd
-from fastdata.errors import ConfigError
-from fastdata.worker import WorkerInit
+from fastdata.core.errors import ConfigError
+from fastdata.core.seeding import WorkerInit
 from tests.dist_backends import BACKENDS, BATCH, batch_keys, make_dataset, make_loader, make_stateful
 
 STOP_EPOCH = 1

@@ -13,8 +13,8 @@ import pytest
 from torch.utils.data import DataLoader, SequentialSampler
 
 import fastdata as fd
+from fastdata.core.errors import BadSample, BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
 from fastdata.datasets.s3 import sample_key
-from fastdata.errors import BadSample, BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
 from fastdata.storage.s3 import S3Config, executor
 from fastdata.storage.s3_client import client
 from tests.datagen import jpeg_bytes

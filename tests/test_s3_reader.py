@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import fastdata as fd
-from fastdata.errors import ConfigError, SourceNotFound
+from fastdata.core.errors import ConfigError, SourceNotFound
+from fastdata.core.shared import SharedState
 from fastdata.formats.tar import scan
 from fastdata.storage import open_reader, s3_client
 from fastdata.storage.local import LocalReader
 from fastdata.storage.s3 import COUNTERS, ObjectChanged, S3Config, S3Reader, Stats
-from fastdata.worker import SharedState
 from tests.datagen import make_shards
 from tests.s3_server import MotoServer, upload_files
 

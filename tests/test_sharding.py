@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fastdata.errors import ConfigError, PlanError
-from fastdata.sharding import (
+from fastdata.core.errors import ConfigError, PlanError
+from fastdata.core.sharding import (
     WindowShuffle,
     epoch_order,
     locate,

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.convert import convert
-from fastdata.errors import BadSampleWarning
+from fastdata.core.errors import BadSampleWarning
 from tests.datagen import jpeg_bytes, make_image_folder, write_tar
 
 N = 10  # samples per shard

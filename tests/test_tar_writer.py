@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastdata.errors import SourceNotFound, SourceUnreadable
+from fastdata.core.errors import SourceNotFound, SourceUnreadable
 from fastdata.formats.tar import ShardIndex, scan
 from fastdata.formats.tar_writer import TarShardWriter
 from fastdata.storage.local import LocalReader

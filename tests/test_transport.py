@@ -10,8 +10,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata import transport
-from fastdata.transport import SharedMemoryCollate
+from fastdata.loading import transport
+from fastdata.loading.transport import SharedMemoryCollate
 from tests.datagen import make_shards
 
 

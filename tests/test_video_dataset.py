@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 import fastdata as fd
-from fastdata.errors import BadSampleWarning, ConfigError, SourceNotFound
+from fastdata.core.errors import BadSampleWarning, ConfigError, SourceNotFound
 from fastdata.formats.video import VideoMeta, VideoTooShort, VideoUnreadable
 from fastdata.formats.video.pyav_reader import PyAVReader
 from tests.conformance import Backend, Conformance

@@ -25,11 +25,11 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.errors import BadSampleWarning
+from fastdata.core.errors import BadSampleWarning
+from fastdata.core.handles import open_files
 from fastdata.formats.video import DecodeTimeout
 from fastdata.formats.video.pyav_reader import PyAVReader
 from fastdata.formats.video.watchdog import stuck_calls
-from fastdata.worker import open_files
 from tests.test_video_readers import DECODERS, _available, need
 from tests.videogen import make_videos, read_stamp
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastdata.errors import ConfigError, SourceNotFound
+from fastdata.core.errors import ConfigError, SourceNotFound
 from fastdata.formats.video import FramesMissing, VideoUnreadable, open_video, reader_class
 from tests.videogen import CODECS, make_videos, read_stamp
 

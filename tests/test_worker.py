@@ -14,9 +14,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
-from fastdata.errors import ConfigError
-from fastdata.worker import HandleCache, ProcessLocal, SharedState, default_max_open, derive_seed, stagger
-from fastdata.world import World
+from fastdata.core.errors import ConfigError
+from fastdata.core.handles import HandleCache, ProcessLocal, default_max_open
+from fastdata.core.seeding import derive_seed, stagger
+from fastdata.core.shared import SharedState
+from fastdata.core.world import World
 
 
 class Handle:
@@ -118,7 +120,7 @@ class EpochProbe(Dataset):
         return 4
 
     def __getitem__(self, i: int) -> tuple[int, int, float, float, float]:
-        from fastdata.worker import on_epoch
+        from fastdata.core.seeding import on_epoch
 
         on_epoch(self.worker_world())
         self.shared.add("seen")

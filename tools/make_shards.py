@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fastdata.convert.command import add_arguments, run
-from fastdata.errors import FastdataError
+from fastdata.core.errors import FastdataError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,14 +9,14 @@
     print(rec.text())        # the diagnosis: storage-, CPU-, main-process-, memory- or start-up-bound
 
 Modules: :mod:`~fastdata.bench.measure` (``sweep``: run the grid), :mod:`~fastdata.bench.probes` (what
-is measured), :mod:`~fastdata.bench.stages` (the hook datasets call), :mod:`~fastdata.bench.cores`
+is measured), :mod:`~fastdata.core.stages` (the hook datasets call), :mod:`~fastdata.bench.cores`
 (usable cores and memory), :mod:`~fastdata.bench.advise` (``recommend``) and
 :mod:`~fastdata.bench.diagnose`, :mod:`~fastdata.bench.report` (table, JSON, plot),
 :mod:`~fastdata.bench.backends` (one module per data format for ``fastdata bench``). The modules are
 not named after the functions ``sweep`` and ``recommend``, so that importing a module never hides the
 function of the same name on this package.
 
-This package's ``__init__`` imports nothing: datasets import :mod:`fastdata.bench.stages` on their
+This package's ``__init__`` imports nothing: datasets import :mod:`fastdata.core.stages` on their
 hot path, and the rest loads on first use.
 """
 

@@ -24,7 +24,7 @@ from fastdata.bench.diagnose import (
     startup_share,
 )
 from fastdata.bench.result import Config, Point, SweepResult
-from fastdata.errors import check_positive
+from fastdata.core.errors import check_positive
 
 
 @dataclass

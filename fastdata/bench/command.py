@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 EPILOG = """examples:
   fastdata bench --demo                        build small data for every backend, sweep each, summarise
@@ -82,29 +82,6 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _pins(choice: str) -> list[bool] | None:
-    return {"auto": None, "on": [True], "off": [False], "both": [False, True]}[choice]
-
-
-def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> dict[str, Any]:
-    """Keyword arguments of :func:`fastdata.bench.sweep` from the command line."""
-    if args.step_ms < 0:
-        raise ConfigError(f"--step-ms {args.step_ms} must be >= 0")
-    if args.rounds < 1:
-        raise ConfigError(f"--rounds {args.rounds} must be >= 1")
-    return {
-        "workers": args.workers,
-        "batch_size": args.batch_size or batch_size,
-        "prefetch_factor": args.prefetch,
-        "pin_memory": _pins(args.pin),
-        "persistent_workers": [False, True] if args.persistent else [False],
-        "step_time": args.step_ms / 1000.0,
-        "seconds": args.seconds or seconds,
-        "rounds": args.rounds,
-        "main_threads": args.main_threads,
-    }
-
-
 def check_plot_support(args: argparse.Namespace) -> None:
     """Fail before measuring, not after, when --plot cannot be written."""
     if args.plot:
@@ -131,19 +108,13 @@ def run(args: argparse.Namespace) -> int:
     return run_spec(args)
 
 
-def progress_bar(console: Any, total: int, description: str) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True)
-
-
 def run_spec(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     import fastdata.bench as fb
     from fastdata.bench import backends, report
     from fastdata.bench.measure import default_workers, grid
+    from fastdata.bench.options import progress_bar, sweep_args
 
     backend = backends.get(args.fmt) if args.fmt else backends.detect(args.spec)
     options = dict(args.option)

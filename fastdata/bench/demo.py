@@ -20,7 +20,7 @@ from typing import Any
 from fastdata.bench.advise import Recommendation
 from fastdata.bench.backends import DemoUnavailable, public_options
 from fastdata.bench.result import SweepResult
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 SECONDS = 3.0  # most seconds measured per configuration
 QUICK_SECONDS = 1.0  # ... with --quick
@@ -38,8 +38,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     import fastdata.bench as fb
     from fastdata.bench import backends, report
-    from fastdata.bench.command import progress_bar, sweep_args
     from fastdata.bench.measure import default_workers, grid
+    from fastdata.bench.options import progress_bar, sweep_args
 
     everything = backends.backends()
     if args.backends:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Literal
 
 from fastdata.bench.result import Point, SweepResult
-from fastdata.bench.stages import STAGES
+from fastdata.core.stages import STAGES
 
 Bottleneck = Literal["storage", "cpu", "main-process", "memory", "start-up", "ipc", "none", "unknown"]
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
 
-from fastdata.bench import stages
 from fastdata.bench.probes import ProbedCollate, ProbeInit, StageTable, SystemProbe, leading_dim
 from fastdata.bench.result import Config, Point, Window
-from fastdata.errors import ConfigError, check_positive
+from fastdata.core import stages
+from fastdata.core.errors import ConfigError, check_positive
 
 StepFn = Callable[[Any], object]
 

@@ -21,7 +21,7 @@ from fastdata.bench.cores import usable_cores
 from fastdata.bench.environment import describe, start_method
 from fastdata.bench.loop import StepFn, Timing, measure
 from fastdata.bench.result import Config, Point, SweepResult
-from fastdata.errors import ConfigError, check_positive
+from fastdata.core.errors import ConfigError, check_positive
 
 Progress = Callable[[int, int, Point], object]
 

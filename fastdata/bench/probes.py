@@ -3,7 +3,7 @@
 Three sources, each read cheaply:
 
 * **Stages in the producing processes** (fetch, decode, transform, collate): datasets time themselves
-  with :mod:`fastdata.bench.stages`; :class:`ProbeInit` (the workers' ``worker_init_fn``) points each
+  with :mod:`fastdata.core.stages`; :class:`ProbeInit` (the workers' ``worker_init_fn``) points each
   worker at its own row of a shared-memory :class:`StageTable`, and :class:`ProbedCollate` times the
   ``collate_fn`` and copies the worker's totals to its row once per batch.
 * **The main process, per batch**: :class:`ProbedCollate` wraps each batch in a :class:`Probed`
@@ -29,8 +29,8 @@ import numpy as np
 import psutil
 import torch
 
-from fastdata.bench import stages
-from fastdata.bench.stages import STAGES
+from fastdata.core import stages
+from fastdata.core.stages import STAGES
 
 
 class StageTable:

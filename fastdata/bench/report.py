@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from fastdata.bench.advise import Recommendation
 from fastdata.bench.diagnose import label
 from fastdata.bench.result import Point, SweepResult
-from fastdata.bench.stages import STAGES
+from fastdata.core.stages import STAGES
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastdata.bench.stages import STAGES
+from fastdata.core.stages import STAGES
 
 
 @dataclass(frozen=True, order=True)

@@ -16,7 +16,7 @@ import os
 from typing import Any, Literal
 
 from fastdata.convert.corpus import Corpus, scan_corpus
-from fastdata.errors import ConfigError, check_choice
+from fastdata.core.errors import ConfigError, check_choice
 from fastdata.storage import scheme
 
 Format = Literal["tar", "hdf5"]

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 
 def _hw(text: str) -> tuple[int, int]:

@@ -12,7 +12,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastdata.errors import ConfigError, SourceNotFound
+from fastdata.core.errors import ConfigError, SourceNotFound
 
 
 @dataclass(frozen=True)

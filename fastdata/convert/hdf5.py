@@ -9,9 +9,9 @@ The file holds three fields of one row per sample, in a fixed shuffled order (se
 * ``key``: each sample's path below the corpus root (a string), so every row traces back to its file.
 
 Class names and counts go into the file's attributes and into ``manifest.json`` beside it (the layout
-of :mod:`fastdata.manifest`, with ``"format": "hdf5"``). Samples are written in an order shuffled with
+of :mod:`fastdata.formats.manifest`, with ``"format": "hdf5"``). Samples are written in an order shuffled with
 the fixed seed :data:`WRITE_ORDER_SEED`, because a corpus is sorted by class folder and readers that keep
-neighbouring rows together (:class:`~fastdata.chunk_sampler.ChunkBatchSampler`, sequential reads)
+neighbouring rows together (:class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler`, sequential reads)
 would otherwise get batches of a single class.
 
 The file is written as ``NAME.partial`` and renamed when complete, then the manifest is written the
@@ -36,8 +36,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from fastdata.convert.corpus import Corpus, Item
-from fastdata.errors import ConfigError, DecodeFailed, SourceNotFound, SourceUnreadable
-from fastdata.manifest import MANIFEST
+from fastdata.core.errors import ConfigError, DecodeFailed, SourceNotFound, SourceUnreadable
+from fastdata.formats.manifest import MANIFEST
 
 H5_NAME = "data.h5"
 """The file written into an output folder (``OUT/data.h5``)."""

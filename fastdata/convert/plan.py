@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fastdata.convert.corpus import Corpus, Item
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 from fastdata.formats.tar import BLOCK
 
 DEFAULT_EXT = "bin"  # for files without an extension

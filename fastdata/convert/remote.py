@@ -2,7 +2,7 @@
 
 Shards are written exactly as for a local output (same plan, same bytes, same resume records), into a
 local *staging folder*, and each finished shard and its ``.idx`` are uploaded from the main process
-while the next shards are written (:class:`~fastdata.storage.s3_upload.ShardUploader`: multipart for
+while the next shards are written (:class:`~fastdata.convert.upload.ShardUploader`: multipart for
 large files, size and sha256 checked by a HEAD afterwards). A shard's local copy is deleted once its
 upload is verified, so the staging folder holds only the shards between "written" and "uploaded": at
 most ``2 x workers + 2`` of them (writing pauses while that many wait for their upload). The manifest
@@ -34,8 +34,8 @@ from typing import Any
 
 from fastdata.convert.plan import Plan
 from fastdata.convert.resume import ConversionState
-from fastdata.errors import ConfigError
-from fastdata.manifest import MANIFEST
+from fastdata.core.errors import ConfigError
+from fastdata.formats.manifest import MANIFEST
 from fastdata.storage import scheme
 from fastdata.storage.s3_client import S3Config, Stats, parse_url
 from fastdata.storage.s3_fetch import call
@@ -158,7 +158,7 @@ class RemoteOutput:
     # -- while writing ---------------------------------------------------------------------------------
     def _up(self) -> Any:
         if self._uploader is None:
-            from fastdata.storage.s3_upload import ShardUploader
+            from fastdata.convert.upload import ShardUploader
 
             self._uploader = ShardUploader(self.url, config=self.config, stats=self.stats, skip_existing=True)
         return self._uploader

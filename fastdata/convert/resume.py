@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastdata.convert.plan import Plan
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
+from fastdata.formats.manifest import MANIFEST
 from fastdata.formats.tar_writer import write_atomic
-from fastdata.manifest import MANIFEST
 
 STATE_DIR = ".fastdata-convert"
 _FLAGS = {"shard_size": "--shard-size", "shard_count": "--shard-count", "shuffle": "--shuffle",

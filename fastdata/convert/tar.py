@@ -27,9 +27,9 @@ from tqdm import tqdm
 from fastdata.convert.corpus import Corpus
 from fastdata.convert.plan import LABEL_EXT, Entry, Plan, brace_pattern, plan_shards
 from fastdata.convert.resume import ConversionState, open_state, sync_dir
-from fastdata.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
+from fastdata.formats.manifest import MANIFEST
 from fastdata.formats.tar_writer import TarShardWriter, write_atomic
-from fastdata.manifest import MANIFEST
 from fastdata.storage import scheme
 
 if TYPE_CHECKING:
@@ -320,8 +320,8 @@ def _convert_in(state: ConversionState, plan: Plan, corpus: Corpus, problems: li
 
 
 def build_manifest(plan: Plan, records: list[dict[str, Any]], corpus: Corpus, problems: list[str]) -> dict[str, Any]:
-    """The manifest (layout in :mod:`fastdata.manifest`) from the records of every shard."""
-    from fastdata import __version__
+    """The manifest (layout in :mod:`fastdata.formats.manifest`) from the records of every shard."""
+    from fastdata.core.version import __version__
 
     labels: Counter[int] = Counter()
     write_skips: list[str] = []

@@ -3,12 +3,13 @@ shared with its workers, the bad-input policy, and ``close``."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from fastdata.errors import ErrorPolicy, OnError
-from fastdata.worker import SharedEpoch, SharedState, on_epoch
-from fastdata.world import World, current_rank, current_worker
+from fastdata.core import process
+from fastdata.core.errors import ErrorPolicy, OnError
+from fastdata.core.seeding import on_epoch
+from fastdata.core.shared import SharedEpoch, SharedState
+from fastdata.core.world import World, current_rank, current_worker
 
 
 class DatasetBase(SharedEpoch):
@@ -16,7 +17,7 @@ class DatasetBase(SharedEpoch):
 
     Args:
         seed (int): seeds every shuffle and per-worker stream. Defaults to 0.
-        on_error ("raise" | "skip"): bad-input policy, see :mod:`fastdata.errors`. Defaults to "raise".
+        on_error ("raise" | "skip"): bad-input policy, see :mod:`fastdata.core.errors`. Defaults to "raise".
         rank, world_size (int | None): Default to the detected ones, read now, at construction.
         counters (tuple[str, ...]): names of extra counters shared with the workers.
     """
@@ -58,11 +59,11 @@ class DatasetBase(SharedEpoch):
         return World(self.rank, self.world_size, worker, num_workers, self.seed, self.epoch)
 
     def follow_epoch(self) -> None:
-        """Reseed this process's random streams (:func:`fastdata.worker.on_epoch`) when the shared epoch
+        """Reseed this process's random streams (:func:`fastdata.core.seeding.on_epoch`) when the shared epoch
         has moved since it last looked: map-style datasets call it on every read, so persistent workers
         get new streams each epoch even without ``worker_init_fn``. Keyed by pid too: a worker forked
         from a parent that already read (``ds[0]`` before training) still seeds its own streams."""
-        seen = (os.getpid(), self.epoch)
+        seen = (process.pid(), self.epoch)
         if self._seen_epoch != seen:
             self._seen_epoch = seen
             on_epoch(self.worker_world())

@@ -10,13 +10,14 @@ import numpy as np
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from fastdata.bench import stages
-from fastdata.bufferpool import BufferPool
-from fastdata.chunk_sampler import ChunkBatchSampler
+from fastdata.core import stages
+from fastdata.core.bufferpool import BufferPool
+from fastdata.core.errors import BadSample, ConfigError, DecodeFailed, OnError, SourceNotFound, SourceUnreadable
+from fastdata.core.handles import HandleCache
+from fastdata.core.sharding import Remainder
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.hdf5_batch import Sample, SampleBatch, collate
-from fastdata.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, DecodeMode, Decoder
-from fastdata.errors import BadSample, ConfigError, DecodeFailed, OnError, SourceNotFound, SourceUnreadable
+from fastdata.formats.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, DecodeMode, Decoder
 from fastdata.formats.hdf5 import (
     DEFAULT_RDCC_NBYTES,
     DEFAULT_RDCC_NSLOTS,
@@ -28,10 +29,9 @@ from fastdata.formats.hdf5 import (
     describe,
 )
 from fastdata.formats.hdf5_rows import H5Handle, corrupt, read_field
-from fastdata.sampler import EpochSampler
-from fastdata.sharding import Remainder
+from fastdata.loading.chunk_sampler import ChunkBatchSampler
+from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls, scheme
-from fastdata.worker import HandleCache
 
 _KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
 
@@ -61,7 +61,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
             :class:`~fastdata.Decoder`, variable-length byte fields are decoded: by extension when the
             field's name ends in one (``meta.json``, ``caption.txt``), else as images. A callable is applied
             to the whole sample dict instead. Defaults to ``"raw"`` (bytes).
-        on_error ("raise" | "skip"): bad-input policy, see :mod:`fastdata.errors`. Defaults to "raise".
+        on_error ("raise" | "skip"): bad-input policy, see :mod:`fastdata.core.errors`. Defaults to "raise".
         seed (int): seed of the samplers' shuffles and of ``worker_init_fn``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
         rdcc_nbytes (int): chunk cache per open file and process, in bytes. Defaults to 16 MiB
@@ -69,7 +69,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         rdcc_nslots (int): chunk cache hash slots. Defaults to 10_007.
         rdcc_w0 (float): chunk cache preemption policy. Defaults to 0.75.
         max_open (int | None): files open at once per process. Defaults to
-            :func:`fastdata.worker.default_max_open`.
+            :func:`fastdata.core.handles.default_max_open`.
 
     Raises:
         SourceNotFound: a file or field does not exist. BadLayout: fields of unequal length, a group or a
@@ -236,7 +236,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
     def _decoded(self, samples: list[Sample], bad: np.ndarray, t: float) -> list[Any]:
         """Decode and transform ``samples`` (the good ones of a batch, in order); a sample whose decoding
         fails is handled by the policy and marked in ``bad``. ``t``: the stage clock (see
-        :mod:`fastdata.bench.stages`)."""
+        :mod:`fastdata.core.stages`)."""
         field_decoder, sample_decoder, transform = self._field_decoder, self._sample_decoder, self.transform
         decoding = field_decoder is not None or sample_decoder is not None
         good = np.flatnonzero(~bad).tolist()
@@ -295,7 +295,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
 
     def chunk_sampler(self, batch_size: int, *, shuffle: bool = True, drop_last: bool = False,
                       remainder: Remainder = "drop", mix: int = 1) -> ChunkBatchSampler:
-        """A rank-aware :class:`~fastdata.chunk_sampler.ChunkBatchSampler` over this dataset's chunks,
+        """A rank-aware :class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler` over this dataset's chunks,
         following its ``set_epoch``: pass it as ``DataLoader(ds, batch_sampler=...)``."""
         return ChunkBatchSampler(self.block_starts(), len(self), batch_size, shuffle=shuffle, seed=self.seed,
                                  drop_last=drop_last, remainder=remainder, mix=mix, rank=self.rank,

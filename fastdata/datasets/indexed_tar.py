@@ -10,12 +10,12 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from fastdata.core.errors import BadSample, OnError
+from fastdata.core.sharding import Remainder
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.tar_source import Sample, TarSource, remote_counters
-from fastdata.decode import DecodeMode, Decoder, make_decoder
-from fastdata.errors import BadSample, OnError
-from fastdata.sampler import EpochSampler
-from fastdata.sharding import Remainder
+from fastdata.formats.decode import DecodeMode, Decoder, make_decoder
+from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls
 
 
@@ -38,7 +38,7 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): readers open at once per process. Defaults to
-            :func:`fastdata.worker.default_max_open`.
+            :func:`fastdata.core.handles.default_max_open`.
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3_client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).

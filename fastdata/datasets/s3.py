@@ -11,10 +11,8 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from fastdata.bench import stages
-from fastdata.datasets.base import DatasetBase
-from fastdata.decode import DecodeMode, Decoder, make_decoder
-from fastdata.errors import (
+from fastdata.core import stages
+from fastdata.core.errors import (
     BadSample,
     ErrorPolicy,
     OnError,
@@ -23,15 +21,17 @@ from fastdata.errors import (
     check_choice,
     check_positive,
 )
+from fastdata.core.handles import ProcessLocal
+from fastdata.core.sharding import Remainder, rank_indices
+from fastdata.core.world import current_worker
+from fastdata.datasets.base import DatasetBase
+from fastdata.formats.decode import DecodeMode, Decoder, make_decoder
 from fastdata.formats.tar import split_key
-from fastdata.sampler import EpochSampler
-from fastdata.sharding import Remainder, rank_indices
+from fastdata.loading.sampler import EpochSampler
 from fastdata.storage.s3 import S3Config, Stats, executor
 from fastdata.storage.s3_client import COUNTERS, client, release
 from fastdata.storage.s3_fetch import ObjectChanged, S3Unavailable, get
 from fastdata.storage.s3_list import resolve
-from fastdata.worker import ProcessLocal
-from fastdata.world import current_worker
 
 Sample = dict[str, Any]
 OnMissing = Literal["raise", "skip"]

@@ -10,14 +10,15 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, default_collate
 
+from fastdata.core import process
+from fastdata.core.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
+from fastdata.core.seeding import on_epoch
+from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
+from fastdata.core.world import World
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.tar_source import Sample, TarSource, remote_counters
-from fastdata.decode import DecodeMode, Decoder, make_decoder
-from fastdata.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
-from fastdata.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
+from fastdata.formats.decode import DecodeMode, Decoder, make_decoder
 from fastdata.storage import expand_urls
-from fastdata.worker import on_epoch
-from fastdata.world import World
 
 
 class TarShardDataset(DatasetBase, IterableDataset[Any]):
@@ -48,10 +49,10 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
         transform (Callable | None): applied to each decoded sample dict.
         on_error ("raise" | "skip"): bad-input policy. Defaults to "raise".
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.sharding.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): shard readers open at once per worker. Defaults to
-            :func:`fastdata.worker.default_max_open`.
+            :func:`fastdata.core.handles.default_max_open`.
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3_client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).
@@ -88,7 +89,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         self.collate_fn = collate_fn or default_collate
         self.source = TarSource(shard_urls, policy=self._policy, decoder=make_decoder(decode),
                                 transform=transform, max_open=max_open, storage_options=storage_options,
-                                stats=self._shared)
+                                stats=self._shared, dealt=batch_size is not None)
         self.total = sum(self.source.counts)
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)
         # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
@@ -134,7 +135,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         if self.batch_size is None:
             return self._samples(read, world, length, window)
         where = functools.partial(self._shards_at, shuffled, start, offsets, order)
-        self._progress = (os.getpid(), world.epoch, first, world.worker, world.num_workers)
+        self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers)
         return self._batches(read, where, world, length, first, stride, worker)
 
     def _first_batch(self, world: World) -> tuple[int, int, int]:
@@ -175,7 +176,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             for lo, hi in worker_ranges(length, worker=worker, num_workers=stride, unit=unit, start=base):
                 batch = read(lo, hi)
                 # counted before the yield, so that a state taken right after this batch resumes past it
-                self._progress = (os.getpid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
+                self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
                 if not batch:
                     # leaving the batch out would give this rank fewer batches than the others (a hang at
                     # the next collective) and shift every later batch (a wrong resume)
@@ -219,7 +220,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             return {"epoch": self.epoch, "batches": batches}
         if self._resume is not None and self._resume[0] == self.epoch:
             epoch, batches, worker, workers = self._resume
-        elif self._progress is not None and self._progress[:2] == (os.getpid(), self.epoch):
+        elif self._progress is not None and self._progress[:2] == (process.pid(), self.epoch):
             _, epoch, batches, worker, workers = self._progress
             if workers == 1:
                 worker = None

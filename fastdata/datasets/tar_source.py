@@ -10,12 +10,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fastdata.bench import stages
-from fastdata.errors import BadSample, ErrorPolicy, SourceNotFound, SourceUnreadable
+from fastdata.core import stages
+from fastdata.core.errors import BadSample, ErrorPolicy, SourceNotFound, SourceUnreadable
+from fastdata.core.handles import HandleCache
+from fastdata.core.world import current_worker
+from fastdata.formats.manifest import sample_counts
 from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
-from fastdata.manifest import sample_counts
 from fastdata.storage import Reader, open_reader, scheme
-from fastdata.worker import HandleCache
 
 Sample = dict[str, Any]
 # Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
@@ -58,11 +59,13 @@ class TarSource:
         urls (list[str]): the shards.
         policy (ErrorPolicy): what to do with bad samples and missing shards.
         decoder, transform: applied to each sample, in that order.
-        max_open (int | None): readers open at once per process; see :class:`~fastdata.worker.HandleCache`.
+        max_open (int | None): readers open at once per process; see :class:`~fastdata.core.handles.HandleCache`.
         storage_options (dict | None): passed to the reader of remote URLs (for ``s3://``: the fields
             of :class:`~fastdata.storage.s3_client.S3Config` such as ``endpoint_url``, and the
             ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
         stats: where remote readers count requests and retries (the dataset's shared state).
+        dealt (bool): the dataset deals batches to its DataLoader workers in turn, so each worker reads
+            every n-th stretch of a shard (a hint for remote read-ahead). Defaults to False.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class TarSource:
         max_open: int | None,
         storage_options: dict[str, Any] | None = None,
         stats: Any = None,
+        dealt: bool = False,
     ) -> None:
         self.urls = urls
         self.policy = policy
@@ -82,8 +86,9 @@ class TarSource:
         self.transform = transform
         self._options = dict(storage_options or {})
         self._stats = stats
+        self._dealt = dealt
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
-        self._readers: HandleCache[str, Reader] = HandleCache(self.open, max_open=max_open)
+        self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
         self.counts = self._count_samples()
         self.close()  # the parent keeps no reader or connection open into the DataLoader's fork
@@ -94,15 +99,23 @@ class TarSource:
         state["_clients"] = set()
         return state
 
-    def open(self, url: str) -> Reader:
-        """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options."""
+    def open(self, url: str, **hints: Any) -> Reader:
+        """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options;
+        ``hints`` are the remote reader's access-pattern options (see :meth:`_open_shard`)."""
         if not scheme(url):
             return open_reader(url)
-        reader = open_reader(url, stats=self._stats, **self._options)
+        reader = open_reader(url, stats=self._stats, **hints, **self._options)
         config = getattr(reader, "config", None)
         if config is not None:
             self._clients.add(config)
         return reader
+
+    def _open_shard(self, url: str) -> Reader:
+        """A shard's reader. A remote one is told what comes next: the sidecar index (fetched together
+        with the shard's first bytes) and, when batches are dealt to workers, every n-th stretch."""
+        if not scheme(url):
+            return open_reader(url)
+        return self.open(url, companion=index_url(url), expected_stride=current_worker()[1] if self._dealt else 1)
 
     def _count_samples(self) -> list[int]:
         """Samples per shard: from a manifest beside the shards, else from each shard's index."""

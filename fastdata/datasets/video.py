@@ -14,22 +14,20 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fastdata.bench import stages
+from fastdata.core import process, stages
+from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable, check_choice
+from fastdata.core.seeding import derive_seed, stagger
+from fastdata.core.sharding import Remainder
+from fastdata.core.world import current_worker
 from fastdata.datasets.base import DatasetBase
-from fastdata.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable, check_choice
-from fastdata.formats.video import DecoderName, VideoMeta, VideoReader, reader_class
+from fastdata.formats.video import VIDEO_EXTENSIONS, DecoderName, VideoMeta, VideoReader, reader_class
 from fastdata.formats.video.base import DecodeTimeout, Size, VideoTooShort
 from fastdata.formats.video.meta_cache import VideoIndex, default_index_file
 from fastdata.formats.video.pool import ReaderPool
-from fastdata.sampler import EpochSampler
-from fastdata.sharding import Remainder
+from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls, scheme
-from fastdata.worker import derive_seed, stagger
-from fastdata.world import current_worker
 
 ClipSampling = Literal["random", "uniform"]
-VIDEO_EXTENSIONS = frozenset({".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts", ".flv",
-                              ".wmv", ".3gp"})
 _SKIPPED = object()
 
 
@@ -60,9 +58,9 @@ class _OpenStagger:
         self._pid = -1
 
     def __call__(self) -> None:
-        if self._pid != os.getpid():
+        if self._pid != process.pid():
             worker, num_workers = current_worker()
-            self._pid = os.getpid()
+            self._pid = process.pid()
             self._rng = random.Random(derive_seed(self.seed, self.rank, worker, 0x0BE7)) if num_workers > 1 else None
         if self._rng is not None:
             time.sleep(self._rng.uniform(self.low, self.high))
@@ -245,8 +243,8 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
 
     def _begin(self) -> None:
         self.follow_epoch()
-        if self._stagger_pid != os.getpid():
-            self._stagger_pid = os.getpid()
+        if self._stagger_pid != process.pid():
+            self._stagger_pid = process.pid()
             world = self.worker_world()
             if world.total_workers > 1:
                 self.stagger_delay = stagger(world, *self.stagger)

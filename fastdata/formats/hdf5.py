@@ -7,7 +7,7 @@ when a dataset is built, and records what the readers of :mod:`fastdata.formats.
 field's kind, row shape, chunking and whether its rows can be read straight from the file.
 
 Errors name the file and the field and say what to do: a missing file or field is
-:class:`~fastdata.errors.SourceNotFound`; a file HDF5 cannot open (truncated, not HDF5) is
+:class:`~fastdata.core.errors.SourceNotFound`; a file HDF5 cannot open (truncated, not HDF5) is
 :class:`CorruptHDF5`; fields that do not form samples (unequal lengths, a group, a scalar) are
 :class:`BadLayout`; a file replaced after the dataset was built is :class:`FileChanged`.
 """
@@ -23,7 +23,7 @@ import h5py  # imported here so that a missing h5py fails on first use with the 
 import numpy as np
 from h5py import h5d
 
-from fastdata.errors import BadSample, ConfigError, CorruptShard, SourceNotFound, SourceUnreadable, check_positive
+from fastdata.core.errors import BadSample, ConfigError, CorruptShard, SourceNotFound, SourceUnreadable, check_positive
 
 DEFAULT_RDCC_NBYTES = 16 << 20
 """Chunk cache per open file and process, in bytes: 16 MiB. HDF5's own default (1 MiB) is smaller than
@@ -55,7 +55,7 @@ fast as sequential order, blocks of 1024 about 0.7 of it, random order about 0.5
 
 
 class CorruptHDF5(CorruptShard):
-    """An HDF5 file is truncated or damaged (a :class:`~fastdata.errors.CorruptShard`, so one ``except``
+    """An HDF5 file is truncated or damaged (a :class:`~fastdata.core.errors.CorruptShard`, so one ``except``
     catches damaged files of every format)."""
 
 

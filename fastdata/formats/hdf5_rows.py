@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fastdata import worker
+from fastdata.core import process
 from fastdata.formats.hdf5 import ChunkCache, CorruptHDF5, FieldInfo, FileChanged, FileInfo, file_identity, open_file
 
 # Small rows (up to SMALL_ROW_BYTES) closer than MERGE_GAP_BYTES in the file are taken from one span of
@@ -41,7 +41,7 @@ _live: weakref.WeakSet[H5Handle] = weakref.WeakSet()
 def _close_inherited() -> None:
     """Close, in a forked child, every handle its parent opened (of any dataset): the child must not read
     through them, and while they are open HDF5 would give the child's own opens the parent's file."""
-    pid = os.getpid()
+    pid = process.pid()
     for handle in list(_live):
         if handle.pid != pid:
             handle.close()
@@ -66,18 +66,18 @@ class H5Handle:
 
     def __init__(self, info: FileInfo, cache: ChunkCache) -> None:
         self.info = info
-        self.pid = os.getpid()
+        self.pid = process.pid()
         if file_identity(info.path) != info.identity:
             raise FileChanged(f"{info.path}: the file changed after the dataset was built (size, time or "
                               "inode differ); build the dataset again (was the file rewritten while reading?)",
                               info.path)
         self._key = info.identity[:2]
         self.datasets: dict[str, Any] = {}
-        if worker._generation > 0:
+        if process.forked():
             _close_inherited()
         self.file = open_file(info.path, cache)
         self.driver = "sec2"
-        if worker._generation > 0 and self._shared_with_others():
+        if process.forked() and self._shared_with_others():
             self.file.close()
             self.file = open_file(info.path, cache, driver="stdio")
             self.driver = "stdio"
@@ -103,7 +103,7 @@ class H5Handle:
         file just opened: then HDF5 shares its open file with theirs."""
         from h5py import h5f
 
-        pid = os.getpid()
+        pid = process.pid()
         ours = sum(1 + len(h.datasets) for h in list(_live)
                    if h is not self and h.pid == pid and h.file is not None and h._key == self._key)
         return int(h5f.get_obj_count(self.file.id, h5f.OBJ_ALL)) > ours + 1

@@ -8,8 +8,8 @@ With the index, reading a sample is slicing its members out of the file, and any
 in any order (shuffling, resuming, splitting a shard between workers) without reading the others.
 
 Nothing is ever extracted to disk. Names with ``..`` or an absolute path, links and devices are
-reported as :class:`~fastdata.errors.UnsafeMember`; a truncated or damaged shard as
-:class:`~fastdata.errors.CorruptShard`. Both are bad samples, subject to the dataset's ``on_error``.
+reported as :class:`~fastdata.core.errors.UnsafeMember`; a truncated or damaged shard as
+:class:`~fastdata.core.errors.CorruptShard`. Both are bad samples, subject to the dataset's ``on_error``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastdata.errors import BadSample, CorruptShard, UnsafeMember
+from fastdata.core.errors import BadSample, CorruptShard, UnsafeMember
 from fastdata.storage import Reader
 
 BLOCK = 512

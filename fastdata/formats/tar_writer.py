@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fastdata.errors import ConfigError, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ConfigError, SourceNotFound, SourceUnreadable
 from fastdata.formats.tar import BLOCK, Member, ShardIndex, index_url, is_safe_name
 
 RECORD = 20 * BLOCK  # tar and tarfile pad archives to 10 KiB records; so do we

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from braceexpand import braceexpand
 
-from fastdata.errors import ConfigError, SourceNotFound
+from fastdata.core.errors import ConfigError, SourceNotFound
 
 
 class Reader(Protocol):

@@ -8,7 +8,7 @@ import os
 import stat
 from collections.abc import Sequence
 
-from fastdata.errors import SourceNotFound, SourceUnreadable
+from fastdata.core.errors import SourceNotFound, SourceUnreadable
 
 
 class LocalReader:

@@ -17,12 +17,11 @@ starts the GET of its sidecar at the same time. Every later GET is pinned to the
 object rewritten mid-read fails with :class:`ObjectChanged` instead of mixing two versions. The client,
 retries and counters are described in :mod:`fastdata.storage.s3_client`; the resumption of broken
 bodies in :mod:`fastdata.storage.s3_fetch`; fetched windows in :mod:`fastdata.storage.s3_windows`;
-uploads in :mod:`fastdata.storage.s3_upload`.
+single-file uploads in :mod:`fastdata.storage.s3_upload`.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -30,7 +29,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from typing import Any
 
-from fastdata.errors import ConfigError, SourceUnreadable, check_positive
+from fastdata.core import process
+from fastdata.core.errors import ConfigError, SourceUnreadable, check_positive
+from fastdata.core.handles import HandleCache
 from fastdata.storage.s3_client import (
     COUNTERS,
     MiB,
@@ -42,10 +43,8 @@ from fastdata.storage.s3_client import (
     release,
 )
 from fastdata.storage.s3_fetch import Fetched, ObjectChanged, S3Unavailable, call, get
-from fastdata.storage.s3_upload import ShardUploader, upload_file
+from fastdata.storage.s3_upload import upload_file
 from fastdata.storage.s3_windows import Windows, done
-from fastdata.worker import HandleCache
-from fastdata.world import current_worker
 
 PREFETCH_CALLS = 2  # read_ranges calls of a stream fetched ahead
 
@@ -70,16 +69,15 @@ def executor(config: S3Config) -> ThreadPoolExecutor:
         return _pools.get(config.threads)
 
 
-# A tar shard's reader is followed at once by its sidecar index's (TarSource.index reads URL + ".idx",
-# see fastdata.formats.tar.index_url): opening a shard starts that GET too, so both take one round trip.
-SIDECAR = (".tar", ".idx")
+# Objects fetched ahead because a reader named them as its companion (a tar shard's sidecar index): the
+# GET starts with the reader's own, so both take one round trip.
 _sidecars: OrderedDict[tuple[S3Config, str], tuple[int, Future[Fetched]]] = OrderedDict()
 _sidecars_lock = threading.Lock()
 
 
 def _start_sidecar(config: S3Config, stats: Stats, url: str, n: int) -> None:
     with _sidecars_lock:
-        _sidecars[(config, url)] = (os.getpid(), executor(config).submit(get, config, stats, url, 0, n))
+        _sidecars[(config, url)] = (process.pid(), executor(config).submit(get, config, stats, url, 0, n))
         while len(_sidecars) > 16:
             _sidecars.popitem(last=False)
 
@@ -87,7 +85,7 @@ def _start_sidecar(config: S3Config, stats: Stats, url: str, n: int) -> None:
 def _take_sidecar(config: S3Config, url: str) -> Future[Fetched] | None:
     with _sidecars_lock:
         pid, future = _sidecars.pop((config, url), (-1, None))
-    return future if pid == os.getpid() else None  # a forked child never waits on its parent's threads
+    return future if pid == process.pid() else None  # a forked child never waits on its parent's threads
 
 
 class S3Reader:
@@ -109,6 +107,11 @@ class S3Reader:
         max_prefetch (int): most bytes fetched ahead at once, in bytes. Defaults to 32 MiB.
         cache_bytes (int): most bytes of fetched windows kept, in bytes. Defaults to 64 MiB.
         open_bytes (int): bytes fetched by the first GET, which also gives the size. Defaults to 256 KiB.
+        companion (str | None): an object the caller will open right after this one (a tar shard's sidecar
+            index): its first GET starts together with this reader's. Defaults to None.
+        expected_stride (int): how the caller's first ``read_ranges`` calls will move: each call ``n``
+            spans after the previous one (a dataset that deals batches to ``n`` workers in turn passes
+            ``n``); 1 for a contiguous stream. Later calls measure the stride. Defaults to 1.
         **options: :class:`S3Config` fields (``endpoint_url=...``, ``max_attempts=...``).
 
     Raises:
@@ -129,12 +132,16 @@ class S3Reader:
         max_prefetch: int = 32 * MiB,
         cache_bytes: int = 64 * MiB,
         open_bytes: int = 256 * 1024,
+        companion: str | None = None,
+        expected_stride: int = 1,
         **options: Any,
     ) -> None:
         for name, value in (("readahead", readahead), ("part_size", part_size), ("max_prefetch", max_prefetch),
                             ("cache_bytes", cache_bytes), ("open_bytes", open_bytes)):
             check_positive(name, value)
         check_positive("coalesce_gap", coalesce_gap, allow_zero=True)
+        check_positive("expected_stride", expected_stride)
+        self.companion, self.expected_stride = companion, expected_stride
         self.bucket, self.key = parse_url(url)
         if not self.key or self.key.endswith("/"):
             raise ConfigError(f"{url}: names a prefix, not an object; S3Reader reads one object "
@@ -158,8 +165,8 @@ class S3Reader:
         from botocore.exceptions import ClientError
 
         started = _take_sidecar(self.config, self.url)
-        if self.prefetch and self.url.endswith(SIDECAR[0]):
-            _start_sidecar(self.config, self.stats, self.url + SIDECAR[1], n)
+        if self.prefetch and self.companion is not None:
+            _start_sidecar(self.config, self.stats, self.companion, n)
         try:
             if started is not None:
                 try:
@@ -220,9 +227,9 @@ class S3Reader:
         if not self.prefetch:
             return None
         span = hi - lo
-        # the first call has no stride to go by: a dataset dealing batches to n workers in turn (like
-        # TarShardDataset) has each worker read every n-th one
-        stride = span * current_worker()[1] if previous is None else lo - previous[0]
+        # the first call has no stride to go by but the caller's word (a dataset dealing batches to n
+        # workers in turn has each worker read every n-th one)
+        stride = span * self.expected_stride if previous is None else lo - previous[0]
         if stride <= 0 or stride > 64 * max(span, 1):
             return None  # not a forward stream: random access, or a restart
         margin = span // 8
@@ -336,8 +343,8 @@ class S3Reader:
         belongs to the process (see :func:`release`)."""
         self._closed = True
         running: list[Future[Any]] = list(self._windows.clear())
-        # the sidecar index fetched ahead for this shard and never asked for (its index was cached)
-        sidecar = _take_sidecar(self.config, self.url + SIDECAR[1]) if self.url.endswith(SIDECAR[0]) else None
+        # the companion fetched ahead and never asked for (a shard whose index was cached)
+        sidecar = _take_sidecar(self.config, self.companion) if self.companion is not None else None
         if sidecar is not None and not sidecar.cancel():
             running.append(sidecar)
         if running:
@@ -367,7 +374,6 @@ __all__ = [
     "S3Config",
     "S3Reader",
     "S3Unavailable",
-    "ShardUploader",
     "Stats",
     "executor",
     "process_counters",

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from fastdata.errors import FastdataError, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import FastdataError, SourceNotFound, SourceUnreadable
 from fastdata.storage.s3_client import S3Config, Stats, client, error_code, observing
 
 log = logging.getLogger("fastdata.s3")

@@ -20,7 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fastdata.errors import ConfigError, FastdataError, SourceNotFound
+from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound
 from fastdata.storage import scheme
 from fastdata.storage.s3_client import S3Config, Stats, parse_url
 from fastdata.storage.s3_fetch import call

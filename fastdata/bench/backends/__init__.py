@@ -50,7 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 ENTRY_POINTS = "fastdata.bench_backends"
 

@@ -23,7 +23,7 @@ import numpy as np
 from braceexpand import braceexpand
 
 from fastdata.bench.backends import require
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 require("h5py", extra="hdf5")
 

@@ -33,7 +33,7 @@ import numpy as np
 from braceexpand import braceexpand
 
 from fastdata.bench.backends import DemoUnavailable, require
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 require("boto3", extra="s3")
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from braceexpand import braceexpand
 
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 NAME = "tar"
 PRIORITY = 10  # ".tar" is specific: ask before the backends that take any s3:// prefix or folder

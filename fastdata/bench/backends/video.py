@@ -21,7 +21,7 @@ import numpy as np
 from braceexpand import braceexpand
 
 from fastdata.bench.backends import require
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 require("av", extra="video")  # the default decoder's library, and the demo's encoder
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Literal, get_args
 
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 from fastdata.formats.video.base import (
     DecodeTimeout,
     FramesMissing,
@@ -32,6 +32,10 @@ from fastdata.formats.video.base import (
 )
 
 DecoderName = Literal["pyav", "decord", "opencv", "torchcodec"]
+
+VIDEO_EXTENSIONS = frozenset({".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts", ".flv",
+                              ".wmv", ".3gp"})
+"""File suffixes taken for videos when a folder is searched (by the dataset and by ``fastdata inspect``)."""
 
 # name -> (module, class, the extra that installs its library)
 _DECODERS: dict[str, tuple[str, str, str]] = {

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fastdata.errors import BadSample, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import BadSample, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
 
 Size = tuple[int, int]
 

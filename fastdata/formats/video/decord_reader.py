@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.errors import DecodeFailed
+from fastdata.core.errors import DecodeFailed
 from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, resize_into, unreadable
 
 

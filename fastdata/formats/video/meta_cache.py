@@ -29,7 +29,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fastdata.errors import BadSample, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import BadSample, SourceNotFound, SourceUnreadable
 from fastdata.formats.video.base import DecodeTimeout, VideoMeta, VideoUnreadable
 
 VERSION = 1

@@ -1,6 +1,6 @@
 """Per-process video readers: opened on first use through the watchdog, kept in a bounded LRU.
 
-The rules of :mod:`fastdata.worker` apply: nothing is opened before it is needed, nothing opened in
+The rules of :mod:`fastdata.core.handles` apply: nothing is opened before it is needed, nothing opened in
 one process is used in another, pickling drops every reader, and at most ``max_open`` readers (so
 file descriptors) are open per process. Forks get two guards:
 
@@ -13,7 +13,6 @@ file descriptors) are open per process. Forks get two guards:
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -21,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.bench import stages
-from fastdata.errors import BadSample
+from fastdata.core import process, stages
+from fastdata.core.errors import BadSample
+from fastdata.core.handles import HandleCache
 from fastdata.formats.video import reader_class
 from fastdata.formats.video.base import DecodeTimeout, Size, VideoMeta, VideoReader
 from fastdata.formats.video.watchdog import Watchdog
-from fastdata.worker import HandleCache
 
 _STUCK_ATTR = "_fastdata_stuck"
 # Readers given up on by the watchdog: another thread may still be inside them, so they are kept
@@ -64,7 +63,7 @@ def _after_fork_in_child() -> None:
         pool._busy = threading.Lock()
 
 
-os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+process.at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class ReaderPool:

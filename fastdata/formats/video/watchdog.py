@@ -17,7 +17,7 @@ a fork in that moment can hand the child a lock that is never released. When hel
 This relies on the decoder releasing the GIL while it blocks; PyAV, decord (ctypes), OpenCV and
 torchcodec all do (``tests/test_video_faults.py`` checks each with a FIFO nobody writes to).
 A process tolerates ``max_stuck`` calls stuck at once; one more means the storage itself is gone, and
-the watchdog raises :class:`~fastdata.errors.FastdataError` instead of starting threads without end.
+the watchdog raises :class:`~fastdata.core.errors.FastdataError` instead of starting threads without end.
 
 Why a thread and not a subprocess: a clip is ~1 MB of pixels; sending it back from a subprocess would
 cost more than decoding it (see MEASURED.md), while a thread handoff costs ~30 microseconds.
@@ -25,13 +25,13 @@ cost more than decoding it (see MEASURED.md), while a thread handoff costs ~30 m
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastdata.errors import FastdataError
+from fastdata.core import process
+from fastdata.core.errors import FastdataError
 from fastdata.formats.video.base import DecodeTimeout
 
 T = TypeVar("T")
@@ -97,7 +97,7 @@ class _Helpers:
     """This process's helper threads, one per calling thread, and its stuck calls."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.pid = process.pid()
         self.local = threading.local()
         self.stuck: list[_Job] = []
         self.spare: queue.SimpleQueue[queue.SimpleQueue[_Job]] = queue.SimpleQueue()
@@ -123,7 +123,7 @@ _helpers = _Helpers()
 
 def _this_process() -> _Helpers:
     global _helpers
-    if _helpers.pid != os.getpid():  # forked: the parent's helper threads do not exist here
+    if _helpers.pid != process.pid():  # forked: the parent's helper threads do not exist here
         _helpers = _Helpers()
     return _helpers
 

@@ -8,7 +8,7 @@ resulting sequence is cut into batches, each sorted (a batch is a set to the mod
 read as runs). A batch therefore touches one or a few chunks; the order still changes every epoch and
 every index appears exactly once.
 
-Ranks take equal, contiguous parts of the epoch sequence (:func:`fastdata.sharding.rank_span` and its
+Ranks take equal, contiguous parts of the epoch sequence (:func:`fastdata.core.sharding.rank_span` and its
 remainder policy), so each rank's batches also stay within chunks. The DataLoader hands whole batches
 to its workers round-robin, so the batches a rank sees do not depend on ``num_workers``.
 
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from fastdata.errors import ConfigError, check_positive
-from fastdata.sharding import Remainder, rank_span
-from fastdata.worker import SharedEpoch, SharedState
-from fastdata.world import current_rank
+from fastdata.core.errors import ConfigError, check_positive
+from fastdata.core.sharding import Remainder, rank_span
+from fastdata.core.shared import SharedEpoch, SharedState
+from fastdata.core.world import current_rank
 
 
 def block_sequence(starts: np.ndarray, n: int, *, shuffle: bool, seed: int, epoch: int, mix: int = 1) -> np.ndarray:
@@ -69,7 +69,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         shuffle (bool): a new block order (and order inside blocks) every epoch. Defaults to True.
         seed (int): Defaults to 0.
         drop_last (bool): drop the rank's last, smaller batch. Defaults to False.
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.sharding.Remainder`. Defaults to "drop".
         mix (int): consecutive blocks whose indices are shuffled together before batching: more
             randomness per batch, less locality. Defaults to 1.
         rank, world_size (int | None): Default to the detected ones.

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from fastdata.errors import check_positive
+from fastdata.core import process
+from fastdata.core.errors import check_positive
 
 _HEADER = 64  # two int64 counters (bytes written, bytes consumed), padded to a cache line
 _rings: dict[int, _Ring] = {}  # this worker's ring, by capacity
@@ -53,7 +54,7 @@ class _Ring:
         self.counters = self.array[:16].view(np.int64)  # [written, consumed], both ever-growing
         self.counters[:] = 0
         self.data = memoryview(self.array)[_HEADER:]
-        self.pid = os.getpid()
+        self.pid = process.pid()
 
     def put(self, value: bytes | bytearray | memoryview, wait_s: float) -> tuple[int, int] | None:
         """Copy ``value`` in; return ``(position, length)``, or None when there is no room in time."""
@@ -158,7 +159,7 @@ class SharedMemoryCollate:
 
     Use it where the batch is built in the worker::
 
-        from fastdata.transport import SharedMemoryCollate
+        from fastdata.loading.transport import SharedMemoryCollate
 
         ds = fd.TarShardDataset(urls, batch_size=64, collate_fn=SharedMemoryCollate())
         loader = DataLoader(ds, batch_size=None, num_workers=4)
@@ -187,7 +188,7 @@ class SharedMemoryCollate:
         if get_worker_info() is None:
             return batch
         ring = _rings.get(self.capacity)
-        if ring is None or ring.pid != os.getpid():
+        if ring is None or ring.pid != process.pid():
             ring = _rings[self.capacity] = _Ring(self.capacity)
         packed = _pack(batch, ring, self.wait_s)
         return SharedMemoryBatch(ring.tensor, ring.capacity, packed, int(ring.counters[0]), ring.pid)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from fastdata.errors import ConfigError
+from fastdata.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

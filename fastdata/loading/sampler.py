@@ -1,6 +1,6 @@
 """``EpochSampler``: the indices one rank reads in one epoch, for map-style datasets.
 
-Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.sharding`,
+Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.core.sharding`,
 the rank detected at construction, the epoch shared with the dataset (``dataset.set_epoch`` moves both),
 and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never depends on
 ``num_workers``: the DataLoader hands this order to its workers and returns batches in it.
@@ -13,10 +13,10 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from fastdata.errors import ConfigError
-from fastdata.sharding import Remainder, rank_indices, rank_span
-from fastdata.worker import SharedEpoch, SharedState
-from fastdata.world import current_rank
+from fastdata.core.errors import ConfigError
+from fastdata.core.sharding import Remainder, rank_indices, rank_span
+from fastdata.core.shared import SharedEpoch, SharedState
+from fastdata.core.world import current_rank
 
 
 class EpochSampler(SharedEpoch, Sampler[int]):
@@ -26,7 +26,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         n (int): samples in the dataset.
         shuffle (bool): a new order every epoch, from (seed, epoch). Defaults to True.
         seed (int): Defaults to 0.
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.sharding.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones (``torch.distributed``, ``RANK``).
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
     """

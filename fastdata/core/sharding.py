@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from fastdata.errors import PlanError, check_choice
+from fastdata.core.errors import PlanError, check_choice
 
 Remainder = Literal["drop", "pad", "uneven"]
 """What to do when the epoch does not split evenly over ranks.

@@ -93,7 +93,7 @@ def check_positive(name: str, value: int | float, *, allow_zero: bool = False) -
 class ErrorPolicy:
     """What a dataset does with a bad sample: raise it, or skip it and count it.
 
-    The counters live in the dataset's shared state (:class:`fastdata.worker.SharedState`), so the
+    The counters live in the dataset's shared state (:class:`fastdata.core.shared.SharedState`), so the
     counts from every worker process are visible in the main process while and after it iterates.
 
     Args:

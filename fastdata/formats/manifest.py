@@ -15,7 +15,7 @@ import posixpath
 from collections.abc import Callable
 from typing import Any
 
-from fastdata.errors import FastdataError, SourceNotFound
+from fastdata.core.errors import FastdataError, SourceNotFound
 from fastdata.storage import Reader, open_reader
 
 MANIFEST = "manifest.json"

@@ -4,7 +4,7 @@
 (``jpg``, ``png`` ...) become a PIL image (``"pil"``), an ``HxWxC`` uint8 array (``"numpy"``) or a ``CxHxW``
 uint8 tensor (``"torch"``), decoded by PIL or OpenCV; ``cls`` becomes an int, ``json`` a value, ``txt``
 a str and ``npy`` an array. Anything else stays bytes. A decoder that rejects the bytes raises
-:class:`~fastdata.errors.DecodeFailed` naming the sample and member.
+:class:`~fastdata.core.errors.DecodeFailed` naming the sample and member.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fastdata.errors import ConfigError, DecodeFailed, check_choice
+from fastdata.core.errors import ConfigError, DecodeFailed, check_choice
 
 DecodeMode = Literal["raw", "pil", "numpy", "torch"]
 ImageBackend = Literal["pil", "cv2"]

@@ -2,7 +2,7 @@
 
 A dataset reports where its time goes with two calls per stage::
 
-    from fastdata.bench import stages
+    from fastdata.core import stages
 
     t = stages.clock()                       # 0.0 unless the benchmark is probing this process
     raw = read_bytes(...)

@@ -14,11 +14,12 @@ buffer is never reused while anything can still read it.
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any
 
 import numpy as np
+
+from fastdata.core import process
 
 MIN_BYTES = 256 << 10
 """Smaller arrays come from ``np.empty``: the allocator keeps and reuses those well on its own."""
@@ -34,7 +35,7 @@ class BufferPool:
     def __init__(self, keep: int = 4) -> None:
         self.keep = keep
         self._idle: dict[int, list[bytearray]] = {}
-        self._pid = os.getpid()
+        self._pid = process.pid()
         self.reused = 0  # buffers handed out again, for tests and probes
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -43,8 +44,8 @@ class BufferPool:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes < MIN_BYTES or dtype.hasobject:
             return np.empty(shape, dtype=dtype)
-        if self._pid != os.getpid():  # buffers of the parent are its business
-            self._idle, self._pid = {}, os.getpid()
+        if self._pid != process.pid():  # buffers of the parent are its business
+            self._idle, self._pid = {}, process.pid()
         idle = self._idle.get(nbytes)
         try:
             buf = idle.pop() if idle else None

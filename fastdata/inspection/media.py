@@ -1,6 +1,6 @@
 """The HDF5 and video inspectors of ``fastdata inspect`` (see :mod:`fastdata.inspection`).
 
-Registered when :mod:`fastdata.inspection` is imported. Both formats are read from local files only (h5py
+Both formats are read from local files only (h5py
 and the decoders open paths); an object of either kind under an ``s3://`` prefix is listed, not opened.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fastdata.inspection import FileReport, register_inspector, sha256_of
+from fastdata.inspection.report import FileReport, sha256_of
 
 
 def _local_only(url: str, fmt: str, why: str) -> FileReport | None:
@@ -95,12 +95,7 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
     return report
 
 
-for _suffix in (".h5", ".hdf5", ".he5"):
-    register_inspector(_suffix, inspect_hdf5)
-
-# the same as fastdata.datasets.video.VIDEO_EXTENSIONS (a test checks), not imported from there because
-# that module imports torch, which would cost 'fastdata inspect' seconds of start-up
-VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts", ".flv", ".wmv", ".3gp")
+HDF5_SUFFIXES = (".h5", ".hdf5", ".he5")
 
 
 def inspect_video(url: str, checksum: bool = False) -> FileReport:
@@ -139,6 +134,3 @@ def _codec(url: str) -> str:
     with av.open(url) as container:
         return str(container.streams.video[0].codec_context.name)
 
-
-for _suffix in VIDEO_SUFFIXES:
-    register_inspector(_suffix, inspect_video)

@@ -5,7 +5,7 @@ dataset batches itself, so ``batch_size=None``; a map-style one is read through 
 ``.sampler()``), sets the epoch, counts the batches handed out, and saves that count.
 
 Why a count of batches is enough: for both kinds the rank's sequence of batches depends only on
-(seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.sharding`), and
+(seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.core.sharding`), and
 the DataLoader hands batches out in that order. So ``(epoch, batches consumed)`` names the exact point to
 resume from, in a new process, with any number of workers. The state is the same on every rank (all
 ranks consume the same number of batches per step), so saving rank 0's is enough.
@@ -21,10 +21,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.errors import ConfigError, PlanError, check_positive
-from fastdata.sharding import Remainder, rank_span
-from fastdata.worker import WorkerInit, compose_worker_init
-from fastdata.worker import worker_init_fn as default_worker_init
+from fastdata.core.errors import ConfigError, PlanError, check_positive
+from fastdata.core.seeding import WorkerInit, compose_worker_init
+from fastdata.core.seeding import worker_init_fn as default_worker_init
+from fastdata.core.sharding import Remainder, rank_span
 
 # DataLoader options the Loader decides itself, and why a user may not pass them.
 _OWNED = {
@@ -68,7 +68,7 @@ class Loader:
         shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
             dataset, set it on the dataset (it must agree if given here).
         remainder ("drop" | "pad" | "uneven" | None): how an epoch that does not split evenly over ranks
-            is handled, see :data:`fastdata.sharding.Remainder`. Map-style: passed to ``sampler()``,
+            is handled, see :data:`fastdata.core.sharding.Remainder`. Map-style: passed to ``sampler()``,
             defaults to "drop". Iterable: set it on the dataset (it must agree if given here).
         drop_last (bool | None): drop the rank's last, smaller batch. Map-style: defaults to False.
             Iterable: set it on the dataset (it must agree if given here).
