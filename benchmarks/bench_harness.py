@@ -60,8 +60,9 @@ from fastdata.bench.measure import default_workers
 from fastdata.bench.result import Config, Point
 
 
-def alternate(factory: Any, configs: dict[str, Config], *, rounds: int, timing: Timing,
-              probes: dict[str, bool] | None = None) -> dict[str, dict[str, Any]]:
+def alternate(
+    factory: Any, configs: dict[str, Config], *, rounds: int, timing: Timing, probes: dict[str, bool] | None = None
+) -> dict[str, dict[str, Any]]:
     """Measure each named configuration ``rounds`` times, in turn, the order reversed every other round
     (A B C C B A ...: a load that rises or falls through the run favours no one); medians per name."""
     rates: dict[str, list[float]] = {name: [] for name in configs}
@@ -79,15 +80,27 @@ def alternate(factory: Any, configs: dict[str, Config], *, rounds: int, timing: 
             if not point.ok:
                 raise RuntimeError(f"{name} ({config.label()}) failed: {point.error}")
             rates[name].append(point.samples_per_s)
-    return {name: {"config": configs[name].label(), "kwargs": configs[name].loader_kwargs(),
-                   "samples_per_s": statistics.median(r), "rounds": r} for name, r in rates.items()}
+    return {
+        name: {
+            "config": configs[name].label(),
+            "kwargs": configs[name].loader_kwargs(),
+            "samples_per_s": statistics.median(r),
+            "rounds": r,
+        }
+        for name, r in rates.items()
+    }
 
 
 def point_summary(p: Point | None) -> dict[str, Any] | None:
     if p is None:
         return None
-    return {"config": p.config.label(), "kwargs": p.config.loader_kwargs(), "samples_per_s": p.samples_per_s,
-            "spread": p.spread, "startup_s": p.startup_s}
+    return {
+        "config": p.config.label(),
+        "kwargs": p.config.loader_kwargs(),
+        "samples_per_s": p.samples_per_s,
+        "spread": p.spread,
+        "startup_s": p.startup_s,
+    }
 
 
 def _median_time(fn: Any, reps: int) -> float:
@@ -99,8 +112,14 @@ def _median_time(fn: Any, reps: int) -> float:
     return statistics.median(times)
 
 
-def probe_cost(factory: Any, config: Config, samples_per_s: float, window: float, reps: int = 200,
-               calls_per_sample: float | None = None) -> dict[str, Any]:
+def probe_cost(
+    factory: Any,
+    config: Config,
+    samples_per_s: float,
+    window: float,
+    reps: int = 200,
+    calls_per_sample: float | None = None,
+) -> dict[str, Any]:
     """The probes' own work, timed directly, as a fraction of the time the loader has per batch.
 
     ``calls_per_sample``: the stage-hook calls the dataset makes per sample (from :func:`hook_cost`);
@@ -139,8 +158,9 @@ def probe_cost(factory: Any, config: Config, samples_per_s: float, window: float
         stages.disable()
     envelope = pickle.dumps(Probed(size, 1, None))
     bare = pickle.dumps(None)
-    unpickle_extra = max(0.0, _median_time(lambda: pickle.loads(envelope), reps) -
-                         _median_time(lambda: pickle.loads(bare), reps))
+    unpickle_extra = max(
+        0.0, _median_time(lambda: pickle.loads(envelope), reps) - _median_time(lambda: pickle.loads(bare), reps)
+    )
     reader = SystemProbe([os.getpid()] * config.num_workers)  # stand-ins: reading a process costs the same
     per_window = _median_time(reader.read, 50)
     batch_s = size / samples_per_s
@@ -156,9 +176,18 @@ def probe_cost(factory: Any, config: Config, samples_per_s: float, window: float
     bound = share(3 * size * laps)
     # `laps` is a clock() + lap() pair: half of it per call
     fraction = bound if calls_per_sample is None else share(calls_per_sample * size * laps / 2)
-    return {"collate_extra_s": collate_extra, "unpickle_extra_s": unpickle_extra, "lap_s": laps,
-            "per_window_s": per_window, "batch_s": batch_s, "calls_per_sample": calls_per_sample,
-            "fraction": fraction, "upper_bound_fraction": bound, "target": 0.03, "met": fraction < 0.03}
+    return {
+        "collate_extra_s": collate_extra,
+        "unpickle_extra_s": unpickle_extra,
+        "lap_s": laps,
+        "per_window_s": per_window,
+        "batch_s": batch_s,
+        "calls_per_sample": calls_per_sample,
+        "fraction": fraction,
+        "upper_bound_fraction": bound,
+        "target": 0.03,
+        "met": fraction < 0.03,
+    }
 
 
 def _read_samples(ds: Any, batch: int, batches: int, rng: np.random.Generator) -> int:
@@ -225,9 +254,16 @@ def hook_cost(factory: Any, batch: int, batches: int = 20, reps: int = 20_000) -
     finally:
         stages.disable()
     off_fraction = per_sample * off / sample_s
-    return {"calls_per_sample": per_sample, "call_off_s": off, "call_on_s": on, "sample_s": sample_s,
-            "fraction_off": off_fraction, "fraction_on": per_sample * on / sample_s, "target_off": 0.01,
-            "met": off_fraction < 0.01}
+    return {
+        "calls_per_sample": per_sample,
+        "call_off_s": off,
+        "call_on_s": on,
+        "sample_s": sample_s,
+        "fraction_off": off_fraction,
+        "fraction_on": per_sample * on / sample_s,
+        "target_off": 0.01,
+        "met": off_fraction < 0.01,
+    }
 
 
 def check_backend(name: str, factory: Any, args: argparse.Namespace, batch: int) -> dict[str, Any]:
@@ -238,37 +274,66 @@ def check_backend(name: str, factory: Any, args: argparse.Namespace, batch: int)
     rec = fd.bench.recommend(quick)
     pins = [False, True] if torch.cuda.is_available() else [False]
     started = time.perf_counter()
-    full = fd.bench.sweep(factory, workers=workers, batch_size=batch, prefetch_factor=[2, 4],
-                          persistent_workers=[False, True], pin_memory=pins, seconds=args.seconds)
+    full = fd.bench.sweep(
+        factory,
+        workers=workers,
+        batch_size=batch,
+        prefetch_factor=[2, 4],
+        persistent_workers=[False, True],
+        pin_memory=pins,
+        seconds=args.seconds,
+    )
     full_s = time.perf_counter() - started
     full_rec = fd.bench.recommend(full)
     best = full.best()
     if rec.config is None or best is None:
         return {"error": "every configuration failed", "quick": rec.to_dict(), "exhaustive": full_rec.to_dict()}
     timing = Timing(seconds=args.seconds, window=1.0, warmup=1.0)
-    arms = {"recommended": rec.config, "exhaustive_best": best.config,
-            "folklore_cpu_count": Config(os.cpu_count() or 1, 2, False, False, batch),
-            "folklore_4": Config(4, 2, False, False, batch)}
+    arms = {
+        "recommended": rec.config,
+        "exhaustive_best": best.config,
+        "folklore_cpu_count": Config(os.cpu_count() or 1, 2, False, False, batch),
+        "folklore_4": Config(4, 2, False, False, batch),
+    }
     check = alternate(factory, arms, rounds=args.rounds, timing=timing)
     ratio = check["recommended"]["samples_per_s"] / check["exhaustive_best"]["samples_per_s"]
-    over = alternate(factory, {"probes_on": rec.config, "probes_off": rec.config}, rounds=2 * args.rounds,
-                     timing=timing, probes={"probes_on": True, "probes_off": False})
+    over = alternate(
+        factory,
+        {"probes_on": rec.config, "probes_off": rec.config},
+        rounds=2 * args.rounds,
+        timing=timing,
+        probes={"probes_on": True, "probes_off": False},
+    )
     overhead = over["probes_on"]["samples_per_s"] / over["probes_off"]["samples_per_s"]
     hooks = hook_cost(factory, batch)
-    cost = probe_cost(factory, rec.config, check["recommended"]["samples_per_s"], timing.window,
-                      calls_per_sample=hooks["calls_per_sample"])
+    cost = probe_cost(
+        factory,
+        rec.config,
+        check["recommended"]["samples_per_s"],
+        timing.window,
+        calls_per_sample=hooks["calls_per_sample"],
+    )
     return {
         "batch_size": batch,
-        "quick": {"seconds": quick_s, "recommendation": rec.to_dict(),
-                  "points": [point_summary(p) for p in quick.points]},
-        "exhaustive": {"seconds": full_s, "best": point_summary(best), "recommendation": full_rec.to_dict(),
-                       "points": [point_summary(p) for p in full.points]},
+        "quick": {
+            "seconds": quick_s,
+            "recommendation": rec.to_dict(),
+            "points": [point_summary(p) for p in quick.points],
+        },
+        "exhaustive": {
+            "seconds": full_s,
+            "best": point_summary(best),
+            "recommendation": full_rec.to_dict(),
+            "points": [point_summary(p) for p in full.points],
+        },
         "check": check,
         "recommended_over_best": ratio,
         # the same configuration measured as two arms: 1 by definition, the measured ratio is the noise
         "same_config": rec.config == best.config,
-        "recommended_over_folklore": {k: check["recommended"]["samples_per_s"] / check[k]["samples_per_s"]
-                                      for k in ("folklore_cpu_count", "folklore_4")},
+        "recommended_over_folklore": {
+            k: check["recommended"]["samples_per_s"] / check[k]["samples_per_s"]
+            for k in ("folklore_cpu_count", "folklore_4")
+        },
         "target_recommended_over_best": 0.95,
         "met": ratio >= 0.95 or rec.config == best.config,
         "probe_overhead": {"on_over_off": overhead, "target": 0.97, "met": overhead >= 0.97, "runs": over},
@@ -282,24 +347,41 @@ def check_synthetic(args: argparse.Namespace) -> dict[str, Any]:
     quick: dict[str, Any] = {"seconds": 2.0, "window": 0.4, "warmup": 0.4}
     heavy = synthetic.HeavyBatchDataset()
     cases: dict[str, tuple[Any, dict[str, Any], Any]] = {
-        "io_wait": (synthetic.IOWaitDataset(delay=0.004), {"workers": [0, 1, 2, 4], "batch_size": 8},
-                    lambda r: r.config.num_workers == 4 and r.bottleneck == "storage"),
-        "cpu_bound": (synthetic.CPUDataset(), {"workers": sorted({1, cores, cores + 1, cores + 2}), "batch_size": 4,
-                                               "rounds": 2},
-                      lambda r: abs(r.config.num_workers - cores) <= 1 and r.bottleneck == "cpu"),
-        "cheap": (synthetic.CheapDataset(), {"workers": [0, 1, 2], "batch_size": 64},
-                  lambda r: r.config.num_workers == 0 and r.bottleneck == "ipc"),
-        "main_process": (heavy, {"workers": [0, 2, 4, 8], "batch_size": 4, "collate_fn": heavy.collate_fn},
-                         lambda r: r.config.num_workers >= 2 and r.bottleneck == "main-process"),
+        "io_wait": (
+            synthetic.IOWaitDataset(delay=0.004),
+            {"workers": [0, 1, 2, 4], "batch_size": 8},
+            lambda r: r.config.num_workers == 4 and r.bottleneck == "storage",
+        ),
+        "cpu_bound": (
+            synthetic.CPUDataset(),
+            {"workers": sorted({1, cores, cores + 1, cores + 2}), "batch_size": 4, "rounds": 2},
+            lambda r: abs(r.config.num_workers - cores) <= 1 and r.bottleneck == "cpu",
+        ),
+        "cheap": (
+            synthetic.CheapDataset(),
+            {"workers": [0, 1, 2], "batch_size": 64},
+            lambda r: r.config.num_workers == 0 and r.bottleneck == "ipc",
+        ),
+        "main_process": (
+            heavy,
+            {"workers": [0, 2, 4, 8], "batch_size": 4, "collate_fn": heavy.collate_fn},
+            lambda r: r.config.num_workers >= 2 and r.bottleneck == "main-process",
+        ),
     }
     out: dict[str, Any] = {}
     for name, (ds, kwargs, right) in cases.items():
         result = fd.bench.sweep(ds, **kwargs, **quick)
         rec = fd.bench.recommend(result)
-        out[name] = {"right": bool(rec.config is not None and right(rec)), "recommendation": rec.to_dict(),
-                     "points": [point_summary(p) for p in result.points]}
-        print(f"synthetic {name}: {rec.config.label() if rec.config else '-'} {rec.bottleneck} "
-              f"right={out[name]['right']}", file=sys.stderr)
+        out[name] = {
+            "right": bool(rec.config is not None and right(rec)),
+            "recommendation": rec.to_dict(),
+            "points": [point_summary(p) for p in result.points],
+        }
+        print(
+            f"synthetic {name}: {rec.config.label() if rec.config else '-'} {rec.bottleneck} "
+            f"right={out[name]['right']}",
+            file=sys.stderr,
+        )
     # a default sweep (default timing) of five worker counts
     started = time.perf_counter()
     fd.bench.sweep(synthetic.CPUDataset(iterations=5_000), workers=[0, 1, 2, 3, 4], batch_size=16)
@@ -310,15 +392,25 @@ def check_synthetic(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", default="all",
-                        help="comma-separated backends (tar, hdf5, video, s3), 'all' (the default: every one "
-                             "available) or 'none' (with --synthetic)")
+    parser.add_argument(
+        "--backends",
+        default="all",
+        help="comma-separated backends (tar, hdf5, video, s3), 'all' (the default: every one "
+        "available) or 'none' (with --synthetic)",
+    )
     parser.add_argument("--spec", help="benchmark this data instead of the backend's demo data (one backend)")
-    parser.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
-                        help="with --spec: an option of the backend's dataset (value read as JSON when it parses)")
+    parser.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --spec: an option of the backend's dataset (value read as JSON when it parses)",
+    )
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], help="worker counts")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="samples per batch (default: each backend's demo batch size)")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="samples per batch (default: each backend's demo batch size)"
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="most seconds measured per configuration")
     parser.add_argument("--rounds", type=int, default=3, help="alternations in the side-by-side checks")
     parser.add_argument("--synthetic", action="store_true", help="also check the synthetic known-answer cases")
@@ -328,8 +420,13 @@ def main() -> int:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    report: dict[str, Any] = {"benchmark": "bench_harness", "seed": args.seed, "machine": describe(),
-                              "settings": {k: v for k, v in vars(args).items() if k != "json"}, "backends": {}}
+    report: dict[str, Any] = {
+        "benchmark": "bench_harness",
+        "seed": args.seed,
+        "machine": describe(),
+        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "backends": {},
+    }
     if args.backends == "all":
         names = [b.name for b in backends.backends() if b.available]
     elif args.backends == "none":
@@ -346,13 +443,15 @@ def main() -> int:
             if args.spec:
                 options = dict(parse_option(o) for o in args.option)
                 report["backends"][name] = check_backend(
-                    name, functools.partial(backend.open, args.spec, **options), args, batch)
+                    name, functools.partial(backend.open, args.spec, **options), args, batch
+                )
                 report["backends"][name]["spec"] = {"spec": args.spec, "options": public_options(options)}
             else:
                 try:
                     with backend.demo(Path(tmp) / name) as data:
                         report["backends"][name] = check_backend(
-                            name, functools.partial(backend.open, data.spec, **data.options), args, batch)
+                            name, functools.partial(backend.open, data.spec, **data.options), args, batch
+                        )
                 except backends.DemoUnavailable as e:  # e.g. moto missing for the S3 demo: say so, go on
                     report["backends"][name] = {"skipped": str(e)}
                     print(f"{name}: skipped: {e}", file=sys.stderr)
@@ -360,27 +459,34 @@ def main() -> int:
                 report["backends"][name]["spec"] = {"demo": True, "options": public_options(data.options)}
             r = report["backends"][name]
             if "error" not in r:
-                print(f"{name}: recommended {r['check']['recommended']['config']} / exhaustive best "
-                      f"{r['check']['exhaustive_best']['config']} = {r['recommended_over_best']:.3f} "
-                      f"(target >= 0.95{'; the same configuration' if r['same_config'] else ''}); "
-                      f"probes on/off = {r['probe_overhead']['on_over_off']:.3f}, "
-                      f"probe cost {r['probe_cost']['fraction']:.2%}, stage hooks "
-                      f"{r['hook_cost']['fraction_off']:.3%} off / {r['hook_cost']['fraction_on']:.3%} on",
-                      file=sys.stderr)
+                print(
+                    f"{name}: recommended {r['check']['recommended']['config']} / exhaustive best "
+                    f"{r['check']['exhaustive_best']['config']} = {r['recommended_over_best']:.3f} "
+                    f"(target >= 0.95{'; the same configuration' if r['same_config'] else ''}); "
+                    f"probes on/off = {r['probe_overhead']['on_over_off']:.3f}, "
+                    f"probe cost {r['probe_cost']['fraction']:.2%}, stage hooks "
+                    f"{r['hook_cost']['fraction_off']:.3%} off / {r['hook_cost']['fraction_on']:.3%} on",
+                    file=sys.stderr,
+                )
     if args.synthetic:
         report["synthetic"] = check_synthetic(args)
     text = json.dumps(report, indent=2, default=str)
     if args.json:
         Path(args.json).write_text(text + "\n")
-    summary = {name: {k: r.get(k) for k in ("recommended_over_best", "same_config", "met", "recommended_over_folklore",
-                                        "skipped")}
-               | {"recommended": r.get("check", {}).get("recommended", {}).get("config"),
-                  "exhaustive_best": r.get("check", {}).get("exhaustive_best", {}).get("config"),
-                  "probe_on_over_off": r.get("probe_overhead", {}).get("on_over_off"),
-                  "probe_cost_fraction": r.get("probe_cost", {}).get("fraction"),
-                  "hook_cost_fraction_off": r.get("hook_cost", {}).get("fraction_off"),
-                  "hook_cost_fraction_on": r.get("hook_cost", {}).get("fraction_on")}
-               for name, r in report["backends"].items()}
+    summary = {
+        name: {
+            k: r.get(k) for k in ("recommended_over_best", "same_config", "met", "recommended_over_folklore", "skipped")
+        }
+        | {
+            "recommended": r.get("check", {}).get("recommended", {}).get("config"),
+            "exhaustive_best": r.get("check", {}).get("exhaustive_best", {}).get("config"),
+            "probe_on_over_off": r.get("probe_overhead", {}).get("on_over_off"),
+            "probe_cost_fraction": r.get("probe_cost", {}).get("fraction"),
+            "hook_cost_fraction_off": r.get("hook_cost", {}).get("fraction_off"),
+            "hook_cost_fraction_on": r.get("hook_cost", {}).get("fraction_on"),
+        }
+        for name, r in report["backends"].items()
+    }
     if args.synthetic:
         summary["synthetic"] = {k: v.get("right", v.get("met")) for k, v in report["synthetic"].items()}
         summary["five_counts_default_sweep_s"] = report["synthetic"]["five_counts_default_sweep"]["seconds"]

@@ -63,8 +63,10 @@ def make_file(path: Path, kind: str, n: int, hw: tuple[int, int], seed: int) -> 
             image = f.create_dataset("image", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(VLEN_CHUNK_ROWS,))
             for lo in range(0, n, 512):
                 part = np.empty(min(512, n - lo), dtype=object)
-                part[:] = [rng.integers(0, 256, int(rng.integers(h * w // 2, h * w * 2)), dtype=np.uint8)
-                           for _ in range(len(part))]
+                part[:] = [
+                    rng.integers(0, 256, int(rng.integers(h * w // 2, h * w * 2)), dtype=np.uint8)
+                    for _ in range(len(part))
+                ]
                 image[lo : lo + len(part)] = part
             return
         # decoded images: 1 MiB chunks as convert writes them; compressed: 8 rows (~220 KiB at 96x96),
@@ -133,15 +135,17 @@ class WarmThenAll:
         return len(self.batches)
 
 
-def time_loader(dataset: Dataset[Any], batches: list[list[int]], workers: int, collate: Callable[..., Any],
-                max_seconds: float) -> tuple[float, float]:
+def time_loader(
+    dataset: Dataset[Any], batches: list[list[int]], workers: int, collate: Callable[..., Any], max_seconds: float
+) -> tuple[float, float]:
     """``(samples/s, samples per CPU-second of this process)`` of a steady-state pass: a first pass of a few
     batches (two per worker, at least three) starts the (persistent) workers, opens the files and fills the
     readers' buffers; the second pass is timed from ``iter()`` to its end or, past ``max_seconds``, to the
     batch where it stops (at least ``workers + 2``)."""
     sampler = WarmThenAll(batches, max(3, 2 * workers))
-    loader = DataLoader(dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate,
-                        persistent_workers=workers > 0)
+    loader = DataLoader(
+        dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate, persistent_workers=workers > 0
+    )
     for batch in loader:
         del batch  # hold no warm-up batch into the timed pass
     sampler.warming = False
@@ -230,7 +234,8 @@ def run_kind(kind: str, main_kind: bool, folder: str, args: argparse.Namespace) 
     rng = np.random.default_rng(args.seed)
     orders = {"sequential": np.arange(args.samples), "random": rng.permutation(args.samples)}
     batches: dict[str, list[np.ndarray]] = {
-        o: [idx[i : i + b] for i in range(0, len(idx) - b + 1, b)] for o, idx in orders.items()}
+        o: [idx[i : i + b] for i in range(0, len(idx) - b + 1, b)] for o, idx in orders.items()
+    }
     with fd.HDF5Dataset(str(path), ("image", "label"), seed=args.seed) as ds:
         batches["chunk"] = [np.asarray(x) for x in ds.chunk_sampler(b) if len(x) == b]
     # the per-item peers read smaller batches, so that a short run still holds many of them (their cost
@@ -262,19 +267,24 @@ def run_kind(kind: str, main_kind: bool, folder: str, args: argparse.Namespace) 
             else:
                 dataset = OpenPerItem(str(path)) if impl == "open_per_item" else H5pyLazy(str(path))
             runs[(impl, order, workers)].append(
-                time_loader(dataset, [x.tolist() for x in chosen], workers, collate, args.max_seconds))
+                time_loader(dataset, [x.tolist() for x in chosen], workers, collate, args.max_seconds)
+            )
             if hasattr(dataset, "close"):
                 dataset.close()
             if os.environ.get("BENCH_DEBUG"):
                 print(f"  {kind} {impl} {order} w={workers}: {time.perf_counter() - t_run:.1f} s", flush=True)
     results = []
     for (impl, order, workers), got in runs.items():
-        per_method = ({f"raw_{m}": [g[m] for g in got] for m in ("preadv", "mmap")} if impl == "raw"
-                      else {impl: got})
+        per_method = {f"raw_{m}": [g[m] for g in got] for m in ("preadv", "mmap")} if impl == "raw" else {impl: got}
         for name, pairs in per_method.items():
-            row: dict[str, Any] = {"kind": kind, "impl": name, "order": order, "workers": workers,
-                                   "samples_per_s": statistics.median(p[0] for p in pairs),
-                                   "runs": [round(p[0]) for p in pairs]}
+            row: dict[str, Any] = {
+                "kind": kind,
+                "impl": name,
+                "order": order,
+                "workers": workers,
+                "samples_per_s": statistics.median(p[0] for p in pairs),
+                "runs": [round(p[0]) for p in pairs],
+            }
             if workers == 0:
                 row["cpu_samples_per_s"] = statistics.median(p[1] for p in pairs)
             results.append(row)
@@ -283,11 +293,22 @@ def run_kind(kind: str, main_kind: bool, folder: str, args: argparse.Namespace) 
     return results
 
 
-def _get(results: list[dict[str, Any]], kind: str, impl: str, order: str, workers: int | None = None,
-         key: str = "samples_per_s") -> tuple[float, int]:
+def _get(
+    results: list[dict[str, Any]],
+    kind: str,
+    impl: str,
+    order: str,
+    workers: int | None = None,
+    key: str = "samples_per_s",
+) -> tuple[float, int]:
     """The best figure of (kind, impl, order), over worker counts or at ``workers``, and its worker count."""
-    rows = [r for r in results if (r["kind"], r["impl"], r.get("order")) == (kind, impl, order) and key in r
-            and (workers is None or r["workers"] == workers)]
+    rows = [
+        r
+        for r in results
+        if (r["kind"], r["impl"], r.get("order")) == (kind, impl, order)
+        and key in r
+        and (workers is None or r["workers"] == workers)
+    ]
     if not rows:
         return 0.0, -1
     top = max(rows, key=lambda r: r[key])
@@ -332,8 +353,10 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     """One row per (data, reader, order), one column per worker count (samples/s), and the CPU figure."""
     rows = [r for r in results if "workers" in r]
     workers = sorted({r["workers"] for r in rows})
-    lines = ["| data | reader | order | " + " | ".join(f"w={w}" for w in workers) + " | w=0 per CPU-s |",
-             "|---|---|---|" + "---:|" * (len(workers) + 1)]
+    lines = [
+        "| data | reader | order | " + " | ".join(f"w={w}" for w in workers) + " | w=0 per CPU-s |",
+        "|---|---|---|" + "---:|" * (len(workers) + 1),
+    ]
     for key in dict.fromkeys((r["kind"], r["impl"], r["order"]) for r in rows):
         cells, cpu = [], ""
         for w in workers:
@@ -353,15 +376,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--batch-size-slow", type=int, default=32, help="batch size of the per-item peers (default 32)")
     p.add_argument("--read", type=int, default=4096, help="samples per timed pass of fastdata and raw (default 4096)")
-    p.add_argument("--max-seconds", type=float, default=0.75,
-                   help="a timed pass stops after this long, once it has read workers+2 batches (default 0.75)")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=0.75,
+        help="a timed pass stops after this long, once it has read workers+2 batches (default 0.75)",
+    )
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 4], help="for the first kind")
-    p.add_argument("--workers-other", type=int, nargs="+", default=[0, 2],
-                   help="for the other kinds (default 0 2: keeps the whole run near three minutes)")
-    p.add_argument("--impls", nargs="+", default=["fastdata", "fastdata_default_collate", "open_per_item"],
-                   choices=["fastdata", "fastdata_default_collate", *SLOW])
-    p.add_argument("--peer-orders", nargs="+", default=["sequential", "random"], choices=list(ORDERS),
-                   help="orders for the per-item peers")
+    p.add_argument(
+        "--workers-other",
+        type=int,
+        nargs="+",
+        default=[0, 2],
+        help="for the other kinds (default 0 2: keeps the whole run near three minutes)",
+    )
+    p.add_argument(
+        "--impls",
+        nargs="+",
+        default=["fastdata", "fastdata_default_collate", "open_per_item"],
+        choices=["fastdata", "fastdata_default_collate", *SLOW],
+    )
+    p.add_argument(
+        "--peer-orders",
+        nargs="+",
+        default=["sequential", "random"],
+        choices=list(ORDERS),
+        help="orders for the per-item peers",
+    )
     p.add_argument("--repeats", type=int, default=3, help="repeats of runs with workers or per-item peers")
     p.add_argument("--repeats-fast", type=int, default=7, help="repeats of single-process fastdata and raw runs")
     p.add_argument("--seed", type=int, default=0)
@@ -381,10 +422,21 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "bench_hdf5",
         "args": vars(args),
-        "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "numpy": np.__version__,
-                     "h5py": h5py.version.version, "hdf5": h5py.version.hdf5_version, "fastdata": fd.__version__},
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_before": load_before,
-                    "loadavg_after": os.getloadavg(), "torch_threads": torch.get_num_threads()},
+        "versions": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "h5py": h5py.version.version,
+            "hdf5": h5py.version.hdf5_version,
+            "fastdata": fd.__version__,
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+            "torch_threads": torch.get_num_threads(),
+        },
         "seconds": round(time.perf_counter() - started, 1),
         "summary": summary,
         "results": results,

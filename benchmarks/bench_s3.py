@@ -63,16 +63,18 @@ FORK = multiprocessing.get_context("fork")
 
 # -- the peers ---------------------------------------------------------------------------------------
 
+
 def _boto3_client(endpoint: str, pool: int = 10) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
-                        config=Config(max_pool_connections=pool), **CREDENTIALS)
+    return boto3.client(
+        "s3", endpoint_url=endpoint, region_name=REGION, config=Config(max_pool_connections=pool), **CREDENTIALS
+    )
 
 
 def _split(url: str) -> tuple[str, str]:
-    bucket, key = url[len("s3://"):].split("/", 1)
+    bucket, key = url[len("s3://") :].split("/", 1)
     return bucket, key
 
 
@@ -107,8 +109,9 @@ class TorchConnector(Dataset[bytes]):
     def __init__(self, urls: list[str], endpoint: str) -> None:
         from s3torchconnector import S3ClientConfig, S3MapDataset
 
-        self.inner = S3MapDataset.from_objects(urls, region=REGION, endpoint=endpoint,
-                                               s3client_config=S3ClientConfig(force_path_style=True))
+        self.inner = S3MapDataset.from_objects(
+            urls, region=REGION, endpoint=endpoint, s3client_config=S3ClientConfig(force_path_style=True)
+        )
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -124,15 +127,27 @@ def payloads(batch: list[Any]) -> list[bytes]:
 
 def make_dataset(mode: str, urls: list[str], endpoint: str, args: argparse.Namespace) -> Any:
     if mode == "fastdata":
-        return fd.S3Dataset(urls, endpoint_url=endpoint, region_name=REGION, concurrency=args.concurrency,
-                            lookahead=args.lookahead, **CREDENTIALS)
+        return fd.S3Dataset(
+            urls,
+            endpoint_url=endpoint,
+            region_name=REGION,
+            concurrency=args.concurrency,
+            lookahead=args.lookahead,
+            **CREDENTIALS,
+        )
     return {"naive": Naive, "per_worker": PerWorker, "s3torchconnector": TorchConnector}[mode](urls, endpoint)
 
 
 def loader(ds: Any, workers: int, batch_size: int, seed: int = 0) -> DataLoader:
     sampler = ds.sampler(shuffle=True) if isinstance(ds, fd.S3Dataset) else EpochSampler(len(ds), seed=seed)
-    return DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, collate_fn=payloads,
-                      multiprocessing_context=FORK if workers else None)
+    return DataLoader(
+        ds,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=payloads,
+        multiprocessing_context=FORK if workers else None,
+    )
 
 
 # -- measuring -----------------------------------------------------------------------------------------
@@ -194,8 +209,9 @@ def interleaved(repeats: int, runs: dict[str, Callable[[], float]]) -> dict[str,
     return {name: {"median": statistics.median(v), "runs": [round(x, 1) for x in v]} for name, v in got.items()}
 
 
-def _bare_gets(urls: list[str], endpoint: str, seconds: float, threads: int, first: int, step: int,
-               client: str) -> float:
+def _bare_gets(
+    urls: list[str], endpoint: str, seconds: float, threads: int, first: int, step: int, client: str
+) -> float:
     """GETs per second of ``threads`` threads sharing one client (boto3, or AWS CRT through
     s3torchconnector), over ``seconds``."""
     if client == "crt":
@@ -237,9 +253,10 @@ def ceiling(urls: list[str], endpoint: str, seconds: float, processes: int, thre
     """GETs per second from ``processes`` processes of ``threads`` threads of bare GETs: the server's
     limit once the clients' own CPU (and GIL) is spread over processes."""
     queue = FORK.Queue()
-    procs = [FORK.Process(target=_bare_gets_child,
-                          args=(queue, urls, endpoint, seconds, threads, p, processes, client))
-             for p in range(processes)]
+    procs = [
+        FORK.Process(target=_bare_gets_child, args=(queue, urls, endpoint, seconds, threads, p, processes, client))
+        for p in range(processes)
+    ]
     for proc in procs:
         proc.start()
     rate = sum(queue.get() for _ in procs)  # each measured its own window, after building its client
@@ -253,21 +270,25 @@ def shard_ceiling(urls: list[str], endpoint: str, threads: int = 8) -> float:
     client = _boto3_client(endpoint, pool=threads + 4)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        total = sum(pool.map(lambda u: len(client.get_object(Bucket=_split(u)[0], Key=_split(u)[1])["Body"].read()),
-                             urls))
+        total = sum(
+            pool.map(lambda u: len(client.get_object(Bucket=_split(u)[0], Key=_split(u)[1])["Body"].read()), urls)
+        )
     return total / (time.perf_counter() - t0)
 
 
 # -- scenarios -----------------------------------------------------------------------------------------
 
+
 def small_objects(args: argparse.Namespace, urls: list[str], endpoint: str, modes: list[str]) -> dict[str, Any]:
     runs: dict[str, Callable[[], float]] = {}
     for client in ["boto3", "crt"] if "s3torchconnector" in modes else ["boto3"]:
         for procs, threads in ((1, 16), (2, 16), (4, 8)):
-            runs[f"ceiling/{client}_{procs}x{threads}_threads"] = (
-                lambda p=procs, t=threads, c=client: ceiling(urls, endpoint, args.seconds, p, t, c))
+            runs[f"ceiling/{client}_{procs}x{threads}_threads"] = lambda p=procs, t=threads, c=client: ceiling(
+                urls, endpoint, args.seconds, p, t, c
+            )
     for mode in modes:
         for w in args.workers:
+
             def run(mode: str = mode, w: int = w) -> float:
                 ds = make_dataset(mode, urls, endpoint, args)
                 return window_rate(loader(ds, w, args.batch_size), args.seconds)
@@ -286,8 +307,9 @@ def small_objects(args: argparse.Namespace, urls: list[str], endpoint: str, mode
         for w in args.workers:
             r = out[mode][str(w)]
             r["of_ceiling"] = round(r["median"] / best, 3)
-            print(f"  {mode:>16} workers={w}: {r['median']:7.1f} items/s  ({r['of_ceiling']:.2f} of ceiling)",
-                  flush=True)
+            print(
+                f"  {mode:>16} workers={w}: {r['median']:7.1f} items/s  ({r['of_ceiling']:.2f} of ceiling)", flush=True
+            )
     return out
 
 
@@ -324,7 +346,8 @@ def shards(args: argparse.Namespace, urls: list[str], endpoint: str, samples: in
     makers = {
         "fastdata": lambda: fd.TarShardDataset(spec, batch_size=args.batch_size, collate_fn=_keys),
         "webdataset": lambda: wds.WebDataset(urls, shardshuffle=False, empty_check=False).batched(
-            args.batch_size, collation_fn=_keys, partial=True),
+            args.batch_size, collation_fn=_keys, partial=True
+        ),
     }
     runs: dict[str, Callable[[], float]] = {"ceiling/ceiling": lambda: shard_ceiling(urls, endpoint) / per_sample}
     for mode, make in makers.items():
@@ -339,8 +362,10 @@ def shards(args: argparse.Namespace, urls: list[str], endpoint: str, samples: in
         for w in args.workers:
             r = out[mode][str(w)]
             r["of_ceiling"] = round(r["median"] / out["ceiling"]["median"], 3)
-            print(f"  shards {mode:>10} workers={w}: {r['median']:7.1f} samples/s ({r['of_ceiling']:.2f} of "
-                  "ceiling)", flush=True)
+            print(
+                f"  shards {mode:>10} workers={w}: {r['median']:7.1f} samples/s ({r['of_ceiling']:.2f} of ceiling)",
+                flush=True,
+            )
     return out
 
 
@@ -348,14 +373,20 @@ def _keys(batch: list[dict[str, Any]]) -> list[str]:
     return [s["__key__"] for s in batch]
 
 
-def _fault_epoch(args: argparse.Namespace, urls: list[str], endpoint: str,
-                 expected: dict[str, str]) -> tuple[float, dict[str, int]]:
+def _fault_epoch(
+    args: argparse.Namespace, urls: list[str], endpoint: str, expected: dict[str, str]
+) -> tuple[float, dict[str, int]]:
     """One full epoch; every object checked once, byte for byte (sha1)."""
     ds = make_dataset("fastdata", urls, endpoint, args)
     t0, seen = time.perf_counter(), {}
-    for batch in DataLoader(ds, batch_size=args.batch_size, sampler=ds.sampler(shuffle=True),
-                            num_workers=args.fault_workers, collate_fn=_as_list,
-                            multiprocessing_context=FORK if args.fault_workers else None):
+    for batch in DataLoader(
+        ds,
+        batch_size=args.batch_size,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=args.fault_workers,
+        collate_fn=_as_list,
+        multiprocessing_context=FORK if args.fault_workers else None,
+    ):
         for sample in batch:
             assert sample["__url__"] not in seen, f"{sample['__url__']} read twice"
             seen[sample["__url__"]] = hashlib.sha1(sample["bin"]).hexdigest()
@@ -378,16 +409,24 @@ def faults(args: argparse.Namespace, urls: list[str], proxy: FaultProxy, expecte
             rounds[name].append((rate, counters, proxy.stats()))
     out: dict[str, Any] = {}
     for name, got in rounds.items():
-        out[name] = {"median": statistics.median(g[0] for g in got), "runs": [round(g[0], 1) for g in got],
-                     "intact": True, "counters": [g[1] for g in got], "injected": [g[2] for g in got]}
-        print(f"  {name:>10} workers={args.fault_workers}: {out[name]['median']:7.1f} items/s, every object intact",
-              flush=True)
+        out[name] = {
+            "median": statistics.median(g[0] for g in got),
+            "runs": [round(g[0], 1) for g in got],
+            "intact": True,
+            "counters": [g[1] for g in got],
+            "injected": [g[2] for g in got],
+        }
+        print(
+            f"  {name:>10} workers={args.fault_workers}: {out[name]['median']:7.1f} items/s, every object intact",
+            flush=True,
+        )
     out["ratio"] = round(out["faults"]["median"] / out["fault_free"]["median"], 3)
     proxy.reset()
     return out
 
 
 # -- set-up and report -----------------------------------------------------------------------------------
+
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
@@ -400,8 +439,12 @@ def versions() -> dict[str, str]:
 
 
 def machine() -> dict[str, Any]:
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)),
-            "load_average": os.getloadavg()}
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg(),
+    }
 
 
 def upload(client: Any, files: dict[str, bytes | str]) -> None:
@@ -424,24 +467,30 @@ def summarize(results: dict[str, Any], args: argparse.Namespace) -> dict[str, An
     summary["small_best_workers"] = best_w
     summary["small_fastdata_of_ceiling"] = round(fast[best_w] / small["ceiling"]["best"], 3)
     if "naive" in small:
-        summary["small_fastdata_vs_naive"] = {w: round(fast[int(w)] / r["median"], 2)
-                                              for w, r in small["naive"].items()}
+        summary["small_fastdata_vs_naive"] = {
+            w: round(fast[int(w)] / r["median"], 2) for w, r in small["naive"].items()
+        }
     if "per_worker" in small:
-        summary["small_fastdata_vs_per_worker"] = {w: round(fast[int(w)] / r["median"], 2)
-                                                   for w, r in small["per_worker"].items()}
+        summary["small_fastdata_vs_per_worker"] = {
+            w: round(fast[int(w)] / r["median"], 2) for w, r in small["per_worker"].items()
+        }
     if "s3torchconnector" in small:
-        summary["small_fastdata_vs_s3torchconnector"] = {w: round(fast[int(w)] / r["median"], 2)
-                                                         for w, r in small["s3torchconnector"].items()}
+        summary["small_fastdata_vs_s3torchconnector"] = {
+            w: round(fast[int(w)] / r["median"], 2) for w, r in small["s3torchconnector"].items()
+        }
     if "latency" in results:
         lat = results["latency"]
         summary[f"latency_{args.latency_ms:g}ms_fastdata_vs_per_worker"] = {
-            w: round(lat["fastdata"][w]["median"] / r["median"], 2) for w, r in lat["per_worker"].items()}
+            w: round(lat["fastdata"][w]["median"] / r["median"], 2) for w, r in lat["per_worker"].items()
+        }
         summary[f"latency_{args.latency_ms:g}ms_fastdata_of_ceiling"] = {
-            w: r["of_ceiling"] for w, r in lat["fastdata"].items()}
+            w: r["of_ceiling"] for w, r in lat["fastdata"].items()
+        }
     if "shards" in results:
         sh = results["shards"]
-        summary["shards_fastdata_vs_webdataset"] = {w: round(r["median"] / sh["webdataset"][w]["median"], 2)
-                                                    for w, r in sh["fastdata"].items()}
+        summary["shards_fastdata_vs_webdataset"] = {
+            w: round(r["median"] / sh["webdataset"][w]["median"], 2) for w, r in sh["fastdata"].items()
+        }
         summary["shards_fastdata_of_ceiling"] = {w: r["of_ceiling"] for w, r in sh["fastdata"].items()}
     if "faults" in results:
         summary["faults_throughput_vs_fault_free"] = results["faults"]["ratio"]
@@ -455,13 +504,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--object-kb", type=float, default=30, help="mean small object size, KB (default 30)")
     p.add_argument("--workers", default="0,1,2,4", help="DataLoader worker counts (default 0,1,2,4)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="fastdata's threads per process (default: its own, 16 shared by the workers)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="fastdata's threads per process (default: its own, 16 shared by the workers)",
+    )
     p.add_argument("--lookahead", type=int, default=2, help="fastdata's batches fetched ahead (default 2)")
     p.add_argument("--seconds", type=float, default=1.5, help="length of one measured window (default 1.5)")
     p.add_argument("--repeats", type=int, default=3, help="windows per figure; the median is kept (default 3)")
-    p.add_argument("--latency-ms", type=float, default=20.0, help="latency per request for the latency runs; "
-                   "0 skips them (default 20)")
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=20.0,
+        help="latency per request for the latency runs; 0 skips them (default 20)",
+    )
     p.add_argument("--shards", type=int, default=8, help="tar shards, 0 skips the shard runs (default 8)")
     p.add_argument("--samples-per-shard", type=int, default=250)
     p.add_argument("--fault-workers", type=int, default=2, help="workers for the fault runs (default 2)")
@@ -481,10 +538,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         client = server.client()
         client.create_bucket(Bucket=BUCKET)
         mean = args.object_kb * 1024
-        files: dict[str, bytes | str] = {f"small/{i:06d}.bin": rng.bytes(int(rng.uniform(0.5 * mean, 1.5 * mean)))
-                                         for i in range(args.objects)}
-        expected = {f"s3://{BUCKET}/{k}": hashlib.sha1(v).hexdigest() for k, v in files.items()
-                    if isinstance(v, bytes)}
+        files: dict[str, bytes | str] = {
+            f"small/{i:06d}.bin": rng.bytes(int(rng.uniform(0.5 * mean, 1.5 * mean))) for i in range(args.objects)
+        }
+        expected = {f"s3://{BUCKET}/{k}": hashlib.sha1(v).hexdigest() for k, v in files.items() if isinstance(v, bytes)}
         print(f"uploading {args.objects} objects ...", flush=True)
         upload(client, files)
         urls = sorted(expected)
@@ -501,8 +558,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.latency_ms > 0:
             proxy.configure(latency_ms=args.latency_ms)
             print(f"small objects, {args.latency_ms:g} ms added to every request:", flush=True)
-            results["latency"] = small_objects(args, urls, proxy.endpoint_url,
-                                               [m for m in modes if m in ("fastdata", "per_worker")])
+            results["latency"] = small_objects(
+                args, urls, proxy.endpoint_url, [m for m in modes if m in ("fastdata", "per_worker")]
+            )
             proxy.reset()
         if args.shards > 0:
             with_tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-s3-shards-{os.getpid()}"
@@ -512,15 +570,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             paths = [q for name, q in made.items() if name.endswith(".tar")]
             nbytes = sum(os.path.getsize(q) for q in paths)
             print(f"tar shards ({args.shards} x {args.samples_per_shard} samples, {nbytes / 1e6:.0f} MB):", flush=True)
-            results["shards"] = shards(args, [f"s3://{BUCKET}/shards/{os.path.basename(q)}" for q in paths],
-                                       server.endpoint_url, args.shards * args.samples_per_shard, nbytes)
+            results["shards"] = shards(
+                args,
+                [f"s3://{BUCKET}/shards/{os.path.basename(q)}" for q in paths],
+                server.endpoint_url,
+                args.shards * args.samples_per_shard,
+                nbytes,
+            )
         if not args.no_faults:
             print("through 10% 503 SlowDown and 10% bodies cut midway:", flush=True)
             results["faults"] = faults(args, urls, proxy, expected)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    report = {"benchmark": "bench_s3", "args": settings,
-              "versions": versions(), "machine": machine(), "seconds_total": round(time.time() - t_start, 1),
-              "results": results, "summary": summarize(results, args)}
+    report = {
+        "benchmark": "bench_s3",
+        "args": settings,
+        "versions": versions(),
+        "machine": machine(),
+        "seconds_total": round(time.time() - t_start, 1),
+        "results": results,
+        "summary": summarize(results, args),
+    }
     print(json.dumps(report["summary"], indent=2))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -538,9 +607,14 @@ def make_shards_sized(folder: Path, args: argparse.Namespace, rng: np.random.Gen
     files: dict[str, str] = {}
     listed = []
     for s in range(args.shards):
-        samples = [{"__key__": f"s{s * args.samples_per_shard + i:07d}",
-                    "bin": rng.bytes(int(rng.uniform(0.5 * mean, 1.5 * mean))), "cls": b"1"}
-                   for i in range(args.samples_per_shard)]
+        samples = [
+            {
+                "__key__": f"s{s * args.samples_per_shard + i:07d}",
+                "bin": rng.bytes(int(rng.uniform(0.5 * mean, 1.5 * mean))),
+                "cls": b"1",
+            }
+            for i in range(args.samples_per_shard)
+        ]
         name = f"train-{s:06d}.tar"
         path = str(folder / name)
         write_tar(path, samples)
@@ -550,8 +624,9 @@ def make_shards_sized(folder: Path, args: argparse.Namespace, rng: np.random.Gen
         files[name], files[name + ".idx"] = path, path + ".idx"
         listed.append({"name": name, "samples": len(index), "bytes": os.path.getsize(path)})
     manifest = folder / "manifest.json"
-    manifest.write_text(json.dumps({"format": "tar", "version": 1, "samples": sum(x["samples"] for x in listed),
-                                    "shards": listed}))
+    manifest.write_text(
+        json.dumps({"format": "tar", "version": 1, "samples": sum(x["samples"] for x in listed), "shards": listed})
+    )
     files["manifest.json"] = str(manifest)
     return files
 

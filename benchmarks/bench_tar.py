@@ -159,16 +159,23 @@ def count_items(item: Any) -> tuple[int, int]:
     return 1, size
 
 
-def run_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None,
-             limit: int | None = None) -> dict[str, float]:
+def run_pass(
+    make: Callable[[], Any], workers: int, cold_paths: list[str] | None, limit: int | None = None
+) -> dict[str, float]:
     """One pass over a reader: samples/s and payload MB/s, in the steady state: the clock starts when
     the first item arrives (so starting the workers is not counted; it is reported as ``startup_s``)."""
     if cold_paths is not None:
         evict(cold_paths)
     dataset = make()
     # every reader yields finished items: skip the DataLoader's default_convert walk for all of them alike
-    loader = DataLoader(dataset, batch_size=None, num_workers=workers, shuffle=False, collate_fn=as_is,
-                        multiprocessing_context="fork" if workers else None)
+    loader = DataLoader(
+        dataset,
+        batch_size=None,
+        num_workers=workers,
+        shuffle=False,
+        collate_fn=as_is,
+        multiprocessing_context="fork" if workers else None,
+    )
     samples = nbytes = 0
     begin = time.perf_counter()
     it = iter(loader)
@@ -183,20 +190,27 @@ def run_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None
     shutdown = getattr(it, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()  # stopped early: let the workers go now
-    return {"seconds": elapsed, "startup_s": start - begin, "samples": samples, "samples_per_s": samples / elapsed,
-            "mb_per_s": nbytes / elapsed / 1e6}
+    return {
+        "seconds": elapsed,
+        "startup_s": start - begin,
+        "samples": samples,
+        "samples_per_s": samples / elapsed,
+        "mb_per_s": nbytes / elapsed / 1e6,
+    }
 
 
-def median_pass(make: Callable[[], Any], workers: int, cold_paths: list[str] | None, repeats: int,
-                limit: int | None = None) -> dict[str, float]:
+def median_pass(
+    make: Callable[[], Any], workers: int, cold_paths: list[str] | None, repeats: int, limit: int | None = None
+) -> dict[str, float]:
     runs = [run_pass(make, workers, cold_paths, limit) for _ in range(repeats)]
     best = sorted(runs, key=lambda r: r["samples_per_s"] or r["mb_per_s"])[len(runs) // 2]
     best["spread"] = (max(r["mb_per_s"] for r in runs) / max(min(r["mb_per_s"] for r in runs), 1e-9)) - 1
     return best
 
 
-def readers(urls: list[str], files: list[tuple[str, int]], mode: str,
-            limit: int | None) -> dict[str, Callable[[], Any]]:
+def readers(
+    urls: list[str], files: list[tuple[str, int]], mode: str, limit: int | None
+) -> dict[str, Callable[[], Any]]:
     import webdataset as wds
 
     decode = mode == "decode"
@@ -207,8 +221,7 @@ def readers(urls: list[str], files: list[tuple[str, int]], mode: str,
         return fd.TarShardDataset(shard_subset, decode="numpy" if decode else "raw")
 
     def ours_batched() -> Any:
-        return fd.TarShardDataset(shard_subset, decode="numpy" if decode else "raw", batch_size=64,
-                                  collate_fn=list)
+        return fd.TarShardDataset(shard_subset, decode="numpy" if decode else "raw", batch_size=64, collate_fn=list)
 
     def webdataset() -> Any:
         ds = wds.WebDataset(shard_subset, shardshuffle=False, empty_check=False)
@@ -217,8 +230,9 @@ def readers(urls: list[str], files: list[tuple[str, int]], mode: str,
     def ours_batched_shm() -> Any:
         from fastdata.loading.transport import SharedMemoryCollate
 
-        return fd.TarShardDataset(shard_subset, decode="numpy" if decode else "raw", batch_size=64,
-                                  collate_fn=SharedMemoryCollate(list))
+        return fd.TarShardDataset(
+            shard_subset, decode="numpy" if decode else "raw", batch_size=64, collate_fn=SharedMemoryCollate(list)
+        )
 
     def webdataset_batched() -> Any:
         return webdataset().batched(64, collation_fn=None)
@@ -226,10 +240,14 @@ def readers(urls: list[str], files: list[tuple[str, int]], mode: str,
     def small() -> Any:
         return SmallFiles(subset, decode)
 
-    out: dict[str, Callable[[], Any]] = {"fastdata": ours, "fastdata_batched64": ours_batched,
-                                         "fastdata_batched64_shm": ours_batched_shm,
-                                         "webdataset": webdataset, "webdataset_batched64": webdataset_batched,
-                                         "small_files": small}
+    out: dict[str, Callable[[], Any]] = {
+        "fastdata": ours,
+        "fastdata_batched64": ours_batched,
+        "fastdata_batched64_shm": ours_batched_shm,
+        "webdataset": webdataset,
+        "webdataset_batched64": webdataset_batched,
+        "small_files": small,
+    }
     if decode:  # decoding dominates: the transport variants add nothing but time here
         for name in ("fastdata_batched64_shm", "webdataset_batched64"):
             del out[name]
@@ -248,6 +266,7 @@ def bench_convert(src: Path, work: Path, shard_size: str, repeats: int, payload:
     def ours(workers: int, fsync: bool) -> Callable[[], None]:
         def run() -> None:
             convert(src, work / "conv", shard_size=shard_size, workers=workers, progress=False, fsync=fsync)
+
         return run
 
     def tar_cf() -> None:
@@ -261,8 +280,13 @@ def bench_convert(src: Path, work: Path, shard_size: str, repeats: int, payload:
                 with open(path, "rb") as f:
                     sink.write({"__key__": Path(path).stem, "jpg": f.read(), "cls": label})
 
-    methods = {"fastdata_workers1": ours(1, False), "fastdata_workers2": ours(2, False),
-               "fastdata_workers2_fsync": ours(2, True), "tar_cf": tar_cf, "webdataset_shardwriter": shardwriter}
+    methods = {
+        "fastdata_workers1": ours(1, False),
+        "fastdata_workers2": ours(2, False),
+        "fastdata_workers2_fsync": ours(2, True),
+        "tar_cf": tar_cf,
+        "webdataset_shardwriter": shardwriter,
+    }
     times: dict[str, list[float]] = {m: [] for m in methods}
     cpu: dict[str, list[float]] = {m: [] for m in methods}
     for _ in range(repeats):
@@ -278,8 +302,12 @@ def bench_convert(src: Path, work: Path, shard_size: str, repeats: int, payload:
     out: dict[str, Any] = {}
     for name, ts in times.items():
         t = statistics.median(ts)
-        out[name] = {"seconds": t, "mb_per_s": payload / t / 1e6, "files_per_s": len(files) / t,
-                     "cpu_seconds": statistics.median(cpu[name])}
+        out[name] = {
+            "seconds": t,
+            "mb_per_s": payload / t / 1e6,
+            "files_per_s": len(files) / t,
+            "cpu_seconds": statistics.median(cpu[name]),
+        }
     for name in methods:
         out[name]["vs_tar_cf"] = out[name]["mb_per_s"] / out["tar_cf"]["mb_per_s"]
         out[name]["cpu_vs_tar_cf"] = out[name]["cpu_seconds"] / out["tar_cf"]["cpu_seconds"]
@@ -381,29 +409,41 @@ def versions() -> dict[str, str]:
     import PIL
     import webdataset
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "webdataset": getattr(webdataset, "__version__", "?"), "pillow": PIL.__version__,
-            "fastdata": fd.__version__,
-            "tar": subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout.splitlines()[0]}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "webdataset": getattr(webdataset, "__version__", "?"),
+        "pillow": PIL.__version__,
+        "fastdata": fd.__version__,
+        "tar": subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
+    }
 
 
 def machine() -> dict[str, Any]:
     import psutil
 
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "memory_gb": psutil.virtual_memory().total / 1e9,
-            "load_average_start": os.getloadavg(), "torch_threads_main": torch.get_num_threads()}
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gb": psutil.virtual_memory().total / 1e9,
+        "load_average_start": os.getloadavg(),
+        "torch_threads_main": torch.get_num_threads(),
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = []
     reads = result["read"]
     workers = result["args"]["workers"]
-    lines.append(f"Corpus: {result['corpus']['files']} JPEGs, mean {result['corpus']['mean_kb']:.1f} KB, "
-                 f"{result['corpus']['shards']} shards; {result['machine']['cpus']} cores; medians of "
-                 f"{result['args']['repeats']} passes (raw, hot) or {result['args']['repeats_other']} (others); "
-                 f"load average {result['machine']['load_average_start'][0]:.1f} at start. Samples/s in the steady "
-                 "state (ratio to webdataset at the same worker count; batched rows against webdataset batched "
-                 "the same way).")
+    lines.append(
+        f"Corpus: {result['corpus']['files']} JPEGs, mean {result['corpus']['mean_kb']:.1f} KB, "
+        f"{result['corpus']['shards']} shards; {result['machine']['cpus']} cores; medians of "
+        f"{result['args']['repeats']} passes (raw, hot) or {result['args']['repeats_other']} (others); "
+        f"load average {result['machine']['load_average_start'][0]:.1f} at start. Samples/s in the steady "
+        "state (ratio to webdataset at the same worker count; batched rows against webdataset batched "
+        "the same way)."
+    )
     lines.append("")
     lines.append("| reader | mode | cache | " + " | ".join(f"workers={w}" for w in workers) + " |")
     lines.append("|---|---|---|" + "---|" * len(workers))
@@ -425,19 +465,30 @@ def markdown(result: dict[str, Any]) -> str:
                 cells.append(f"{r['samples_per_s']:,.0f}")
         lines.append(f"| {reader} | {mode} | {cache} | " + " | ".join(cells) + " |")
     if "convert" in result:
-        lines += ["", "| conversion | s | MB/s | files/s | MB/s vs tar cf | CPU s | CPU vs tar cf |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| conversion | s | MB/s | files/s | MB/s vs tar cf | CPU s | CPU vs tar cf |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, r in result["convert"].items():
-            lines.append(f"| {name} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | {r['files_per_s']:,.0f} | "
-                         f"{r['vs_tar_cf']:.2f} | {r['cpu_seconds']:.2f} | {r['cpu_vs_tar_cf']:.2f} |")
+            lines.append(
+                f"| {name} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | {r['files_per_s']:,.0f} | "
+                f"{r['vs_tar_cf']:.2f} | {r['cpu_seconds']:.2f} | {r['cpu_vs_tar_cf']:.2f} |"
+            )
     if "core_overhead" in result:
         c = result["core_overhead"]
-        lines += ["", f"Worker-safety core overhead (workers=0, raw): {100 * c['overhead']:+.1f}% "
-                      f"({c['with_core_s']:.3f} s vs {c['without_core_s']:.3f} s, median of {c['runs']})."]
+        lines += [
+            "",
+            f"Worker-safety core overhead (workers=0, raw): {100 * c['overhead']:+.1f}% "
+            f"({c['with_core_s']:.3f} s vs {c['without_core_s']:.3f} s, median of {c['runs']}).",
+        ]
     if "breakdown" in result:
         b = result["breakdown"]["us_per_sample"]
-        lines += ["", "Per ~30 KB raw sample, µs: " + ", ".join(f"{k} {v:.1f}" for k, v in b.items()
-                                                                  if not k.startswith("implied"))]
+        lines += [
+            "",
+            "Per ~30 KB raw sample, µs: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in b.items() if not k.startswith("implied")),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -477,10 +528,17 @@ def main(argv: list[str] | None = None) -> int:
     urls = [str(shards_dir / s["name"]) for s in manifest["shards"]]
     os.sync()  # clean pages can be evicted for the cold passes
     result: dict[str, Any] = {
-        "benchmark": "bench_tar", "args": {**vars(args), "workers": workers}, "versions": versions(),
-        "machine": machine(), "corpus": {"files": len(files), "payload_bytes": payload,
-                                         "mean_kb": payload / len(files) / 1e3, "shards": len(urls),
-                                         "shard_bytes": manifest["bytes"]},
+        "benchmark": "bench_tar",
+        "args": {**vars(args), "workers": workers},
+        "versions": versions(),
+        "machine": machine(),
+        "corpus": {
+            "files": len(files),
+            "payload_bytes": payload,
+            "mean_kb": payload / len(files) / 1e3,
+            "shards": len(urls),
+            "shard_bytes": manifest["bytes"],
+        },
         "read": {},
     }
     mean_sample = manifest["bytes"] / len(files)
@@ -502,8 +560,11 @@ def main(argv: list[str] | None = None) -> int:
                         if name == "raw_sequential":
                             r["samples_equiv_per_s"] = r["mb_per_s"] * 1e6 / mean_sample
                         row[str(w)] = r
-                        print(f"{key:40s} workers={w}: {r['samples_per_s']:9,.0f} samples/s {r['mb_per_s']:8,.0f} MB/s",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"{key:40s} workers={w}: {r['samples_per_s']:9,.0f} samples/s {r['mb_per_s']:8,.0f} MB/s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     if "convert" not in skip:
         result["convert"] = bench_convert(src, work, args.shard_size, args.repeats, payload)
         print(json.dumps(result["convert"], indent=1), file=sys.stderr)
@@ -534,17 +595,21 @@ def summarize(result: dict[str, Any], workers: list[int]) -> dict[str, Any]:
         wds_hot = reads.get("webdataset_batched64/raw/hot" if "batched64" in name else "webdataset/raw/hot")
         if hot and wds_hot:
             s[f"{name}_vs_webdataset_raw_hot"] = {
-                w: round(hot[str(w)]["samples_per_s"] / wds_hot[str(w)]["samples_per_s"], 2) for w in workers}
+                w: round(hot[str(w)]["samples_per_s"] / wds_hot[str(w)]["samples_per_s"], 2) for w in workers
+            }
         raw = reads.get("raw_sequential/raw/hot")
         if hot and raw:
             best_w = max(workers, key=lambda w: hot[str(w)]["mb_per_s"])
             best_raw = max(raw[str(w)]["mb_per_s"] for w in workers)
-            s[f"{name}_best_vs_raw_sequential_hot"] = {"workers": best_w,
-                                                       "ratio": round(hot[str(best_w)]["mb_per_s"] / best_raw, 3)}
+            s[f"{name}_best_vs_raw_sequential_hot"] = {
+                "workers": best_w,
+                "ratio": round(hot[str(best_w)]["mb_per_s"] / best_raw, 3),
+            }
         cold, small = reads.get(f"{name}/raw/cold"), reads.get("small_files/raw/cold")
         if cold and small:
             s[f"{name}_vs_small_files_raw_cold"] = {
-                w: round(cold[str(w)]["samples_per_s"] / small[str(w)]["samples_per_s"], 2) for w in workers}
+                w: round(cold[str(w)]["samples_per_s"] / small[str(w)]["samples_per_s"], 2) for w in workers
+            }
     if "convert" in result:
         s["convert_workers2_vs_tar_cf"] = round(result["convert"]["fastdata_workers2"]["vs_tar_cf"], 2)
         s["convert_workers2_fsync_vs_tar_cf"] = round(result["convert"]["fastdata_workers2_fsync"]["vs_tar_cf"], 2)

@@ -44,14 +44,22 @@ from torch.utils.data import DataLoader, Dataset
 import fastdata as fd
 from fastdata.core.handles import open_files
 
-LOADERS = ["fastdata", "fastdata-decord", "fastdata-opencv", "fastdata-torchcodec", "naive-opencv", "decord-fresh",
-           "decord-kept"]
+LOADERS = [
+    "fastdata",
+    "fastdata-decord",
+    "fastdata-opencv",
+    "fastdata-torchcodec",
+    "naive-opencv",
+    "decord-fresh",
+    "decord-kept",
+]
 DEFAULT_LOADERS = [n for n in LOADERS if n != "fastdata-opencv"]
 # loaders measured with sequential clips too (the others only with random clips)
 SEQUENTIAL = ["fastdata", "fastdata-decord", "fastdata-torchcodec", "naive-opencv", "decord-fresh"]
 
 
 # -- data ------------------------------------------------------------------------------------------
+
 
 def make_videos(folder: Path, *, count: int, frames: int, size: int, fps: int, codec: str, seed: int) -> list[str]:
     """Videos of a blurred random texture panning behind a moving disk: content that compresses like
@@ -82,6 +90,7 @@ def make_videos(folder: Path, *, count: int, frames: int, size: int, fps: int, c
 
 
 # -- the peers -------------------------------------------------------------------------------------
+
 
 class ClipList(Dataset[dict[str, Any]]):
     """The clips every loader reads: clip ``i`` is ``(video, frame numbers)``."""
@@ -162,8 +171,9 @@ class CountOpen:
         return sample
 
 
-def build(name: str, paths: list[str], clips: list[tuple[int, list[int]]], args: argparse.Namespace,
-          transform: Any = None) -> Dataset[Any]:
+def build(
+    name: str, paths: list[str], clips: list[tuple[int, list[int]]], args: argparse.Namespace, transform: Any = None
+) -> Dataset[Any]:
     if not name.startswith("fastdata"):
         return {"naive-opencv": NaiveOpenCV, "decord-fresh": DecordFresh, "decord-kept": DecordKept}[name](paths, clips)
     decoder = name.split("-", 1)[1] if name.count("-") and name != "fastdata-nostagger" else None
@@ -171,12 +181,20 @@ def build(name: str, paths: list[str], clips: list[tuple[int, list[int]]], args:
     if name == "fastdata-nostagger":
         kwargs["stagger"] = (0.0, 0.0)
     span = (args.clip_len - 1) * args.stride + 1
-    return fd.VideoClipDataset(paths, clip_len=args.clip_len, frame_stride=args.stride, clips_per_video="all",
-                               clip_step=span, transform=transform, index_cache=Path(args.data) / f"index-{name}.json",
-                               **kwargs)
+    return fd.VideoClipDataset(
+        paths,
+        clip_len=args.clip_len,
+        frame_stride=args.stride,
+        clips_per_video="all",
+        clip_step=span,
+        transform=transform,
+        index_cache=Path(args.data) / f"index-{name}.json",
+        **kwargs,
+    )
 
 
 # -- measuring -------------------------------------------------------------------------------------
+
 
 def cpu_seconds() -> float:
     """CPU time of this process and its live children (the DataLoader workers)."""
@@ -190,11 +208,17 @@ def cpu_seconds() -> float:
     return total
 
 
-def measure(ds: Dataset[Any], order: list[int], workers: int, args: argparse.Namespace,
-            fastdata: bool) -> dict[str, float]:
-    loader = DataLoader(ds, batch_size=args.batch_size, sampler=order, num_workers=workers,
-                        worker_init_fn=fd.worker_init_fn if fastdata and workers else None,
-                        multiprocessing_context="fork" if workers else None)
+def measure(
+    ds: Dataset[Any], order: list[int], workers: int, args: argparse.Namespace, fastdata: bool
+) -> dict[str, float]:
+    loader = DataLoader(
+        ds,
+        batch_size=args.batch_size,
+        sampler=order,
+        num_workers=workers,
+        worker_init_fn=fd.worker_init_fn if fastdata and workers else None,
+        multiprocessing_context="fork" if workers else None,
+    )
     t0 = time.perf_counter()
     it = iter(loader)
     next(it)
@@ -212,8 +236,9 @@ def measure(ds: Dataset[Any], order: list[int], workers: int, args: argparse.Nam
     return {"clips_per_s": n / wall, "cpu_ms_per_clip": 1e3 * cpu / n, "first_batch_s": first, "clips": n}
 
 
-def max_open_per_worker(paths: list[str], clips: list[tuple[int, list[int]]], order: list[int], workers: int,
-                        args: argparse.Namespace) -> int:
+def max_open_per_worker(
+    paths: list[str], clips: list[tuple[int, list[int]]], order: list[int], workers: int, args: argparse.Namespace
+) -> int:
     folder = str(Path(paths[0]).parent)
     ds = build("fastdata", paths, clips, args, transform=CountOpen(folder))
     loader = DataLoader(ds, batch_size=args.batch_size, sampler=order, num_workers=workers)
@@ -237,8 +262,11 @@ def versions() -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench-out/bench_video.json")
-    parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "fastdata-bench-video"),
-                        help="folder for the generated videos (reused by later runs)")
+    parser.add_argument(
+        "--data",
+        default=os.path.join(tempfile.gettempdir(), "fastdata-bench-video"),
+        help="folder for the generated videos (reused by later runs)",
+    )
     parser.add_argument("--videos", type=int, default=16)
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--size", type=int, default=224)
@@ -251,8 +279,7 @@ def main() -> None:
     parser.add_argument("--loaders", nargs="+", default=DEFAULT_LOADERS, choices=LOADERS)
     parser.add_argument("--access", nargs="+", default=["random", "sequential"], choices=["random", "sequential"])
     parser.add_argument("--clips", type=int, default=64, help="clips per measurement, after the warm-up")
-    parser.add_argument("--warmup", type=int, default=2, help="batches read before measuring (at least one "
-                        "per worker)")
+    parser.add_argument("--warmup", type=int, default=2, help="batches read before measuring (at least one per worker)")
     parser.add_argument("--max-seconds", type=float, default=1.0, help="cap on one measurement")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--stagger-repeats", type=int, default=5)
@@ -265,13 +292,25 @@ def main() -> None:
         import torchcodec.decoders  # noqa: F401
     except Exception:  # noqa: BLE001 - any failure to load means: not measured
         loaders = [n for n in loaders if n != "fastdata-torchcodec"]
-    paths = make_videos(Path(args.data), count=args.videos, frames=args.frames, size=args.size, fps=args.fps,
-                        codec=args.codec, seed=args.seed)
+    paths = make_videos(
+        Path(args.data),
+        count=args.videos,
+        frames=args.frames,
+        size=args.size,
+        fps=args.fps,
+        codec=args.codec,
+        seed=args.seed,
+    )
     span = (args.clip_len - 1) * args.stride + 1
-    clips = [(v, list(range(s, s + span, args.stride))) for v in range(len(paths))
-             for s in range(0, args.frames - span + 1, span)]
-    orders = {"random": np.random.default_rng(args.seed).permutation(len(clips)).tolist(),
-              "sequential": list(range(len(clips)))}
+    clips = [
+        (v, list(range(s, s + span, args.stride)))
+        for v in range(len(paths))
+        for s in range(0, args.frames - span + 1, span)
+    ]
+    orders = {
+        "random": np.random.default_rng(args.seed).permutation(len(clips)).tolist(),
+        "sequential": list(range(len(clips))),
+    }
     started = time.perf_counter()
     # first, while this process holds no reader of any loader: what each fastdata worker holds open
     open_files = {str(w): max_open_per_worker(paths, clips, orders["random"], w, args) for w in args.workers}
@@ -288,17 +327,24 @@ def main() -> None:
                         continue
                     r = measure(datasets[name], orders[access], workers, args, name.startswith("fastdata"))
                     runs.setdefault((name, access, workers), []).append(r)
-                    print(f"rep {rep} {access:10s} workers={workers} {name:20s} {r['clips_per_s']:7.1f} clips/s "
-                          f"{r['cpu_ms_per_clip']:6.2f} ms CPU/clip  first batch {r['first_batch_s']:.3f} s",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"rep {rep} {access:10s} workers={workers} {name:20s} {r['clips_per_s']:7.1f} clips/s "
+                        f"{r['cpu_ms_per_clip']:6.2f} ms CPU/clip  first batch {r['first_batch_s']:.3f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     if "fastdata" in loaders:
         for workers in [w for w in args.workers if w > 0]:
             for rep in range(args.stagger_repeats):
                 for name in ("fastdata", "fastdata-nostagger"):
                     r = measure(datasets[name], orders["random"], workers, args, True)
                     runs.setdefault((f"stagger:{name}", "random", workers), []).append(r)
-                    print(f"stagger rep {rep} workers={workers} {name:20s} {r['clips_per_s']:7.1f} clips/s  "
-                          f"first batch {r['first_batch_s']:.3f} s", file=sys.stderr, flush=True)
+                    print(
+                        f"stagger rep {rep} workers={workers} {name:20s} {r['clips_per_s']:7.1f} clips/s  "
+                        f"first batch {r['first_batch_s']:.3f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     for ds in datasets.values():
         if hasattr(ds, "close"):
             ds.close()
@@ -338,7 +384,9 @@ def main() -> None:
             first = [get(n, "random", workers, "first_batch_s") for n in pair]
             summary[f"stagger workers={workers}"] = {
                 "steady_state_cost_pct": round(100 * (1 - with_ / without), 1),
-                "first_batch_s_with": round(first[0] or 0, 3), "first_batch_s_without": round(first[1] or 0, 3)}
+                "first_batch_s_with": round(first[0] or 0, 3),
+                "first_batch_s_without": round(first[1] or 0, 3),
+            }
     summary["max_open_video_files_per_worker"] = open_files
     summary["max_open"] = 8
 
@@ -346,9 +394,13 @@ def main() -> None:
         "benchmark": "video clips through a DataLoader",
         "config": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "default_decoder": datasets["fastdata"].decoder if "fastdata" in datasets else None,  # type: ignore[attr-defined]
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
-                    "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-                    "load_avg_at_end": os.getloadavg()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "load_avg_at_end": os.getloadavg(),
+        },
         "versions": versions(),
         "seconds": round(time.perf_counter() - started, 1),
         "results": results,

@@ -45,8 +45,13 @@ def loader(backend: Backend, ds: Any, num_workers: int, context: str | None = No
     ctx = multiprocessing.get_context(context) if num_workers and context else None
     if backend.iterable:
         return DataLoader(ds, batch_size=None, num_workers=num_workers, multiprocessing_context=ctx)
-    return DataLoader(ds, batch_size=backend.batch_size, sampler=ds.sampler(shuffle=ds_shuffle(ds)),
-                      num_workers=num_workers, multiprocessing_context=ctx)
+    return DataLoader(
+        ds,
+        batch_size=backend.batch_size,
+        sampler=ds.sampler(shuffle=ds_shuffle(ds)),
+        num_workers=num_workers,
+        multiprocessing_context=ctx,
+    )
 
 
 def ds_shuffle(ds: Any) -> bool:

@@ -20,8 +20,14 @@ def jpeg_bytes(rng: np.random.Generator, size: tuple[int, int] = (32, 24), quali
     return buf.getvalue()
 
 
-def make_image_folder(root: str | os.PathLike[str], *, classes: int = 3, per_class: int = 10,
-                      size: tuple[int, int] = (32, 24), seed: int = 0) -> list[tuple[str, int]]:
+def make_image_folder(
+    root: str | os.PathLike[str],
+    *,
+    classes: int = 3,
+    per_class: int = 10,
+    size: tuple[int, int] = (32, 24),
+    seed: int = 0,
+) -> list[tuple[str, int]]:
     """An ImageFolder tree ``root/class_k/img_NNNN.jpg``; returns ``(relative path, label)`` pairs."""
     rng = np.random.default_rng(seed)
     out = []
@@ -35,8 +41,9 @@ def make_image_folder(root: str | os.PathLike[str], *, classes: int = 3, per_cla
     return out
 
 
-def write_tar(path: str | os.PathLike[str], samples: list[dict[str, bytes]], *,
-              fmt: int = tarfile.USTAR_FORMAT) -> None:
+def write_tar(
+    path: str | os.PathLike[str], samples: list[dict[str, bytes]], *, fmt: int = tarfile.USTAR_FORMAT
+) -> None:
     """A WebDataset-layout tar: each sample dict has ``__key__`` and ``ext: bytes`` members."""
     with tarfile.open(path, "w", format=fmt) as tf:
         for sample in samples:
@@ -49,8 +56,15 @@ def write_tar(path: str | os.PathLike[str], samples: list[dict[str, bytes]], *,
                 tf.addfile(info, io.BytesIO(data))
 
 
-def make_shards(folder: str | os.PathLike[str], *, shards: int = 4, per_shard: int = 25, seed: int = 0,
-                jpeg: bool = False, prefix: str = "train") -> list[str]:
+def make_shards(
+    folder: str | os.PathLike[str],
+    *,
+    shards: int = 4,
+    per_shard: int = 25,
+    seed: int = 0,
+    jpeg: bool = False,
+    prefix: str = "train",
+) -> list[str]:
     """Tar shards ``folder/train-NNNNNN.tar`` with unique keys ``sNNNNNN`` and ``cls``/``bin`` (or ``jpg``)."""
     rng = np.random.default_rng(seed)
     os.makedirs(folder, exist_ok=True)
@@ -60,8 +74,7 @@ def make_shards(folder: str | os.PathLike[str], *, shards: int = 4, per_shard: i
         for i in range(per_shard):
             n = s * per_shard + i
             payload = jpeg_bytes(rng) if jpeg else rng.bytes(int(rng.integers(10, 2000)))
-            samples.append({"__key__": f"s{n:06d}", "cls": str(n % 7).encode(),
-                            ("jpg" if jpeg else "bin"): payload})
+            samples.append({"__key__": f"s{n:06d}", "cls": str(n % 7).encode(), ("jpg" if jpeg else "bin"): payload})
         path = os.path.join(folder, f"{prefix}-{s:06d}.tar")
         write_tar(path, samples)
         paths.append(path)

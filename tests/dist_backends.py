@@ -63,15 +63,33 @@ def _tar_urls(folder: Path) -> list[str]:
     return sorted(str(p) for p in Path(folder).glob("*.tar"))
 
 
-def _make_tar_shards(folder: Path, *, seed: int, shuffle: bool, remainder: str, batch_size: int,
-                     drop_last: bool = False, rank: int | None = None, world_size: int | None = None) -> Any:
-    return fd.TarShardDataset(_tar_urls(folder), seed=seed, shuffle=shuffle, shuffle_window=8, batch_size=batch_size,
-                              drop_last=drop_last, remainder=remainder, rank=rank,  # type: ignore[arg-type]
-                              world_size=world_size)
+def _make_tar_shards(
+    folder: Path,
+    *,
+    seed: int,
+    shuffle: bool,
+    remainder: str,
+    batch_size: int,
+    drop_last: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Any:
+    return fd.TarShardDataset(
+        _tar_urls(folder),
+        seed=seed,
+        shuffle=shuffle,
+        shuffle_window=8,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        remainder=remainder,
+        rank=rank,  # type: ignore[arg-type]
+        world_size=world_size,
+    )
 
 
-def _make_indexed_tar(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
-                      **_: Any) -> Any:
+def _make_indexed_tar(
+    folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None, **_: Any
+) -> Any:
     return fd.IndexedTarDataset(_tar_urls(folder), seed=seed, rank=rank, world_size=world_size)
 
 
@@ -86,8 +104,7 @@ def _hdf5_data(folder: Path) -> list[str]:
     return [str(i) for i in range(33)]
 
 
-def _make_hdf5(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
-               **_: Any) -> Any:
+def _make_hdf5(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None, **_: Any) -> Any:
     files = sorted(str(p) for p in Path(folder).glob("*.h5"))
     return fd.HDF5Dataset(files, ("image", "label", "key"), seed=seed, rank=rank, world_size=world_size)
 
@@ -108,11 +125,16 @@ def _video_data(folder: Path) -> list[str]:
     return [f"{v}:{f}" for v in range(3) for f in range(0, VIDEO_FRAMES, CLIP_LEN)]
 
 
-def _make_video(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
-                **_: Any) -> Any:
-    return fd.VideoClipDataset(sorted(str(p) for p in Path(folder).glob("*.mp4")), clip_len=CLIP_LEN,
-                               clips_per_video="all", index_cache=Path(folder) / "index.json", seed=seed,
-                               rank=rank, world_size=world_size)
+def _make_video(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None, **_: Any) -> Any:
+    return fd.VideoClipDataset(
+        sorted(str(p) for p in Path(folder).glob("*.mp4")),
+        clip_len=CLIP_LEN,
+        clips_per_video="all",
+        index_cache=Path(folder) / "index.json",
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+    )
 
 
 def _video_keys(batch: Any) -> list[str]:
@@ -153,8 +175,9 @@ def _s3_objects_data(folder: Path) -> list[str]:
     return keys
 
 
-def _make_s3_objects(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None,
-                     **_: Any) -> Any:
+def _make_s3_objects(
+    folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None, **_: Any
+) -> Any:
     # the prefix is listed at every build, as a training script does at every start
     return fd.S3Dataset((Path(folder) / "source.txt").read_text(), seed=seed, rank=rank, world_size=world_size)
 
@@ -175,35 +198,92 @@ BACKENDS: dict[str, DistBackend] = {
 FAST = [name for name, backend in BACKENDS.items() if not backend.slow]
 
 
-def make_dataset(name: str, folder: str | os.PathLike[str], *, seed: int = SEED, shuffle: bool = True,
-                 remainder: str = "drop", batch_size: int = BATCH, drop_last: bool = False,
-                 rank: int | None = None, world_size: int | None = None) -> Any:
+def make_dataset(
+    name: str,
+    folder: str | os.PathLike[str],
+    *,
+    seed: int = SEED,
+    shuffle: bool = True,
+    remainder: str = "drop",
+    batch_size: int = BATCH,
+    drop_last: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Any:
     """Backend ``name``'s dataset over ``folder`` (rank and world size detected unless given)."""
-    return BACKENDS[name].make(Path(folder), seed=seed, shuffle=shuffle, remainder=remainder, batch_size=batch_size,
-                               drop_last=drop_last, rank=rank, world_size=world_size)
+    return BACKENDS[name].make(
+        Path(folder),
+        seed=seed,
+        shuffle=shuffle,
+        remainder=remainder,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        rank=rank,
+        world_size=world_size,
+    )
 
 
-def make_loader(name: str, folder: str | os.PathLike[str], *, num_workers: int, seed: int = SEED,
-                shuffle: bool = True, remainder: str = "drop", batch_size: int = BATCH, drop_last: bool = False,
-                rank: int | None = None, world_size: int | None = None, **dataloader_kwargs: Any) -> fd.Loader:
+def make_loader(
+    name: str,
+    folder: str | os.PathLike[str],
+    *,
+    num_workers: int,
+    seed: int = SEED,
+    shuffle: bool = True,
+    remainder: str = "drop",
+    batch_size: int = BATCH,
+    drop_last: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    **dataloader_kwargs: Any,
+) -> fd.Loader:
     """A :class:`fastdata.Loader` over backend ``name``, planned with the given options."""
-    ds = make_dataset(name, folder, seed=seed, shuffle=shuffle, remainder=remainder, batch_size=batch_size,
-                      drop_last=drop_last, rank=rank, world_size=world_size)
+    ds = make_dataset(
+        name,
+        folder,
+        seed=seed,
+        shuffle=shuffle,
+        remainder=remainder,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        rank=rank,
+        world_size=world_size,
+    )
     # shuffle/remainder/drop_last go to the Loader for both kinds: for an iterable dataset it checks they
     # agree with the dataset's own
-    return fd.Loader(ds, batch_size=batch_size, num_workers=num_workers, shuffle=shuffle,
-                     remainder=remainder, drop_last=drop_last, **dataloader_kwargs)  # type: ignore[arg-type]
+    return fd.Loader(
+        ds,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        shuffle=shuffle,
+        remainder=remainder,
+        drop_last=drop_last,
+        **dataloader_kwargs,
+    )  # type: ignore[arg-type]
 
 
-def make_stateful(name: str, ds: Any, *, num_workers: int, shuffle: bool = True, remainder: str = "drop",
-                  batch_size: int = BATCH, **kwargs: Any) -> Any:
+def make_stateful(
+    name: str,
+    ds: Any,
+    *,
+    num_workers: int,
+    shuffle: bool = True,
+    remainder: str = "drop",
+    batch_size: int = BATCH,
+    **kwargs: Any,
+) -> Any:
     """A ``torchdata`` ``StatefulDataLoader`` over ``ds``, built the way fastdata's docs say."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     if BACKENDS[name].iterable:
         return StatefulDataLoader(ds, batch_size=None, num_workers=num_workers, **kwargs)
-    return StatefulDataLoader(ds, batch_size=batch_size, sampler=ds.sampler(shuffle=shuffle, remainder=remainder),
-                              num_workers=num_workers, **kwargs)
+    return StatefulDataLoader(
+        ds,
+        batch_size=batch_size,
+        sampler=ds.sampler(shuffle=shuffle, remainder=remainder),
+        num_workers=num_workers,
+        **kwargs,
+    )
 
 
 def batch_keys(name: str, batches: Any, limit: int | None = None) -> list[list[str]]:

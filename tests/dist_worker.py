@@ -174,8 +174,7 @@ def main() -> None:
         states = args.root / "state"
         states.mkdir(exist_ok=True)
         phase = plan_phase if args.phase == "plan" else resume_phase
-        result = {"rank": rank, "world_size": dist.get_world_size(), "pid": os.getpid(), "backends": {},
-                  "seconds": {}}
+        result = {"rank": rank, "world_size": dist.get_world_size(), "pid": os.getpid(), "backends": {}, "seconds": {}}
         for name in args.backends.split(","):
             start = time.perf_counter()
             result["backends"][name] = phase(name, args.root / name, states)

@@ -74,10 +74,14 @@ class Faults:
 
 
 def _error(status: int, reason: str, code: str, message: str, head_only: bool) -> bytes:
-    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
-            f"<RequestId>fault-proxy</RequestId></Error>").encode()
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode()
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+        f"<RequestId>fault-proxy</RequestId></Error>"
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
     return head if head_only else head + body
 
 
@@ -137,8 +141,9 @@ class Proxy:
                     # answer for the server (botocore would otherwise wait a second before the body)
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                     await writer.drain()
-                    head = b"".join(line + b"\r\n" for line in head.split(b"\r\n")
-                                    if not line.lower().startswith(b"expect:"))[:-2]
+                    head = b"".join(
+                        line + b"\r\n" for line in head.split(b"\r\n") if not line.lower().startswith(b"expect:")
+                    )[:-2]
                 body = await self._read_body(reader, headers)
                 if target.startswith(CONTROL):
                     await self._control(writer, method, target, body)
@@ -172,7 +177,7 @@ class Proxy:
         return b""
 
     async def _control(self, writer: asyncio.StreamWriter, method: str, target: str, body: bytes) -> None:
-        what = target[len(CONTROL):]
+        what = target[len(CONTROL) :]
         if what == "faults" and method == "POST":
             given = json.loads(body or b"{}")
             known = {f.name for f in fields(Faults)}
@@ -188,12 +193,16 @@ class Proxy:
             payload, status = json.dumps(dict(self.stats)).encode(), "200 OK"
         else:
             payload, status = b'{"error": "unknown control path"}', "404 Not Found"
-        writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-                     f"Connection: close\r\n\r\n".encode() + payload)
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+            f"Connection: close\r\n\r\n".encode()
+            + payload
+        )
         await writer.drain()
 
-    async def _relay(self, writer: asyncio.StreamWriter, method: str, target: str, request: bytes,
-                     headers: dict[str, str]) -> bool:
+    async def _relay(
+        self, writer: asyncio.StreamWriter, method: str, target: str, request: bytes, headers: dict[str, str]
+    ) -> bool:
         """Relay one request (or fault it); True when the client connection stays open."""
         f = self.faults
         fault, where = self.decide(method, target)
@@ -295,7 +304,8 @@ class FaultProxy:
         hostport = upstream.split("://", 1)[-1].rstrip("/")
         self._proc = subprocess.Popen(
             [sys.executable, __file__, "--upstream", hostport, "--faults", json.dumps(asdict(Faults(**faults)))],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()  # printed once the socket is bound
@@ -307,8 +317,9 @@ class FaultProxy:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore *_proxy env
 
     def _call(self, path: str, data: bytes | None = None) -> dict[str, Any]:
-        req = urllib.request.Request(self.endpoint_url + CONTROL + path, data=data,
-                                     method="POST" if data is not None else "GET")
+        req = urllib.request.Request(
+            self.endpoint_url + CONTROL + path, data=data, method="POST" if data is not None else "GET"
+        )
         with self._opener.open(req, timeout=30) as resp:
             return json.loads(resp.read())  # type: ignore[no-any-return]
 

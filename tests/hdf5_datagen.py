@@ -11,8 +11,16 @@ import numpy as np
 IMAGE_SHAPE = (4, 5, 3)
 
 
-def make_h5(path: str | os.PathLike[str], n: int, *, first_key: int = 0, seed: int = 0,
-            chunks: int | None = 4, compression: str | None = None, blob: bool = True) -> dict[str, Any]:
+def make_h5(
+    path: str | os.PathLike[str],
+    n: int,
+    *,
+    first_key: int = 0,
+    seed: int = 0,
+    chunks: int | None = 4,
+    compression: str | None = None,
+    blob: bool = True,
+) -> dict[str, Any]:
     """An HDF5 file of ``n`` samples: ``image`` (n, 4, 5, 3) uint8, ``label`` int64, ``key`` int64 (unique
     over files: ``first_key + i``) and, with ``blob``, ``blob`` variable-length uint8 rows.
 
@@ -32,8 +40,12 @@ def make_h5(path: str | os.PathLike[str], n: int, *, first_key: int = 0, seed: i
     if blob:
         data["blob"] = [rng.bytes(int(rng.integers(0, 40))) for _ in range(n)]
     with h5py.File(path, "w") as f:
-        f.create_dataset("image", data=data["image"], chunks=(min(chunks, n), *IMAGE_SHAPE) if chunks else None,
-                         compression=compression)
+        f.create_dataset(
+            "image",
+            data=data["image"],
+            chunks=(min(chunks, n), *IMAGE_SHAPE) if chunks else None,
+            compression=compression,
+        )
         f.create_dataset("label", data=data["label"])
         f.create_dataset("key", data=data["key"], chunks=(min(3, n),))
         if blob:
@@ -43,8 +55,11 @@ def make_h5(path: str | os.PathLike[str], n: int, *, first_key: int = 0, seed: i
     return data
 
 
-def make_files(folder: str | os.PathLike[str], sizes: tuple[int, ...] = (11, 13, 9), seed: int = 0,
-               ) -> tuple[list[str], dict[str, Any]]:
+def make_files(
+    folder: str | os.PathLike[str],
+    sizes: tuple[int, ...] = (11, 13, 9),
+    seed: int = 0,
+) -> tuple[list[str], dict[str, Any]]:
     """Files of ``sizes`` samples in three layouts (chunked, contiguous, gzip-compressed chunks), with
     keys running over all of them; returns the paths and every field concatenated over the files."""
     layouts: list[dict[str, Any]] = [{"chunks": 4}, {"chunks": None}, {"chunks": 3, "compression": "gzip"}]
@@ -56,6 +71,8 @@ def make_files(folder: str | os.PathLike[str], sizes: tuple[int, ...] = (11, 13,
         parts.append(make_h5(path, n, first_key=first, seed=seed + k, **layouts[k % len(layouts)]))
         paths.append(path)
         first += n
-    every = {name: (np.concatenate([p[name] for p in parts]) if name != "blob"
-                    else [b for p in parts for b in p[name]]) for name in parts[0]}
+    every = {
+        name: (np.concatenate([p[name] for p in parts]) if name != "blob" else [b for p in parts for b in p[name]])
+        for name in parts[0]
+    }
     return paths, every

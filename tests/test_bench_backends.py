@@ -40,6 +40,7 @@ def counted(stage: str) -> float:
 
 # -- HDF5 -------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def h5_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     return hdf5_backend.write_demo_file(tmp_path_factory.mktemp("h5") / "demo.h5", samples=300)
@@ -96,6 +97,7 @@ def test_hdf5_demo_data_reads_through_its_collate_and_reports_fetch(tmp_path: Pa
 
 
 # -- video ------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def videos(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -23,11 +23,25 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return make_shards(tmp_path_factory.mktemp("shards"), shards=3, per_shard=40, jpeg=True)
 
 
-def test_bench_a_shard_pattern_writes_json_and_plot(shards: list[str], tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_a_shard_pattern_writes_json_and_plot(
+    shards: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pattern = str(Path(shards[0]).parent / "train-{000000..000002}.tar")
-    rc = main(["bench", pattern, "--workers", "0,1", *FAST, "-o", "decode=torch",
-               "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
+    rc = main(
+        [
+            "bench",
+            pattern,
+            "--workers",
+            "0,1",
+            *FAST,
+            "-o",
+            "decode=torch",
+            "--json",
+            str(tmp_path / "b.json"),
+            "--plot",
+            str(tmp_path / "b.png"),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "★" in out and "DataLoader(dataset, batch_size=8" in out
@@ -51,8 +65,9 @@ def test_a_folder_of_shards_is_detected_as_tar(shards: list[str], capsys: pytest
     assert "IndexedTarDataset" in out and "per rank" in out
 
 
-def test_bad_invocations_fail_with_a_clear_message(shards: list[str], tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_invocations_fail_with_a_clear_message(
+    shards: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["bench"]) == 2
     assert "give a SPEC" in capsys.readouterr().err
     assert main(["bench", str(tmp_path)]) == 2  # an empty folder: no format recognises it
@@ -84,11 +99,25 @@ def test_demo_flags_need_demo(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-def test_demo_builds_data_sweeps_and_summarises_every_backend(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_builds_data_sweeps_and_summarises_every_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # the README's command, with a quarter of the data, a small grid and short measurements
-    rc = main(["bench", "--demo", "--quick", "--workers", "0,1", "--seconds", "0.3",
-               "--json", str(tmp_path / "demo.json"), "--keep", str(tmp_path / "data")])
+    rc = main(
+        [
+            "bench",
+            "--demo",
+            "--quick",
+            "--workers",
+            "0,1",
+            "--seconds",
+            "0.3",
+            "--json",
+            str(tmp_path / "demo.json"),
+            "--keep",
+            str(tmp_path / "data"),
+        ]
+    )
     captured = capsys.readouterr()
     out = captured.out
     assert rc == 0

@@ -26,12 +26,17 @@ V2_MOUNT = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4
 
 
 def test_cgroup_v2_quota_rounds_up_and_the_tightest_ancestor_wins(tmp_path: Path) -> None:
-    root = make_root(tmp_path, cgroup="0::/job.slice/task\n", mountinfo=V2_MOUNT, files={
-        "sys/fs/cgroup/job.slice/task/cpu.max": "150000 100000\n",
-        "sys/fs/cgroup/job.slice/cpu.max": "max 100000\n",
-        "sys/fs/cgroup/job.slice/task/memory.max": "max\n",
-        "sys/fs/cgroup/job.slice/memory.max": "4294967296\n",
-    })
+    root = make_root(
+        tmp_path,
+        cgroup="0::/job.slice/task\n",
+        mountinfo=V2_MOUNT,
+        files={
+            "sys/fs/cgroup/job.slice/task/cpu.max": "150000 100000\n",
+            "sys/fs/cgroup/job.slice/cpu.max": "max 100000\n",
+            "sys/fs/cgroup/job.slice/task/memory.max": "max\n",
+            "sys/fs/cgroup/job.slice/memory.max": "4294967296\n",
+        },
+    )
     assert cores.cpu_quota(root) == pytest.approx(1.5)
     assert cores.usable_cores(root, affinity=8) == 2  # 1.5 CPUs still run two processes at once
     assert cores.usable_cores(root, affinity=1) == 1  # affinity is tighter
@@ -42,8 +47,12 @@ def test_cgroup_v2_quota_rounds_up_and_the_tightest_ancestor_wins(tmp_path: Path
 
 
 def test_cgroup_v2_without_limits_leaves_the_affinity(tmp_path: Path) -> None:
-    root = make_root(tmp_path, cgroup="0::/\n", mountinfo=V2_MOUNT, files={
-        "sys/fs/cgroup/cpu.max": "max 100000\n", "sys/fs/cgroup/memory.max": "max\n"})
+    root = make_root(
+        tmp_path,
+        cgroup="0::/\n",
+        mountinfo=V2_MOUNT,
+        files={"sys/fs/cgroup/cpu.max": "max 100000\n", "sys/fs/cgroup/memory.max": "max\n"},
+    )
     assert cores.cpu_quota(root) is None
     assert cores.memory_limit(root) is None
     assert cores.usable_cores(root, affinity=6) == 6
@@ -55,28 +64,39 @@ def test_cgroup_v1_in_a_container_reads_its_own_group_at_the_mount_point(tmp_pat
         "40 31 0:37 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
         "41 31 0:38 /docker/abc /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory\n"
     )
-    root = make_root(tmp_path, cgroup="4:cpu,cpuacct:/docker/abc\n9:memory:/docker/abc\n", mountinfo=mountinfo,
-                     files={
-                         "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000\n",
-                         "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-                         "sys/fs/cgroup/memory/memory.limit_in_bytes": "2147483648\n",
-                     })
+    root = make_root(
+        tmp_path,
+        cgroup="4:cpu,cpuacct:/docker/abc\n9:memory:/docker/abc\n",
+        mountinfo=mountinfo,
+        files={
+            "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000\n",
+            "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            "sys/fs/cgroup/memory/memory.limit_in_bytes": "2147483648\n",
+        },
+    )
     assert cores.cpu_quota(root) == pytest.approx(2.0)
     assert cores.usable_cores(root, affinity=16) == 2
     assert cores.memory_limit(root) == 2 << 30
 
 
 def test_cgroup_v1_host_view_walks_up_to_the_mount(tmp_path: Path) -> None:
-    mountinfo = ("32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
-                 "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n")
-    root = make_root(tmp_path, cgroup="1:cpu:/batch/job7\n4:memory:/batch/job7\n", mountinfo=mountinfo, files={
-        "sys/fs/cgroup/cpu/batch/job7/cpu.cfs_quota_us": "-1\n",  # no quota on the job itself ...
-        "sys/fs/cgroup/cpu/batch/job7/cpu.cfs_period_us": "100000\n",
-        "sys/fs/cgroup/cpu/batch/cpu.cfs_quota_us": "300000\n",  # ... but its parent has one
-        "sys/fs/cgroup/cpu/batch/cpu.cfs_period_us": "100000\n",
-        # v1 says "no limit" with a huge page-rounded number
-        "sys/fs/cgroup/memory/batch/job7/memory.limit_in_bytes": "9223372036854771712\n",
-    })
+    mountinfo = (
+        "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+        "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    )
+    root = make_root(
+        tmp_path,
+        cgroup="1:cpu:/batch/job7\n4:memory:/batch/job7\n",
+        mountinfo=mountinfo,
+        files={
+            "sys/fs/cgroup/cpu/batch/job7/cpu.cfs_quota_us": "-1\n",  # no quota on the job itself ...
+            "sys/fs/cgroup/cpu/batch/job7/cpu.cfs_period_us": "100000\n",
+            "sys/fs/cgroup/cpu/batch/cpu.cfs_quota_us": "300000\n",  # ... but its parent has one
+            "sys/fs/cgroup/cpu/batch/cpu.cfs_period_us": "100000\n",
+            # v1 says "no limit" with a huge page-rounded number
+            "sys/fs/cgroup/memory/batch/job7/memory.limit_in_bytes": "9223372036854771712\n",
+        },
+    )
     assert cores.cpu_quota(root) == pytest.approx(3.0)
     assert cores.usable_cores(root, affinity=64) == 3
     assert cores.memory_limit(root) is None

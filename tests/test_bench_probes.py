@@ -127,8 +127,12 @@ def test_tar_datasets_report_fetch_decode_and_transform(tmp_path: Any) -> None:
 
 
 def test_a_dataset_without_the_hook_still_benchmarks_with_stages_unknown() -> None:
-    point = measure(Plain(), Config(1, 2, False, False, 8),
-                    timing=Timing(seconds=0.4, window=0.1, warmup=0.1, min_windows=2), cores=2)
+    point = measure(
+        Plain(),
+        Config(1, 2, False, False, 8),
+        timing=Timing(seconds=0.4, window=0.1, warmup=0.1, min_windows=2),
+        cores=2,
+    )
     assert point.ok, point.error
     assert point.stage_ms["fetch"] is None and point.stage_ms["decode"] is None
     assert point.stage_ms["collate"] is not None

@@ -18,27 +18,51 @@ def pt(workers: int, sps: float, *, prefetch: int = 2, **fields: Any) -> Point:
     """A point that measured ``sps`` samples/s; other figures default to an unremarkable loader."""
     config = Config(workers, prefetch if workers else None, False, False, 64)
     defaults: dict[str, Any] = {
-        "samples_per_s": sps, "mb_per_s": sps * 0.01, "startup_s": 0.2, "main_busy": 0.2,
-        "worker_busy": [0.2] * workers, "per_worker_cores": [0.1] * workers, "worker_cores": 0.1 * workers,
-        "main_cores": 0.2, "usable_cores": 2, "measured_s": 3.0, "window_rates": [sps] * 3,
-        "pss_main": 0.3 * GIB, "pss_workers": [0.1 * GIB] * workers,
+        "samples_per_s": sps,
+        "mb_per_s": sps * 0.01,
+        "startup_s": 0.2,
+        "main_busy": 0.2,
+        "worker_busy": [0.2] * workers,
+        "per_worker_cores": [0.1] * workers,
+        "worker_cores": 0.1 * workers,
+        "main_cores": 0.2,
+        "usable_cores": 2,
+        "measured_s": 3.0,
+        "window_rates": [sps] * 3,
+        "pss_main": 0.3 * GIB,
+        "pss_workers": [0.1 * GIB] * workers,
     }
     defaults.update(fields)
     return Point(config, **defaults)
 
 
-def sweep_of(*points: Point, cores: int = 2, memory: float = 16 * GIB, step_time: float = 0.0,
-             epoch_samples: int | None = 1_000_000) -> SweepResult:
-    return SweepResult(list(points), {"step_time": step_time, "batch_size": 64},
-                       {"usable_cores": cores, "usable_memory": memory}, "hand-built", epoch_samples)
+def sweep_of(
+    *points: Point,
+    cores: int = 2,
+    memory: float = 16 * GIB,
+    step_time: float = 0.0,
+    epoch_samples: int | None = 1_000_000,
+) -> SweepResult:
+    return SweepResult(
+        list(points),
+        {"step_time": step_time, "batch_size": 64},
+        {"usable_cores": cores, "usable_memory": memory},
+        "hand-built",
+        epoch_samples,
+    )
 
 
 def test_the_smallest_configuration_within_five_percent_of_the_best() -> None:
     result = sweep_of(pt(0, 100), pt(1, 180), pt(2, 340), pt(3, 345), pt(4, 350), cores=8)
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 2  # 340 >= 0.95 * 350
-    assert rec.kwargs == {"batch_size": 64, "num_workers": 2, "prefetch_factor": 2,
-                          "persistent_workers": False, "pin_memory": False}
+    assert rec.kwargs == {
+        "batch_size": 64,
+        "num_workers": 2,
+        "prefetch_factor": 2,
+        "persistent_workers": False,
+        "pin_memory": False,
+    }
     assert rec.best is not None and rec.best.config.num_workers == 4
     assert rec.ratio_to_best == pytest.approx(340 / 350)
     assert rec.code().startswith("DataLoader(dataset, batch_size=64, num_workers=2")
@@ -52,8 +76,9 @@ def test_less_prefetch_is_preferred_at_equal_speed() -> None:
 
 
 def test_with_a_step_time_the_smallest_that_keeps_the_stall_under_target() -> None:
-    result = sweep_of(pt(0, 50, stall=0.6), pt(1, 90, stall=0.3), pt(2, 120, stall=0.04), pt(4, 121, stall=0.01),
-                      step_time=0.05)
+    result = sweep_of(
+        pt(0, 50, stall=0.6), pt(1, 90, stall=0.3), pt(2, 120, stall=0.04), pt(4, 121, stall=0.01), step_time=0.05
+    )
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 2
     assert rec.bottleneck == "none"
@@ -79,11 +104,18 @@ def test_with_a_step_time_a_loader_that_nearly_keeps_up_is_not_judged() -> None:
 
 
 def test_storage_bound_when_workers_wait_and_the_best_is_the_largest_tested() -> None:
-    result = sweep_of(pt(0, 100), pt(2, 200), pt(4, 400, iowait=0.3, procs_blocked=3,
-                                                stage_ms={"fetch": 9.0, "decode": 0.5, "transform": None,
-                                                          "collate": 0.01},
-                                                stage_busy={"fetch": 0.9, "decode": 0.05, "transform": None,
-                                                            "collate": 0.001}))
+    result = sweep_of(
+        pt(0, 100),
+        pt(2, 200),
+        pt(
+            4,
+            400,
+            iowait=0.3,
+            procs_blocked=3,
+            stage_ms={"fetch": 9.0, "decode": 0.5, "transform": None, "collate": 0.01},
+            stage_busy={"fetch": 0.9, "decode": 0.05, "transform": None, "collate": 0.001},
+        ),
+    )
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "storage"
     text = " ".join(rec.diagnosis)
@@ -94,9 +126,12 @@ def test_storage_bound_when_workers_wait_and_the_best_is_the_largest_tested() ->
 
 
 def test_cpu_bound_when_the_workers_demand_every_core() -> None:
-    busy = {"worker_busy": [0.98, 0.97], "main_busy": 0.05,
-            "stage_ms": {"fetch": 0.05, "decode": 2.0, "transform": 0.3, "collate": 0.02},
-            "stage_busy": {"fetch": 0.02, "decode": 0.85, "transform": 0.12, "collate": 0.01}}
+    busy = {
+        "worker_busy": [0.98, 0.97],
+        "main_busy": 0.05,
+        "stage_ms": {"fetch": 0.05, "decode": 2.0, "transform": 0.3, "collate": 0.02},
+        "stage_busy": {"fetch": 0.02, "decode": 0.85, "transform": 0.12, "collate": 0.01},
+    }
     result = sweep_of(pt(0, 400, main_busy=1.0), pt(1, 450, worker_busy=[0.99]), pt(2, 900, **busy), cores=2)
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "cpu"
@@ -108,8 +143,12 @@ def test_cpu_bound_when_the_workers_demand_every_core() -> None:
 
 def test_oversubscribed_cpu_bound_workers_are_not_recommended() -> None:
     # 4 CPU-bound workers on 2 cores measured 10% more than 2: CPU taken from other programs
-    result = sweep_of(pt(1, 450, worker_busy=[0.99]), pt(2, 900, worker_busy=[0.98, 0.97]),
-                      pt(4, 990, worker_busy=[0.95] * 4), cores=2)
+    result = sweep_of(
+        pt(1, 450, worker_busy=[0.99]),
+        pt(2, 900, worker_busy=[0.98, 0.97]),
+        pt(4, 990, worker_busy=[0.95] * 4),
+        cores=2,
+    )
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 2
     assert rec.best is not None and rec.best.config.num_workers == 4
@@ -117,8 +156,12 @@ def test_oversubscribed_cpu_bound_workers_are_not_recommended() -> None:
 
 
 def test_main_process_bound_when_the_main_process_is_always_busy() -> None:
-    result = sweep_of(pt(0, 60, main_busy=0.5), pt(2, 100, main_busy=0.85, unpickle=0.7, unpickle_cpu=0.6),
-                      pt(4, 102, main_busy=0.97, unpickle=0.8, unpickle_cpu=0.75), cores=4)
+    result = sweep_of(
+        pt(0, 60, main_busy=0.5),
+        pt(2, 100, main_busy=0.85, unpickle=0.7, unpickle_cpu=0.6),
+        pt(4, 102, main_busy=0.97, unpickle=0.8, unpickle_cpu=0.75),
+        cores=4,
+    )
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "main-process"
     assert rec.config is not None and rec.config.num_workers == 2
@@ -126,8 +169,11 @@ def test_main_process_bound_when_the_main_process_is_always_busy() -> None:
 
 
 def test_ipc_bound_when_no_workers_is_fastest() -> None:
-    result = sweep_of(pt(0, 200_000, main_busy=1.0), pt(1, 30_000, main_busy=0.7, unpickle=0.6),
-                      pt(2, 35_000, main_busy=0.75, unpickle=0.7))
+    result = sweep_of(
+        pt(0, 200_000, main_busy=1.0),
+        pt(1, 30_000, main_busy=0.7, unpickle=0.6),
+        pt(2, 35_000, main_busy=0.75, unpickle=0.7),
+    )
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "ipc"
     assert rec.kwargs == {"batch_size": 64, "num_workers": 0, "pin_memory": False}
@@ -146,8 +192,9 @@ def test_no_workers_fastest_while_the_main_process_waits_is_storage_bound() -> N
 
 
 def test_memory_bound_when_pss_nears_the_usable_memory() -> None:
-    result = sweep_of(pt(0, 100), pt(2, 200, pss_workers=[3 * GIB] * 2),
-                      pt(4, 210, pss_workers=[3 * GIB] * 4), memory=12 * GIB)
+    result = sweep_of(
+        pt(0, 100), pt(2, 200, pss_workers=[3 * GIB] * 2), pt(4, 210, pss_workers=[3 * GIB] * 4), memory=12 * GIB
+    )
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "memory"
     assert "at 4 workers" in rec.diagnosis[0] and "12.0 GiB" in rec.diagnosis[0]
@@ -159,8 +206,9 @@ def test_pss_below_the_limit_is_not_memory_bound() -> None:
 
 
 def test_a_worker_killed_is_reported_as_memory_trouble() -> None:
-    died = Point(Config(4, 2, False, False, 64), error="RuntimeError: DataLoader worker (pid 123) is killed by "
-                                                       "signal: Killed.")
+    died = Point(
+        Config(4, 2, False, False, 64), error="RuntimeError: DataLoader worker (pid 123) is killed by signal: Killed."
+    )
     result = sweep_of(pt(0, 100), pt(2, 200), died)
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "memory" and rec.config is not None and rec.config.num_workers == 2
@@ -181,8 +229,9 @@ def test_start_up_bound_asks_for_persistent_workers() -> None:
 
 
 def test_ddp_per_rank_advice_shares_the_cores_when_cpu_bound() -> None:
-    cpu = sweep_of(pt(0, 100, main_busy=1.0), pt(4, 390, worker_busy=[0.95] * 4),
-                   pt(8, 800, worker_busy=[0.97] * 8), cores=8)
+    cpu = sweep_of(
+        pt(0, 100, main_busy=1.0), pt(4, 390, worker_busy=[0.95] * 4), pt(8, 800, worker_busy=[0.97] * 8), cores=8
+    )
     rec = fd.bench.recommend(cpu, procs_per_node=4)
     assert rec.bottleneck == "cpu" and rec.config is not None and rec.config.num_workers == 8
     assert rec.per_rank is not None
@@ -195,8 +244,7 @@ def test_ddp_per_rank_advice_shares_the_cores_when_cpu_bound() -> None:
 
 
 def test_ddp_per_rank_advice_fits_memory() -> None:
-    storage = sweep_of(pt(0, 100), pt(8, 800, pss_workers=[1 * GIB] * 8, pss_main=1 * GIB), cores=8,
-                       memory=32 * GIB)
+    storage = sweep_of(pt(0, 100), pt(8, 800, pss_workers=[1 * GIB] * 8, pss_main=1 * GIB), cores=8, memory=32 * GIB)
     rec = fd.bench.recommend(storage, procs_per_node=4)
     assert rec.per_rank is not None
     # 60% of 32 GiB over 4 ranks = 4.8 GiB each; 1 GiB for the main process leaves room for 3 workers
@@ -228,9 +276,11 @@ def test_results_round_trip_through_dicts() -> None:
 
 def test_slow_collate_without_workers_points_at_torch_threads() -> None:
     stages = {"fetch": 0.01, "decode": 0.4, "transform": None}
-    result = sweep_of(pt(0, 60, main_busy=1.0, stage_ms={**stages, "collate": 1.4}),
-                      pt(1, 900, worker_busy=[0.9], stage_ms={**stages, "collate": 0.1}),
-                      pt(2, 1000, worker_busy=[0.9, 0.9], stage_ms={**stages, "collate": 0.12}))
+    result = sweep_of(
+        pt(0, 60, main_busy=1.0, stage_ms={**stages, "collate": 1.4}),
+        pt(1, 900, worker_busy=[0.9], stage_ms={**stages, "collate": 0.1}),
+        pt(2, 1000, worker_busy=[0.9, 0.9], stage_ms={**stages, "collate": 0.12}),
+    )
     result.settings["main_threads"] = 2
     assert any("torch.set_num_threads(1)" in s for s in fd.bench.recommend(result).diagnosis)
     result.settings["main_threads"] = 1  # one thread already: the note would be wrong
@@ -239,8 +289,12 @@ def test_slow_collate_without_workers_points_at_torch_threads() -> None:
 
 def test_many_waiting_workers_on_a_crowded_machine_are_not_oversubscribed() -> None:
     # 8 workers that mostly sleep, each runnable a quarter of the time (late wake-ups), on 2 cores
-    result = sweep_of(pt(2, 100, worker_busy=[0.25] * 2), pt(4, 190, worker_busy=[0.25] * 4),
-                      pt(8, 380, worker_busy=[0.25] * 8), cores=2)
+    result = sweep_of(
+        pt(2, 100, worker_busy=[0.25] * 2),
+        pt(4, 190, worker_busy=[0.25] * 4),
+        pt(8, 380, worker_busy=[0.25] * 8),
+        cores=2,
+    )
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 8
     assert rec.bottleneck == "storage"

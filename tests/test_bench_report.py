@@ -16,8 +16,14 @@ from tests.test_bench_recommend import pt, sweep_of
 
 def a_result(step_time: float = 0.0) -> fd.bench.SweepResult:
     stall = {"stall": 0.3} if step_time else {}
-    result = sweep_of(pt(0, 100, **stall), pt(1, 180, **stall), pt(2, 340, **({"stall": 0.02} if step_time else {})),
-                      pt(2, 330, prefetch=4, **stall), pt(4, 350, **stall), step_time=step_time)
+    result = sweep_of(
+        pt(0, 100, **stall),
+        pt(1, 180, **stall),
+        pt(2, 340, **({"stall": 0.02} if step_time else {})),
+        pt(2, 330, prefetch=4, **stall),
+        pt(4, 350, **stall),
+        step_time=step_time,
+    )
     result.machine.update(describe())
     result.machine["usable_cores"] = 2
     return result

@@ -116,10 +116,25 @@ def test_the_s3_dataset_reports_fetch_and_decode(bucket: str, config: S3Config) 
 
 
 @pytest.mark.slow
-def test_bench_an_s3_prefix_from_the_command_line(bucket: str, s3_env: dict[str, str], tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["bench", f"s3://{bucket}/img/", "--workers", "0,1", "--seconds", "0.3", "--batch-size", "4",
-               "-o", "decode=torch", "--json", str(tmp_path / "s3.json")])
+def test_bench_an_s3_prefix_from_the_command_line(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(
+        [
+            "bench",
+            f"s3://{bucket}/img/",
+            "--workers",
+            "0,1",
+            "--seconds",
+            "0.3",
+            "--batch-size",
+            "4",
+            "-o",
+            "decode=torch",
+            "--json",
+            str(tmp_path / "s3.json"),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     data = json.loads((tmp_path / "s3.json").read_text())
     assert data["result"]["settings"]["format"] == "s3"
@@ -147,11 +162,11 @@ def test_the_demo_serves_its_data_then_stops_its_server(tmp_path: Path) -> None:
     assert refuses(endpoint)
 
 
-def test_without_moto_the_demo_skips_s3_with_an_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_moto_the_demo_skips_s3_with_an_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "moto", None)  # as if moto were not installed
-    with pytest.raises(DemoUnavailable, match=r"pip install 'fastdata\[demo\]'"), \
-            backends.get("s3").demo(tmp_path):
+    with pytest.raises(DemoUnavailable, match=r"pip install 'fastdata\[demo\]'"), backends.get("s3").demo(tmp_path):
         pass
     assert main(["bench", "--demo", "--backends", "s3"]) == 1  # nothing could be measured
     out = capsys.readouterr().out
@@ -178,8 +193,14 @@ def test_ctrl_c_stops_the_demo_server(tmp_path: Path) -> None:
             except OSError:
                 print("stopped", flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert proc.stdout is not None
         endpoint = proc.stdout.readline().strip()

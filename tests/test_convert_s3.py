@@ -56,7 +56,7 @@ def versioned(server: MotoServer, bucket: str) -> str:
 def versions(server: MotoServer, bucket: str, prefix: str) -> Counter[str]:
     """How many times each key under ``prefix`` was written."""
     listing = server.client().list_object_versions(Bucket=bucket, Prefix=prefix)
-    return Counter(v["Key"][len(prefix):] for v in listing.get("Versions", []))
+    return Counter(v["Key"][len(prefix) :] for v in listing.get("Versions", []))
 
 
 def read_back(url: str, files: dict[str, tuple[bytes, int]], options: dict[str, Any]) -> None:
@@ -76,11 +76,19 @@ def _unbatch(batch: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(batch, values)) for values in zip(*batch.values())]
 
 
-def test_convert_to_s3_then_read_back_with_both_tar_datasets(corpus, s3_server: MotoServer, s3_bucket: str,
-                                                              s3_options: dict[str, Any], _cache_dir: Path) -> None:
+def test_convert_to_s3_then_read_back_with_both_tar_datasets(
+    corpus, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], _cache_dir: Path
+) -> None:
     root, files = corpus
-    manifest = convert(root, f"s3://{s3_bucket}/train", shard_count=5, workers=2, progress=False, fsync=False,
-                       storage_options=s3_options)
+    manifest = convert(
+        root,
+        f"s3://{s3_bucket}/train",
+        shard_count=5,
+        workers=2,
+        progress=False,
+        fsync=False,
+        storage_options=s3_options,
+    )
     assert manifest["samples"] == len(files) and len(manifest["shards"]) == 5
     names = [s["name"] for s in manifest["shards"]]
     assert versions(s3_server, s3_bucket, "train/") == Counter([*names, *(n + ".idx" for n in names), "manifest.json"])
@@ -93,11 +101,18 @@ def test_convert_to_s3_then_read_back_with_both_tar_datasets(corpus, s3_server: 
 
 
 def test_a_prefix_holding_other_objects_is_refused_before_anything_is_written(
-        corpus, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], tmp_path: Path) -> None:
+    corpus, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], tmp_path: Path
+) -> None:
     s3_server.client().put_object(Bucket=s3_bucket, Key="train/notes.txt", Body=b"someone else's")
     with pytest.raises(ConfigError, match=r"holds 1 object\(s\) this conversion would not write, like 'notes.txt'"):
-        convert(corpus[0], f"s3://{s3_bucket}/train", shard_count=2, progress=False, staging=tmp_path / "stage",
-                storage_options=s3_options)
+        convert(
+            corpus[0],
+            f"s3://{s3_bucket}/train",
+            shard_count=2,
+            progress=False,
+            staging=tmp_path / "stage",
+            storage_options=s3_options,
+        )
     assert not (tmp_path / "stage").exists()
     # options that only an s3:// output takes, and a format that cannot go there
     with pytest.raises(ConfigError, match="s3:// outputs only"):
@@ -108,8 +123,8 @@ def test_a_prefix_holding_other_objects_is_refused_before_anything_is_written(
 
 
 def test_a_failed_upload_leaves_no_manifest_and_a_rerun_through_faults_completes(
-        corpus, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], fault_proxy: FaultProxy,
-        tmp_path: Path) -> None:
+    corpus, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
     root, files = corpus
     versioned(s3_server, s3_bucket)
     url = f"s3://{s3_bucket}/out"
@@ -122,8 +137,9 @@ def test_a_failed_upload_leaves_no_manifest_and_a_rerun_through_faults_completes
     before = versions(s3_server, s3_bucket, "out/")
     # the rerun: one PUT, HEAD or GET in ten answered 503 SlowDown (botocore retries them)
     fault_proxy.configure(slowdown=0.1, methods=["PUT", "HEAD", "GET"], listings=True, seed=3)
-    manifest = convert(root, url, shard_count=6, progress=False, fsync=False, staging=tmp_path,
-                       storage_options=through_proxy)
+    manifest = convert(
+        root, url, shard_count=6, progress=False, fsync=False, staging=tmp_path, storage_options=through_proxy
+    )
     assert fault_proxy.stats().get("slowdown", 0) > 0
     written = versions(s3_server, s3_bucket, "out/")
     assert set(written) >= set(before) and max(written.values()) == 1, "an object was uploaded twice"
@@ -132,21 +148,38 @@ def test_a_failed_upload_leaves_no_manifest_and_a_rerun_through_faults_completes
 
 
 @pytest.mark.slow
-def test_a_killed_cli_run_resumes_and_uploads_nothing_twice(corpus, s3_server: MotoServer, s3_bucket: str,
-                                                            s3_options: dict[str, Any], fault_proxy: FaultProxy,
-                                                            tmp_path: Path) -> None:
+def test_a_killed_cli_run_resumes_and_uploads_nothing_twice(
+    corpus, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
     root, files = corpus
     versioned(s3_server, s3_bucket)
     url = f"s3://{s3_bucket}/killed"
     staging = Path(staging_folder(url, tmp_path))
-    args = [str(root), url, "--shard-count", "27", "--workers", "2", "--shuffle", "--seed", "1", "--quiet",
-            "--staging", str(tmp_path), "--no-fsync"]
+    args = [
+        str(root),
+        url,
+        "--shard-count",
+        "27",
+        "--workers",
+        "2",
+        "--shuffle",
+        "--seed",
+        "1",
+        "--quiet",
+        "--staging",
+        str(tmp_path),
+        "--no-fsync",
+    ]
     # one PUT in ten is held back (its response only: the server has the object) for longer than the
     # test, so the run cannot get to its manifest before it is killed
     fault_proxy.configure(stall=0.1, stall_s=120, methods=["PUT"], seed=5)
     env = {**os.environ, **s3_server.env(), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "fastdata", "convert", *args, "--endpoint-url",
-                             fault_proxy.endpoint_url], env=env, cwd=ROOT, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastdata", "convert", *args, "--endpoint-url", fault_proxy.endpoint_url],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and len(_uploaded(staging)) < 3:

@@ -71,8 +71,13 @@ def converted(corpus, tmp_path_factory) -> tuple[Path, dict]:
 
 def read_all(urls: list[str], num_workers: int) -> list[dict]:
     ds = fd.IndexedTarDataset(urls)
-    loader = DataLoader(ds, batch_size=8, num_workers=num_workers, collate_fn=list,
-                        multiprocessing_context="fork" if num_workers else None)
+    loader = DataLoader(
+        ds,
+        batch_size=8,
+        num_workers=num_workers,
+        collate_fn=list,
+        multiprocessing_context="fork" if num_workers else None,
+    )
     return [s for batch in loader for s in batch]
 
 
@@ -248,7 +253,15 @@ def test_a_file_that_vanishes_mid_run_is_named_or_skipped(tmp_path, workers: int
         convert_tar(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, progress=False, fsync=False)
     assert not (tmp_path / "out" / "manifest.json").exists()
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
-    manifest = convert_tar(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, skip_bad=True,
-                           restart=True, progress=False, fsync=False)
+    manifest = convert_tar(
+        corpus,
+        str(tmp_path / "out"),
+        shard_count=3,
+        workers=workers,
+        skip_bad=True,
+        restart=True,
+        progress=False,
+        fsync=False,
+    )
     assert manifest["samples"] == 11 and manifest["skipped"] == 1 and "img_0003.jpg" in manifest["problems"][0]
     assert manifest["class_counts"] == {"class_0": 6, "class_1": 5}

@@ -26,8 +26,14 @@ def test_decoder_turns_members_into_values_by_extension(backend: str) -> None:
     arr = np.arange(6, dtype=np.int16)
     npy = io.BytesIO()
     np.save(npy, arr)
-    raw = sample_with(jpg=jpeg_bytes(np.random.default_rng(0), (8, 6)), cls=b"3", json=b'{"a": 1}',
-                      txt="héllo".encode(), npy=npy.getvalue(), bin=b"\x00\x01")
+    raw = sample_with(
+        jpg=jpeg_bytes(np.random.default_rng(0), (8, 6)),
+        cls=b"3",
+        json=b'{"a": 1}',
+        txt="héllo".encode(),
+        npy=npy.getvalue(),
+        bin=b"\x00\x01",
+    )
     out = Decoder("torch", backend)(dict(raw))
     assert isinstance(out["jpg"], torch.Tensor) and out["jpg"].shape == (3, 6, 8) and out["jpg"].dtype == torch.uint8
     assert out["cls"] == 3 and out["json"] == {"a": 1} and out["txt"] == "héllo"
@@ -95,8 +101,7 @@ def test_manifest_counts_are_used_without_opening_shards(tmp_path: Path) -> None
     from tests.datagen import make_shards
 
     shards = make_shards(tmp_path, shards=2, per_shard=5)
-    manifest = {"format": "tar", "version": 1,
-                "shards": [{"name": Path(s).name, "samples": 5} for s in shards]}
+    manifest = {"format": "tar", "version": 1, "shards": [{"name": Path(s).name, "samples": 5} for s in shards]}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     Path(shards[1]).unlink()
     # the manifest says how many samples the missing shard had: each is counted when skipped
@@ -126,8 +131,9 @@ def test_the_package_and_a_local_conversion_do_not_import_torch(tmp_path: Path) 
         "fastdata.TarShardDataset\n"
         "print('torch' in sys.modules)\n"
     )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1])
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split("\n")[:2] == ["[]", "True"]  # and a dataset name does import it
     assert (tmp_path / "out" / "manifest.json").exists()

@@ -32,14 +32,32 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * LAUNCH_TIMEOUT_S + 60)]
 
 def torchrun(phase: str, root: Path) -> list[dict[str, Any]]:
     """Run ``dist_worker.py PHASE`` on ``WORLD`` ranks; each rank's result, by rank."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-           "TORCHELASTIC_ERROR_FILE": str(root / f"{phase}-error.json")}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={WORLD}", "--max-restarts=0", str(ROOT / "tests" / "dist_worker.py"), phase,
-           "--root", str(root), "--backends", ",".join(BACKENDS)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "TORCHELASTIC_ERROR_FILE": str(root / f"{phase}-error.json"),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={WORLD}",
+        "--max-restarts=0",
+        str(ROOT / "tests" / "dist_worker.py"),
+        phase,
+        "--root",
+        str(root),
+        "--backends",
+        ",".join(BACKENDS),
+    ]
     # a session of its own, so that on timeout the whole tree (agent, ranks, their workers) is killed
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -93,8 +111,7 @@ def test_ranks_together_read_the_dataset(runs: dict[str, Any], name: str, remain
 
 @pytest.mark.parametrize("remainder", ["drop", "pad"])
 @pytest.mark.parametrize("name", list(BACKENDS))
-def test_equal_batches_per_rank_and_every_step_synchronises(runs: dict[str, Any], name: str,
-                                                            remainder: str) -> None:
+def test_equal_batches_per_rank_and_every_step_synchronises(runs: dict[str, Any], name: str, remainder: str) -> None:
     for epoch in EPOCHS:
         ranks = per_rank(runs, "plan", name, f"{remainder}/{epoch}")
         counts = [len(r["batches"]) for r in ranks]

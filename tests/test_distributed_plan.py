@@ -26,11 +26,11 @@ def data(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> di
 
 
 # world sizes 2 and 3 on every backend, 1 and 5 too on the fast ones
-@pytest.mark.parametrize(("name", "world_size"),
-                         [(n, w) for n in BACKENDS for w in (1, 2, 3, 5) if n in FAST or w in (2, 3)])
+@pytest.mark.parametrize(
+    ("name", "world_size"), [(n, w) for n in BACKENDS for w in (1, 2, 3, 5) if n in FAST or w in (2, 3)]
+)
 @pytest.mark.parametrize("remainder", ["drop", "pad", "uneven"])
-def test_ranks_split_the_epoch_by_the_remainder_policy(data: dict, name: str, remainder: str,
-                                                       world_size: int) -> None:
+def test_ranks_split_the_epoch_by_the_remainder_policy(data: dict, name: str, remainder: str, world_size: int) -> None:
     folder, expected = data[name]
     n = len(expected)
     seen: Counter[str] = Counter()
@@ -59,8 +59,7 @@ def test_ranks_split_the_epoch_by_the_remainder_policy(data: dict, name: str, re
 
 @pytest.mark.parametrize("remainder", ["drop", "uneven"])
 @pytest.mark.parametrize("name", list(BACKENDS))
-def test_more_ranks_than_samples_fails_at_construction_on_every_rank(data: dict, name: str,
-                                                                     remainder: str) -> None:
+def test_more_ranks_than_samples_fails_at_construction_on_every_rank(data: dict, name: str, remainder: str) -> None:
     folder, expected = data[name]
     world_size = len(expected) + 1
     for rank in (0, world_size - 1):  # under "uneven", rank 0 alone would have had a sample
@@ -71,7 +70,8 @@ def test_more_ranks_than_samples_fails_at_construction_on_every_rank(data: dict,
 @pytest.mark.parametrize(("remainder", "per_rank"), [("drop", BATCH - 1), ("uneven", BATCH)])
 @pytest.mark.parametrize("name", list(BACKENDS))
 def test_drop_last_leaving_a_rank_no_batch_fails_at_construction_on_every_rank(
-        data: dict, name: str, remainder: str, per_rank: int) -> None:
+    data: dict, name: str, remainder: str, per_rank: int
+) -> None:
     folder, expected = data[name]
     # "drop": every rank gets BATCH - 1 samples; "uneven": the first ranks get a full batch, the last ones
     # one sample less
@@ -81,16 +81,19 @@ def test_drop_last_leaving_a_rank_no_batch_fails_at_construction_on_every_rank(
         assert len(expected) % world_size, "the data must leave the last rank short for this case"
     for rank in (0, world_size - 1):
         with pytest.raises(PlanError, match="no batch"):
-            make_loader(name, folder, num_workers=0, drop_last=True, remainder=remainder, rank=rank,
-                        world_size=world_size)
+            make_loader(
+                name, folder, num_workers=0, drop_last=True, remainder=remainder, rank=rank, world_size=world_size
+            )
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))
 def test_pad_allows_more_ranks_than_samples_with_equal_batches(data: dict, name: str) -> None:
     folder, expected = data[name]
     world_size = len(expected) + 2
-    lengths = [len(make_loader(name, folder, num_workers=0, remainder="pad", rank=r, world_size=world_size))
-               for r in (0, world_size - 1)]
+    lengths = [
+        len(make_loader(name, folder, num_workers=0, remainder="pad", rank=r, world_size=world_size))
+        for r in (0, world_size - 1)
+    ]
     assert lengths == [1, 1]
 
 
@@ -99,6 +102,7 @@ def failing_decoder(bad: set[str]):  # type: ignore[no-untyped-def]
         if sample["__key__"] in bad:
             raise DecodeFailed(f"{sample['__key__']}: test decoder refuses it", sample["__key__"])
         return sample
+
     return decode
 
 

@@ -185,9 +185,25 @@ def test_cli_converts_to_hdf5(corpus_dir: Path, tmp_path: Path) -> None:
     if "hdf5" not in help_text.getvalue():
         pytest.skip("'fastdata convert' does not offer --format hdf5 yet (the tar issue builds the command)")
     out = tmp_path / "cli"
-    result = subprocess.run([sys.executable, "-m", "fastdata", "convert", str(corpus_dir), str(out), "--format",
-                             "hdf5", "--decode", "--size", "6x10"], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fastdata",
+            "convert",
+            str(corpus_dir),
+            str(out),
+            "--format",
+            "hdf5",
+            "--decode",
+            "--size",
+            "6x10",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format"] == "hdf5" and manifest["samples"] == 15

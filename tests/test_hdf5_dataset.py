@@ -202,6 +202,7 @@ def test_handle_is_opened_read_only(files: tuple[list[str], dict[str, Any]]) -> 
 
 # -- the regression test: a handle opened in the parent is never used by the workers ------------------
 
+
 class ProbedHDF5Dataset(fd.HDF5Dataset):
     """Adds to every sample which process read it and through which open file."""
 
@@ -215,8 +216,13 @@ class ProbedHDF5Dataset(fd.HDF5Dataset):
 
 
 def read_probes(ds: fd.HDF5Dataset, context: str, num_workers: int = 2) -> tuple[list[int], torch.Tensor]:
-    loader = DataLoader(ds, batch_size=4, sampler=ds.sampler(shuffle=True), num_workers=num_workers,
-                        multiprocessing_context=multiprocessing.get_context(context))
+    loader = DataLoader(
+        ds,
+        batch_size=4,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=num_workers,
+        multiprocessing_context=multiprocessing.get_context(context),
+    )
     keys, probes = [], []
     for batch in loader:
         keys += batch["key"].tolist()
@@ -225,8 +231,7 @@ def read_probes(ds: fd.HDF5Dataset, context: str, num_workers: int = 2) -> tuple
 
 
 @pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
-def test_handle_opened_in_parent_is_not_used_by_workers(files: tuple[list[str], dict[str, Any]],
-                                                       context: str) -> None:
+def test_handle_opened_in_parent_is_not_used_by_workers(files: tuple[list[str], dict[str, Any]], context: str) -> None:
     paths, every = files
     ds = ProbedHDF5Dataset(paths, FIELDS)
     # the user looks at samples before training: every file is now open in the parent
@@ -249,7 +254,8 @@ def test_handle_opened_in_parent_is_not_used_by_workers(files: tuple[list[str], 
 
 @pytest.mark.parametrize("held", ["file", "dataset"])
 def test_user_handle_held_in_parent_is_not_shared_with_forked_workers(
-        files: tuple[list[str], dict[str, Any]], held: str) -> None:
+    files: tuple[list[str], dict[str, Any]], held: str
+) -> None:
     # an h5py object the user keeps open in the parent (a File, or only a Dataset of it): HDF5 would give
     # a forked worker's own open of that file the parent's open file (descriptor and caches); the worker
     # must open it apart (through the stdio driver)

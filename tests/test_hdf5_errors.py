@@ -86,8 +86,11 @@ def test_rows_of_different_shape_in_another_file(tmp_path: Path) -> None:
     with h5py.File(b, "w") as f:
         f.create_dataset("image", data=np.zeros((3, 8, 8, 3), np.uint8))
         f.create_dataset("label", data=np.zeros(3, np.int64))
-    with pytest.raises(BadLayout, match=r"b\.h5: field 'image' has array rows \(8, 8, 3\) uint8, but .*a\.h5 has "
-                                        r"array rows \(4, 5, 3\) uint8"):
+    with pytest.raises(
+        BadLayout,
+        match=r"b\.h5: field 'image' has array rows \(8, 8, 3\) uint8, but .*a\.h5 has "
+        r"array rows \(4, 5, 3\) uint8",
+    ):
         fd.HDF5Dataset([a, b])
 
 
@@ -160,15 +163,18 @@ def test_file_rewritten_after_the_dataset_was_built(tmp_path: Path) -> None:
         ds[0]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"on_error": "ignore"}, "on_error='ignore' is not one of 'raise', 'skip'"),
-    ({"fields": ()}, "names no field"),
-    ({"fields": ("image", "image")}, "names a field twice"),
-    ({"decode": "jpeg"}, "decode='jpeg' is not one of"),
-    ({"decode": 3}, "decode=3 is not one of"),
-    ({"rdcc_w0": 1.5}, r"rdcc_w0=1.5 must lie in \[0, 1\]"),
-    ({"rdcc_nslots": 0}, "rdcc_nslots=0 must be > 0"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"on_error": "ignore"}, "on_error='ignore' is not one of 'raise', 'skip'"),
+        ({"fields": ()}, "names no field"),
+        ({"fields": ("image", "image")}, "names a field twice"),
+        ({"decode": "jpeg"}, "decode='jpeg' is not one of"),
+        ({"decode": 3}, "decode=3 is not one of"),
+        ({"rdcc_w0": 1.5}, r"rdcc_w0=1.5 must lie in \[0, 1\]"),
+        ({"rdcc_nslots": 0}, "rdcc_nslots=0 must be > 0"),
+    ],
+)
 def test_bad_options_fail_at_construction(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
     path = str(tmp_path / "a.h5")
     make_h5(path, 3)

@@ -55,6 +55,7 @@ def test_mix_shuffles_indices_of_neighbouring_blocks_together() -> None:
     seq = block_sequence(STARTS, N, shuffle=True, seed=0, epoch=0, mix=3)
     assert sorted(seq.tolist()) == list(range(N))
     one = block_sequence(STARTS, N, shuffle=True, seed=0, epoch=0, mix=1)
+
     # mix=1 keeps every block in one stretch of the sequence; mix=3 interleaves neighbouring blocks
     def stretches(s: np.ndarray) -> int:
         b = np.searchsorted(STARTS, s, side="right") - 1
@@ -67,8 +68,10 @@ def test_mix_shuffles_indices_of_neighbouring_blocks_together() -> None:
 @pytest.mark.parametrize("remainder", ["drop", "pad", "uneven"])
 def test_ranks_split_each_epoch(remainder: Any) -> None:
     world = 3
-    per_rank = [[i for b in ChunkBatchSampler(STARTS, N, 4, seed=2, remainder=remainder, rank=r, world_size=world)
-                 for i in b] for r in range(world)]
+    per_rank = [
+        [i for b in ChunkBatchSampler(STARTS, N, 4, seed=2, remainder=remainder, rank=r, world_size=world) for i in b]
+        for r in range(world)
+    ]
     counts = Counter(i for part in per_rank for i in part)
     sizes = [len(p) for p in per_rank]
     if remainder == "drop":
@@ -129,8 +132,13 @@ def test_dataloader_reads_every_sample_once_in_the_same_batches_for_any_workers(
 
     def batches(num_workers: int) -> list[list[int]]:
         ctx = multiprocessing.get_context("fork") if num_workers else None
-        loader = DataLoader(ds, batch_sampler=ds.chunk_sampler(5), num_workers=num_workers,
-                            multiprocessing_context=ctx, collate_fn=ds.collate)
+        loader = DataLoader(
+            ds,
+            batch_sampler=ds.chunk_sampler(5),
+            num_workers=num_workers,
+            multiprocessing_context=ctx,
+            collate_fn=ds.collate,
+        )
         return [b["key"].tolist() for b in loader]
 
     first = batches(2)

@@ -32,8 +32,14 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_converted_folder_matches_its_manifest(converted: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = inspect_paths(str(converted), checksum=True)
-    assert report["totals"] == {"files": 3, "samples": 12, "bytes": report["totals"]["bytes"],
-                                "extensions": {"cls": 12, "jpg": 12}, "bad": 0, "incomplete": 0}
+    assert report["totals"] == {
+        "files": 3,
+        "samples": 12,
+        "bytes": report["totals"]["bytes"],
+        "extensions": {"cls": 12, "jpg": 12},
+        "bad": 0,
+        "incomplete": 0,
+    }
     (summary,) = report["manifests"].values()
     assert summary["samples"] == 12 and summary["shards"] == 3 and summary["problems"] == []
     assert main(["inspect", str(converted / "shard-{000000..000002}.tar")]) == 0
@@ -41,8 +47,9 @@ def test_a_converted_folder_matches_its_manifest(converted: Path, capsys: pytest
     assert "total: 3 file(s), 12 samples" in out and "class_count" not in out and "2 classes" in out
 
 
-def test_bad_members_are_named_and_the_manifest_mismatch_reported(converted: Path, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_members_are_named_and_the_manifest_mismatch_reported(
+    converted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "copy"
     folder.mkdir()
     for p in converted.iterdir():
@@ -94,8 +101,9 @@ def test_unknown_files_and_empty_folders_are_refused(tmp_path: Path) -> None:
 
 
 # -- HDF5 ----------------------------------------------------------------------------------------------
-def test_hdf5_files_report_fields_chunking_attrs_and_unequal_lengths(tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_hdf5_files_report_fields_chunking_attrs_and_unequal_lengths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import h5py
 
     from tests.hdf5_datagen import make_files
@@ -113,8 +121,13 @@ def test_hdf5_files_report_fields_chunking_attrs_and_unequal_lengths(tmp_path: P
     part0 = files["part-0.h5"]
     assert part0["format"] == "hdf5" and part0["samples"] == 11 and part0["bad"] == []
     fields = part0["details"]["fields"]
-    assert fields["image"] == {"length": 11, "shape": [11, 4, 5, 3], "dtype": "uint8", "chunks": [4, 4, 5, 3],
-                               "compression": None}
+    assert fields["image"] == {
+        "length": 11,
+        "shape": [11, 4, 5, 3],
+        "dtype": "uint8",
+        "chunks": [4, 4, 5, 3],
+        "compression": None,
+    }
     assert fields["label"]["dtype"] == "int64" and fields["key"]["chunks"] == [3]
     assert fields["blob"]["dtype"] == "uint8 (variable length)" and fields["blob"]["length"] == 11
     assert part0["details"]["attrs"] == {"classes": ["cat", "dog"]}
@@ -134,7 +147,8 @@ def test_hdf5_files_report_fields_chunking_attrs_and_unequal_lengths(tmp_path: P
 
 # -- videos --------------------------------------------------------------------------------------------
 def test_a_folder_of_videos_reports_codecs_and_frames_and_names_unreadable_files(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tests.videogen import make_videos
 
     make_videos(tmp_path / "class_a", count=2, frames=[12, 20], codec="mp4v")
@@ -144,8 +158,14 @@ def test_a_folder_of_videos_reports_codecs_and_frames_and_names_unreadable_files
     files = {os.path.relpath(r["url"], tmp_path): r for r in report["files"]}
     assert sorted(files) == ["class_a/v000.mp4", "class_a/v001.mp4", "class_b/broken.mp4", "class_b/v000.avi"]
     assert [files[f"class_a/v00{k}.mp4"]["samples"] for k in (0, 1)] == [12, 20]
-    assert files["class_a/v000.mp4"]["details"] == {"codec": "mpeg4", "frames": 12, "fps": 25.0, "width": 96,
-                                                    "height": 64, "seconds": 0.48}
+    assert files["class_a/v000.mp4"]["details"] == {
+        "codec": "mpeg4",
+        "frames": 12,
+        "fps": 25.0,
+        "width": 96,
+        "height": 64,
+        "seconds": 0.48,
+    }
     assert files["class_b/v000.avi"]["details"]["codec"] == "mjpeg"
     broken = files["class_b/broken.mp4"]
     assert not broken["complete"] and "broken.mp4" in broken["bad"][0]
@@ -158,8 +178,8 @@ def test_a_folder_of_videos_reports_codecs_and_frames_and_names_unreadable_files
 
 # -- S3 ------------------------------------------------------------------------------------------------
 def test_an_s3_prefix_of_shards_is_listed_inspected_and_checked_against_its_manifest(
-        converted: Path, s3_env: dict[str, str], s3_server: MotoServer, s3_bucket: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    converted: Path, s3_env: dict[str, str], s3_server: MotoServer, s3_bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     s3 = s3_server.client()
     upload_files(s3, s3_bucket, {f"train/{p.name}": p for p in sorted(converted.iterdir()) if p.is_file()})
     upload_files(s3, s3_bucket, {"train/readme.txt": b"hello"})
@@ -186,16 +206,23 @@ def test_an_s3_prefix_of_shards_is_listed_inspected_and_checked_against_its_mani
 
 
 def test_an_s3_prefix_of_plain_objects_is_counted_and_media_listed_not_opened(
-        s3_env: dict[str, str], s3_server: MotoServer, s3_bucket: str, tmp_path: Path) -> None:
+    s3_env: dict[str, str], s3_server: MotoServer, s3_bucket: str, tmp_path: Path
+) -> None:
     from tests.hdf5_datagen import make_h5
 
     make_h5(tmp_path / "a.h5", 3)
-    upload_files(s3_server.client(), s3_bucket, {"raw/x/1.jpg": b"a" * 10, "raw/x/2.jpg": b"b" * 20,
-                                                 "raw/y/3.cls": b"1", "raw/a.h5": tmp_path / "a.h5"})
+    upload_files(
+        s3_server.client(),
+        s3_bucket,
+        {"raw/x/1.jpg": b"a" * 10, "raw/x/2.jpg": b"b" * 20, "raw/y/3.cls": b"1", "raw/a.h5": tmp_path / "a.h5"},
+    )
     report = inspect_paths(f"s3://{s3_bucket}/raw")
     assert report["prefixes"][f"s3://{s3_bucket}/raw"] == {
-        "objects": 4, "bytes": 31 + (tmp_path / "a.h5").stat().st_size, "suffixes": {".jpg": 2, ".h5": 1, ".cls": 1},
-        "inspected": 1}
+        "objects": 4,
+        "bytes": 31 + (tmp_path / "a.h5").stat().st_size,
+        "suffixes": {".jpg": 2, ".h5": 1, ".cls": 1},
+        "inspected": 1,
+    }
     (h5,) = report["files"]
     assert h5["format"] == "hdf5" and h5["bytes"] == (tmp_path / "a.h5").stat().st_size
     assert h5["notes"] == ["not opened: HDF5 files are read from local disk (copy the file first)"]

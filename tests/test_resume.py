@@ -59,8 +59,9 @@ def stop_after(name: str, folder: Path, k: int, *, num_workers: int = 0, **optio
     return head, state
 
 
-def resume(name: str, folder: Path, state: dict, last_epoch: int, *, num_workers: int = 0,
-           **options: Any) -> list[list[str]]:
+def resume(
+    name: str, folder: Path, state: dict, last_epoch: int, *, num_workers: int = 0, **options: Any
+) -> list[list[str]]:
     """A new Loader from ``state``, run the way a training script does, to the end of ``last_epoch``."""
     loader = make_loader(name, folder, num_workers=num_workers, **options)
     loader.load_state_dict(state)
@@ -72,11 +73,11 @@ def resume(name: str, folder: Path, state: dict, last_epoch: int, *, num_workers
     return out
 
 
-@pytest.mark.parametrize(("remainder", "rank", "world_size"),
-                         [("drop", 0, 1), ("pad", 1, 2), ("uneven", 2, 3)])
+@pytest.mark.parametrize(("remainder", "rank", "world_size"), [("drop", 0, 1), ("pad", 1, 2), ("uneven", 2, 3)])
 @pytest.mark.parametrize("name", list(BACKENDS))
-def test_resume_at_every_batch_continues_exactly(data: dict, name: str, remainder: str, rank: int,
-                                                 world_size: int) -> None:
+def test_resume_at_every_batch_continues_exactly(
+    data: dict, name: str, remainder: str, rank: int, world_size: int
+) -> None:
     options = {"remainder": remainder, "rank": rank, "world_size": world_size}
     epoch_1 = uninterrupted(name, data[name], range(1, 2), **options)
     epoch_2 = uninterrupted(name, data[name], range(2, 3), **options)
@@ -146,8 +147,11 @@ def test_worker_state_in_another_worker_layout_is_refused(data: dict) -> None:
 @pytest.mark.parametrize("name", list(BACKENDS))
 def test_a_state_from_another_setup_is_refused(data: dict, name: str) -> None:
     _, state = stop_after(name, data[name], 2)
-    for options, field in (({"batch_size": BATCH + 1}, "batch_size"), ({"seed": 99}, "seed"),
-                           ({"rank": 0, "world_size": 2}, "world_size")):
+    for options, field in (
+        ({"batch_size": BATCH + 1}, "batch_size"),
+        ({"seed": 99}, "seed"),
+        ({"rank": 0, "world_size": 2}, "world_size"),
+    ):
         with pytest.raises(ConfigError, match=field):
             make_loader(name, data[name], num_workers=0, **options).load_state_dict(state)
     loader = make_loader(name, data[name], num_workers=0)
@@ -166,10 +170,14 @@ def test_loader_refuses_options_that_break_resume(data: dict, name: str) -> None
 
 def test_loader_checks_an_iterable_dataset_plans_what_it_is_asked(data: dict) -> None:
     ds = make_dataset("tar_shards", data["tar_shards"], shuffle=True, remainder="drop")
-    for kwargs, word in (({"batch_size": BATCH + 1}, "batch_size"), ({"shuffle": False}, "shuffle"),
-                         ({"remainder": "pad"}, "remainder"), ({"drop_last": True}, "drop_last"),
-                         ({"sampler": SequentialSampler(range(3))}, "sampler"),
-                         ({"collate_fn": list}, "collate_fn")):
+    for kwargs, word in (
+        ({"batch_size": BATCH + 1}, "batch_size"),
+        ({"shuffle": False}, "shuffle"),
+        ({"remainder": "pad"}, "remainder"),
+        ({"drop_last": True}, "drop_last"),
+        ({"sampler": SequentialSampler(range(3))}, "sampler"),
+        ({"collate_fn": list}, "collate_fn"),
+    ):
         with pytest.raises(ConfigError, match=word):
             fd.Loader(ds, **kwargs)
     unbatched = fd.TarShardDataset(ds.urls)

@@ -26,8 +26,9 @@ def objects_prefix(s3_server: MotoServer) -> str:
     client = s3_server.client()
     client.create_bucket(Bucket="conformance-objects")
     rng = np.random.default_rng(5)
-    upload_files(client, "conformance-objects",
-                 {f"set/{k}.bin": rng.bytes(int(rng.integers(10, 3000))) for k in EXPECTED})
+    upload_files(
+        client, "conformance-objects", {f"set/{k}.bin": rng.bytes(int(rng.integers(10, 3000))) for k in EXPECTED}
+    )
     return "s3://conformance-objects/set/"
 
 

@@ -33,14 +33,14 @@ def prefix(s3_server: MotoServer, s3_bucket: str) -> tuple[str, dict[str, bytes]
     return f"s3://{s3_bucket}/data/", {f"s3://{s3_bucket}/{k}": v for k, v in files.items()}
 
 
-def test_a_prefix_is_listed_once_across_pages(prefix: tuple[str, dict[str, bytes]],
-                                              s3_options: dict[str, Any]) -> None:
+def test_a_prefix_is_listed_once_across_pages(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any]) -> None:
     url, files = prefix
     ds = fd.S3Dataset(url, page_size=5, **s3_options)  # 5 pages
     assert ds.urls == sorted(files) and len(ds) == 23
     assert ds.counters()["s3_requests"] == 5
-    assert [ds[i]["bin"] for i in range(len(ds)) if "sub" not in ds.urls[i]] == \
-        [files[u] for u in sorted(files) if "sub" not in u]
+    assert [ds[i]["bin"] for i in range(len(ds)) if "sub" not in ds.urls[i]] == [
+        files[u] for u in sorted(files) if "sub" not in u
+    ]
     nested = ds[ds.urls.index(url + "sub/x.v2.bin")]
     assert nested == {"__key__": "data/sub/x", "__url__": url + "sub/x.v2.bin", "v2.bin": b"nested"}
 
@@ -51,8 +51,9 @@ def test_sample_keys_follow_webdataset() -> None:
     assert sample_key("s3://b/x.JPG") == ("x", "jpg")
 
 
-def test_the_listing_is_cached_to_a_file(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any],
-                                         s3_server: MotoServer, tmp_path: Any) -> None:
+def test_the_listing_is_cached_to_a_file(
+    prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any], s3_server: MotoServer, tmp_path: Any
+) -> None:
     url, files = prefix
     cache = tmp_path / "listing.json"
     first = fd.S3Dataset(url, cache=cache, **s3_options)
@@ -65,8 +66,9 @@ def test_the_listing_is_cached_to_a_file(prefix: tuple[str, dict[str, bytes]], s
     assert len(fd.S3Dataset(url, **s3_options)) == len(files) + 1
 
 
-def test_urls_and_manifests(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any],
-                            s3_server: MotoServer, tmp_path: Any) -> None:
+def test_urls_and_manifests(
+    prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any], s3_server: MotoServer, tmp_path: Any
+) -> None:
     url, files = prefix
     chosen = sorted(files)[:4]
     assert fd.S3Dataset(chosen, **s3_options).urls == chosen
@@ -95,8 +97,11 @@ def test_options_are_checked_at_construction(s3_options: dict[str, Any]) -> None
 
 def test_decode_transform_and_bad_images(s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]) -> None:
     rng = np.random.default_rng(2)
-    upload_files(s3_server.client(), s3_bucket, {"img/a.jpg": jpeg_bytes(rng, (16, 8)), "img/b.jpg": b"not a jpeg",
-                                                 "img/c.jpg": jpeg_bytes(rng, (16, 8))})
+    upload_files(
+        s3_server.client(),
+        s3_bucket,
+        {"img/a.jpg": jpeg_bytes(rng, (16, 8)), "img/b.jpg": b"not a jpeg", "img/c.jpg": jpeg_bytes(rng, (16, 8))},
+    )
     url = f"s3://{s3_bucket}/img/"
     ds = fd.S3Dataset(url, decode="numpy", transform=lambda s: s["jpg"].shape, **s3_options)
     assert ds[0] == (8, 16, 3)
@@ -116,13 +121,15 @@ def payload(sample: dict[str, Any]) -> bytes:
 
 def _loader(ds: fd.S3Dataset, num_workers: int, **kw: Any) -> DataLoader:
     ctx = multiprocessing.get_context("fork") if num_workers else None
-    return DataLoader(ds, batch_size=4, num_workers=num_workers, multiprocessing_context=ctx,
-                      collate_fn=lambda batch: batch, **kw)
+    return DataLoader(
+        ds, batch_size=4, num_workers=num_workers, multiprocessing_context=ctx, collate_fn=lambda batch: batch, **kw
+    )
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_the_next_batch_is_fetched_ahead(prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any],
-                                        num_workers: int) -> None:
+def test_the_next_batch_is_fetched_ahead(
+    prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any], num_workers: int
+) -> None:
     url, files = prefix
     ds = fd.S3Dataset(url, **s3_options)
     listed = ds.counters()["s3_requests"]
@@ -152,8 +159,9 @@ def _pool_sizes(config: S3Config, sample: dict[str, Any]) -> tuple[int, int]:
     return executor(config)._max_workers, client(config).meta.config.max_pool_connections
 
 
-def test_threads_and_connections_are_sized_per_worker(prefix: tuple[str, dict[str, bytes]],
-                                                      s3_options: dict[str, Any]) -> None:
+def test_threads_and_connections_are_sized_per_worker(
+    prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any]
+) -> None:
     url, _ = prefix
     config = S3Config.from_options(**s3_options)
     ds = fd.S3Dataset(url, config=config, transform=partial(_pool_sizes, config))

@@ -47,8 +47,9 @@ def via_proxy(s3_options: dict[str, Any], fault_proxy: FaultProxy) -> dict[str, 
     return {**s3_options, "endpoint_url": fault_proxy.endpoint_url}
 
 
-def test_throttling_is_retried_and_counted(objects: dict[str, bytes], via_proxy: dict[str, Any],
-                                           fault_proxy: FaultProxy) -> None:
+def test_throttling_is_retried_and_counted(
+    objects: dict[str, bytes], via_proxy: dict[str, Any], fault_proxy: FaultProxy
+) -> None:
     urls = small(objects, 20)
     ds = fd.S3Dataset(urls, **via_proxy)
     fault_proxy.configure(slowdown=0.3, seed=2)
@@ -62,8 +63,9 @@ def test_throttling_is_retried_and_counted(objects: dict[str, bytes], via_proxy:
 
 
 @pytest.mark.parametrize("cut_reset", [False, True], ids=["closed", "reset"])
-def test_bodies_cut_midway_are_resumed_to_identical_bytes(objects: dict[str, bytes], via_proxy: dict[str, Any],
-                                                          fault_proxy: FaultProxy, cut_reset: bool) -> None:
+def test_bodies_cut_midway_are_resumed_to_identical_bytes(
+    objects: dict[str, bytes], via_proxy: dict[str, Any], fault_proxy: FaultProxy, cut_reset: bool
+) -> None:
     url = f"s3://{BUCKET}/big/blob.bin"
     shared = SharedState(COUNTERS)
     fault_proxy.configure(cut=0.5, cut_reset=cut_reset, seed=3)
@@ -77,8 +79,9 @@ def test_bodies_cut_midway_are_resumed_to_identical_bytes(objects: dict[str, byt
     assert shared.total("s3_resumed") + ds.counters()["s3_resumed"] == cuts  # every cut seen and resumed
 
 
-def test_connections_reset_before_the_response_are_retried(objects: dict[str, bytes], via_proxy: dict[str, Any],
-                                                           fault_proxy: FaultProxy) -> None:
+def test_connections_reset_before_the_response_are_retried(
+    objects: dict[str, bytes], via_proxy: dict[str, Any], fault_proxy: FaultProxy
+) -> None:
     urls = small(objects, 20)
     ds = fd.S3Dataset(urls, **via_proxy)
     fault_proxy.configure(reset=0.3, seed=4)
@@ -87,8 +90,9 @@ def test_connections_reset_before_the_response_are_retried(objects: dict[str, by
     assert resets > 0 and ds.counters()["s3_errors"] >= resets and ds.counters()["s3_retries"] >= resets
 
 
-def test_a_stall_mid_body_is_resumed(objects: dict[str, bytes], via_proxy: dict[str, Any],
-                                     fault_proxy: FaultProxy) -> None:
+def test_a_stall_mid_body_is_resumed(
+    objects: dict[str, bytes], via_proxy: dict[str, Any], fault_proxy: FaultProxy
+) -> None:
     urls = small(objects, 8)
     ds = fd.S3Dataset(urls, read_timeout=0.5, **via_proxy)
     fault_proxy.configure(stall=0.4, stall_at="body", stall_s=3, seed=5)
@@ -96,9 +100,9 @@ def test_a_stall_mid_body_is_resumed(objects: dict[str, bytes], via_proxy: dict[
     assert fault_proxy.stats().get("stall", 0) == ds.counters()["s3_resumed"] > 0
 
 
-def test_a_server_that_never_answers_fails_within_the_timeouts(objects: dict[str, bytes],
-                                                               via_proxy: dict[str, Any],
-                                                               fault_proxy: FaultProxy) -> None:
+def test_a_server_that_never_answers_fails_within_the_timeouts(
+    objects: dict[str, bytes], via_proxy: dict[str, Any], fault_proxy: FaultProxy
+) -> None:
     url = small(objects, 1)[0]
     fault_proxy.configure(stall=1.0, stall_s=30, seed=6)
     # 2 attempts of 0.5 s: an error after about a second, never a hang (the proxy would wait 30 s)
@@ -108,8 +112,9 @@ def test_a_server_that_never_answers_fails_within_the_timeouts(objects: dict[str
     assert fault_proxy.stats()["stall"] == 2
 
 
-def test_access_denied_is_reported_and_not_retried(objects: dict[str, bytes], via_proxy: dict[str, Any],
-                                                   fault_proxy: FaultProxy) -> None:
+def test_access_denied_is_reported_and_not_retried(
+    objects: dict[str, bytes], via_proxy: dict[str, Any], fault_proxy: FaultProxy
+) -> None:
     urls = small(objects, 3)
     fault_proxy.configure(deny="/obj/0001")
     ds = fd.S3Dataset(urls, **via_proxy)
@@ -122,8 +127,9 @@ def test_access_denied_is_reported_and_not_retried(objects: dict[str, bytes], vi
     assert [s["__url__"] for s in got] == [urls[0], urls[2]] and skipping.skipped == 1
 
 
-def test_missing_objects_raise_or_are_skipped_and_counted(objects: dict[str, bytes],
-                                                          s3_options: dict[str, Any]) -> None:
+def test_missing_objects_raise_or_are_skipped_and_counted(
+    objects: dict[str, bytes], s3_options: dict[str, Any]
+) -> None:
     urls = small(objects, 2)
     gone = f"s3://{BUCKET}/obj/deleted.bin"
     with pytest.raises(SourceNotFound, match=rf"{gone}: no such key"):
@@ -137,8 +143,9 @@ def test_missing_objects_raise_or_are_skipped_and_counted(objects: dict[str, byt
         fd.S3Dataset("s3://not-a-bucket-anywhere/prefix/", **s3_options)
 
 
-def test_an_object_replaced_after_listing_is_reported(s3_server: MotoServer, s3_bucket: str,
-                                                      s3_options: dict[str, Any]) -> None:
+def test_an_object_replaced_after_listing_is_reported(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]
+) -> None:
     client = s3_server.client()
     upload_files(client, s3_bucket, {"a.bin": b"x" * 1000})
     ds = fd.S3Dataset(f"s3://{s3_bucket}/", **s3_options)
@@ -152,14 +159,19 @@ def _collect(loader: DataLoader) -> list[tuple[str, bytes]]:
 
 
 @pytest.mark.slow
-def test_a_full_epoch_through_20_percent_faults_yields_every_object_once(objects: dict[str, bytes],
-                                                                        via_proxy: dict[str, Any],
-                                                                        fault_proxy: FaultProxy) -> None:
+def test_a_full_epoch_through_20_percent_faults_yields_every_object_once(
+    objects: dict[str, bytes], via_proxy: dict[str, Any], fault_proxy: FaultProxy
+) -> None:
     urls = small(objects)
     ds = fd.S3Dataset(urls, **via_proxy)
     fault_proxy.configure(slowdown=0.1, cut=0.1, seed=7)
-    loader = DataLoader(ds, batch_size=6, sampler=ds.sampler(shuffle=True), num_workers=2,
-                        multiprocessing_context=multiprocessing.get_context("fork"))
+    loader = DataLoader(
+        ds,
+        batch_size=6,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=2,
+        multiprocessing_context=multiprocessing.get_context("fork"),
+    )
     got = _collect(loader)
     assert Counter(u for u, _ in got) == Counter(urls)  # every object exactly once
     assert all(b == objects[u] for u, b in got)  # byte for byte
@@ -170,9 +182,13 @@ def test_a_full_epoch_through_20_percent_faults_yields_every_object_once(objects
 
 
 @pytest.mark.slow
-def test_tar_shards_on_s3_through_20_percent_faults(s3_server: MotoServer, s3_env: dict[str, str],
-                                                    fault_proxy: FaultProxy, tmp_path: Any,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tar_shards_on_s3_through_20_percent_faults(
+    s3_server: MotoServer,
+    s3_env: dict[str, str],
+    fault_proxy: FaultProxy,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     paths = make_shards(tmp_path, shards=10, per_shard=20, seed=8)
     client = s3_server.client()
     client.create_bucket(Bucket="faults-shards")
@@ -183,8 +199,9 @@ def test_tar_shards_on_s3_through_20_percent_faults(s3_server: MotoServer, s3_en
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing skipped, nothing rescanned
         ds = fd.TarShardDataset("s3://faults-shards/train-{000000..000009}.tar", batch_size=8)
-        loader = DataLoader(ds, batch_size=None, num_workers=2,
-                            multiprocessing_context=multiprocessing.get_context("fork"))
+        loader = DataLoader(
+            ds, batch_size=None, num_workers=2, multiprocessing_context=multiprocessing.get_context("fork")
+        )
         got = [(k, b) for batch in loader for k, b in zip(batch["__key__"], batch["bin"])]
     assert sorted(k for k, _ in got) == sorted(local)  # every sample exactly once
     assert all(b == local[k] for k, b in got)

@@ -52,8 +52,9 @@ def test_reads_are_the_object_bytes(blob: tuple[str, bytes], s3_options: dict[st
     r.close()  # idempotent
 
 
-def test_open_is_one_get_and_small_files_need_no_other(s3_server: MotoServer, s3_bucket: str,
-                                                      s3_options: dict[str, Any]) -> None:
+def test_open_is_one_get_and_small_files_need_no_other(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]
+) -> None:
     upload_files(s3_server.client(), s3_bucket, {"manifest.json": b'{"shards": []}', "empty": b""})
     stats, shared = counted()
     with S3Reader(f"s3://{s3_bucket}/manifest.json", stats=stats, **s3_options) as r:
@@ -63,8 +64,9 @@ def test_open_is_one_get_and_small_files_need_no_other(s3_server: MotoServer, s3
         assert r.size == 0 and r.read(0, 10) == b"" and r.read_ranges([(0, 3)]) == [b""]
 
 
-def test_header_scan_is_a_few_large_gets(s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any],
-                                         tmp_path: Any) -> None:
+def test_header_scan_is_a_few_large_gets(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], tmp_path: Any
+) -> None:
     # ~2 MB shard of 400 samples: 800 members, 1600 header reads in the scan and its checksum pass
     (path,) = make_shards(tmp_path, shards=1, per_shard=400, seed=2)
     upload_files(s3_server.client(), s3_bucket, {"train-000000.tar": path})
@@ -80,8 +82,9 @@ def test_header_scan_is_a_few_large_gets(s3_server: MotoServer, s3_bucket: str, 
     assert shared.total("s3_bytes") < 1.5 * size
 
 
-def test_sequential_read_ranges_are_prefetched_and_coalesced(blob: tuple[str, bytes],
-                                                            s3_options: dict[str, Any]) -> None:
+def test_sequential_read_ranges_are_prefetched_and_coalesced(
+    blob: tuple[str, bytes], s3_options: dict[str, Any]
+) -> None:
     url, data = blob
     stats, shared = counted()
     # members of 30 KB separated by 512-byte headers, as in a tar shard, read 16 at a time in order
@@ -119,8 +122,9 @@ def test_missing_key_and_bucket_name_what_is_missing(s3_bucket: str, s3_options:
         S3Reader("http://example/x", **s3_options)
 
 
-def test_object_replaced_mid_read_fails_loudly(s3_server: MotoServer, s3_bucket: str,
-                                              s3_options: dict[str, Any]) -> None:
+def test_object_replaced_mid_read_fails_loudly(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]
+) -> None:
     client = s3_server.client()
     upload_files(client, s3_bucket, {"shard.tar": b"a" * 100_000})
     with S3Reader(f"s3://{s3_bucket}/shard.tar", open_bytes=1000, readahead=1000, **s3_options) as r:
@@ -149,11 +153,17 @@ def test_endpoint_and_credentials_from_the_environment(blob: tuple[str, bytes], 
     assert S3Config().endpoint == s3_env["AWS_ENDPOINT_URL"]
 
 
-def test_secrets_never_in_repr_logs_or_errors(s3_bucket: str, s3_server: MotoServer,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_secrets_never_in_repr_logs_or_errors(
+    s3_bucket: str, s3_server: MotoServer, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "SECRET-do-not-print-4f9c"
-    options = {"endpoint_url": s3_server.endpoint_url, "region_name": "us-east-1",
-               "aws_access_key_id": "AKIDTEST", "aws_secret_access_key": secret, "aws_session_token": secret + "tok"}
+    options = {
+        "endpoint_url": s3_server.endpoint_url,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "AKIDTEST",
+        "aws_secret_access_key": secret,
+        "aws_session_token": secret + "tok",
+    }
     upload_files(s3_server.client(), s3_bucket, {"a.bin": b"x" * 10})
     caplog.set_level(logging.DEBUG)  # botocore's own debug logs included
     seen = [repr(S3Config(**options))]
@@ -206,8 +216,9 @@ def test_readers_are_never_pickled_datasets_are(blob: tuple[str, bytes], s3_opti
     assert copy[0]["bin"] == data
 
 
-def test_index_sidecar_is_read_from_s3(s3_server: MotoServer, s3_bucket: str, s3_env: dict[str, str],
-                                       tmp_path: Any) -> None:
+def test_index_sidecar_is_read_from_s3(
+    s3_server: MotoServer, s3_bucket: str, s3_env: dict[str, str], tmp_path: Any
+) -> None:
     (path,) = make_shards(tmp_path, shards=1, per_shard=20, seed=4)
     with LocalReader(path) as local:
         index = scan(local)

@@ -28,14 +28,14 @@ def keys(server: MotoServer, bucket: str) -> list[str]:
     return [o["Key"] for o in server.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
 
 
-def test_small_and_multipart_uploads_arrive_intact(s3_server: MotoServer, s3_bucket: str,
-                                                   s3_options: dict[str, Any], tmp_path: Any) -> None:
+def test_small_and_multipart_uploads_arrive_intact(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], tmp_path: Any
+) -> None:
     small, big = tmp_path / "small.bin", tmp_path / "big.bin"
     small.write_bytes(b"hello")
     big.write_bytes(np.random.default_rng(0).bytes(11 * MiB))  # 3 parts of 5 MiB (S3's minimum part)
     assert upload_file(small, f"s3://{s3_bucket}/a/small.bin", **s3_options)
-    assert upload_file(big, f"s3://{s3_bucket}/a/big.bin", multipart_threshold=5 * MiB, part_size=5 * MiB,
-                       **s3_options)
+    assert upload_file(big, f"s3://{s3_bucket}/a/big.bin", multipart_threshold=5 * MiB, part_size=5 * MiB, **s3_options)
     client = s3_server.client()
     head = client.head_object(Bucket=s3_bucket, Key="a/big.bin")
     assert head["ETag"].strip('"').endswith("-3")  # S3's mark of a 3-part upload
@@ -48,8 +48,9 @@ def test_small_and_multipart_uploads_arrive_intact(s3_server: MotoServer, s3_buc
     assert upload_file(small, f"s3://{s3_bucket}/a/small.bin", skip_existing=True, **s3_options)
 
 
-def test_upload_errors_name_the_problem(s3_bucket: str, s3_options: dict[str, Any], tmp_path: Any,
-                                        fault_proxy: FaultProxy) -> None:
+def test_upload_errors_name_the_problem(
+    s3_bucket: str, s3_options: dict[str, Any], tmp_path: Any, fault_proxy: FaultProxy
+) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(b"x")
     with pytest.raises(SourceNotFound, match="no such file to upload"):
@@ -77,8 +78,9 @@ def _convert_like(folder: Any) -> tuple[list[str], str]:
     return paths, manifest
 
 
-def test_shards_then_the_manifest_last(s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any],
-                                       s3_env: dict[str, str], tmp_path: Any) -> None:
+def test_shards_then_the_manifest_last(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], s3_env: dict[str, str], tmp_path: Any
+) -> None:
     s3_server.client().put_object(Bucket=s3_bucket, Key="train/manifest.json", Body=b'{"stale": true}')
     paths, manifest = _convert_like(tmp_path)
     with ShardUploader(f"s3://{s3_bucket}/train", **s3_options) as up:
@@ -99,13 +101,16 @@ def test_shards_then_the_manifest_last(s3_server: MotoServer, s3_bucket: str, s3
     assert len(again.skipped) == 3 and again.finish(manifest)[-1].endswith("manifest.json")
 
 
-def test_a_failed_shard_upload_means_no_manifest(s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any],
-                                                 fault_proxy: FaultProxy, tmp_path: Any) -> None:
+def test_a_failed_shard_upload_means_no_manifest(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], fault_proxy: FaultProxy, tmp_path: Any
+) -> None:
     paths, manifest = _convert_like(tmp_path)
     fault_proxy.configure(deny="train-000001.tar", methods=["PUT"])
     through_proxy = {**s3_options, "endpoint_url": fault_proxy.endpoint_url}
-    with pytest.raises(SourceUnreadable, match=r"train-000001\.tar: access denied"), \
-            ShardUploader(f"s3://{s3_bucket}/out/", **through_proxy) as up:
+    with (
+        pytest.raises(SourceUnreadable, match=r"train-000001\.tar: access denied"),
+        ShardUploader(f"s3://{s3_bucket}/out/", **through_proxy) as up,
+    ):
         for p in paths:
             up.upload(p)
         up.finish(manifest)

@@ -59,8 +59,7 @@ def test_epoch_order_is_seeded_and_changes_with_epoch() -> None:
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_rank_indices_are_disjoint_and_identical_on_every_rank_for_a_seed(world_size: int) -> None:
-    parts = [rank_indices(20, rank=r, world_size=world_size, shuffle=True, seed=4, epoch=2)
-             for r in range(world_size)]
+    parts = [rank_indices(20, rank=r, world_size=world_size, shuffle=True, seed=4, epoch=2) for r in range(world_size)]
     flat = np.concatenate(parts).tolist()
     assert len(flat) == len(set(flat)) == 20 - 20 % world_size
 
@@ -83,8 +82,10 @@ def test_window_shuffle_permutes_within_windows(window: int) -> None:
 @pytest.mark.parametrize("unit", [None, 1, 4])
 def test_worker_ranges_deal_every_position_once(num_workers: int, unit: int | None) -> None:
     length, start = 37, (8 if unit else 3)
-    per_worker = [list(worker_ranges(length, worker=w, num_workers=num_workers, unit=unit, start=start))
-                  for w in range(num_workers)]
+    per_worker = [
+        list(worker_ranges(length, worker=w, num_workers=num_workers, unit=unit, start=start))
+        for w in range(num_workers)
+    ]
     covered = sorted(p for ranges in per_worker for lo, hi in ranges for p in range(lo, hi))
     assert covered == list(range(start, length))
     if unit:
@@ -110,4 +111,13 @@ def test_locate_maps_epoch_positions_to_shards() -> None:
     offsets = split_counts(counts, order)
     shards, local = locate(offsets, order, np.arange(9))
     assert list(zip(shards.tolist(), local.tolist())) == [
-        (2, 0), (2, 1), (0, 0), (0, 1), (0, 2), (3, 0), (3, 1), (3, 2), (3, 3)]
+        (2, 0),
+        (2, 1),
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (3, 0),
+        (3, 1),
+        (3, 2),
+        (3, 3),
+    ]

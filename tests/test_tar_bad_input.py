@@ -33,6 +33,7 @@ def unsafe_tar(path: Path, escape: str) -> None:
     """Shard with, between good samples, members named ``../ESC``, ``/tmp/ESC/x``, a symlink and a hard link."""
     rng = np.random.default_rng(5)
     with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tf:
+
         def add(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = "") -> None:
             info = tarfile.TarInfo(name)
             info.type, info.linkname, info.size = kind, link, len(data)
@@ -71,8 +72,12 @@ def urls(bad: dict[str, object], *names: str) -> list[str]:
 
 
 def loader(ds: object, num_workers: int = 2, context: str = "fork") -> DataLoader:
-    return DataLoader(ds, batch_size=None, num_workers=num_workers,  # type: ignore[arg-type]
-                      multiprocessing_context=context if num_workers else None)
+    return DataLoader(
+        ds,
+        batch_size=None,
+        num_workers=num_workers,  # type: ignore[arg-type]
+        multiprocessing_context=context if num_workers else None,
+    )
 
 
 def keys(samples: Iterable[dict]) -> list[str]:
@@ -91,10 +96,13 @@ def keys(samples: Iterable[dict]) -> list[str]:
             shutdown()
 
 
-@pytest.mark.parametrize(("name", "error", "words"), [
-    ("truncated", fd.CorruptShard, ["truncated.tar", "truncated", "s0106.jpg", "re-create"]),
-    ("unsafe", fd.UnsafeMember, ["unsafe.tar", "'../fastdata-escape-", "absolute path or '..'", "never extracts"]),
-])
+@pytest.mark.parametrize(
+    ("name", "error", "words"),
+    [
+        ("truncated", fd.CorruptShard, ["truncated.tar", "truncated", "s0106.jpg", "re-create"]),
+        ("unsafe", fd.UnsafeMember, ["unsafe.tar", "'../fastdata-escape-", "absolute path or '..'", "never extracts"]),
+    ],
+)
 def test_raise_names_the_shard_and_member(bad, name: str, error: type, words: list[str]) -> None:
     ds = fd.TarShardDataset(urls(bad, "good", name))
     with pytest.raises(error) as e:
@@ -123,10 +131,21 @@ def test_skip_counts_every_bad_sample_from_the_workers(bad, context: str) -> Non
 
 def test_skip_in_the_map_style_dataset_leaves_bad_samples_out_of_batches(bad) -> None:
     ds = fd.IndexedTarDataset(urls(bad, "truncated", "unsafe"), on_error="skip")
-    batches = list(DataLoader(ds, batch_size=4, sampler=ds.sampler(shuffle=True), num_workers=2,
-                              multiprocessing_context="fork", collate_fn=list))
-    assert sorted(s["__key__"] for b in batches for s in b) == [f"s{i:04d}" for i in range(100, 106)] + \
-        ["u0000", "u0001", "u0002"]
+    batches = list(
+        DataLoader(
+            ds,
+            batch_size=4,
+            sampler=ds.sampler(shuffle=True),
+            num_workers=2,
+            multiprocessing_context="fork",
+            collate_fn=list,
+        )
+    )
+    assert sorted(s["__key__"] for b in batches for s in b) == [f"s{i:04d}" for i in range(100, 106)] + [
+        "u0000",
+        "u0001",
+        "u0002",
+    ]
     assert ds.skipped == 1 + 4
 
 

@@ -26,6 +26,7 @@ def open_shards(folder: str) -> tuple[int, int]:
     Only this test's folder counts: a forked worker also inherits the maps of shards that other tests'
     datasets left open in the parent process, which are not this dataset's handles.
     """
+
     def ours(path: str) -> bool:
         return path.startswith(folder) and path.endswith(".tar")
 
@@ -53,8 +54,14 @@ def test_a_worker_never_holds_more_than_max_open_shards(many: list[str], kind: s
         seen = list(loader)
     else:
         ids = fd.IndexedTarDataset(many, transform=note_open_shards, max_open=max_open)
-        loader = DataLoader(ids, batch_size=6, sampler=ids.sampler(shuffle=True), num_workers=2,
-                            multiprocessing_context="fork", collate_fn=list)
+        loader = DataLoader(
+            ids,
+            batch_size=6,
+            sampler=ids.sampler(shuffle=True),
+            num_workers=2,
+            multiprocessing_context="fork",
+            collate_fn=list,
+        )
         seen = [s for batch in loader for s in batch]
     assert len(seen) == 60
     most_fds = max(s[1] for s in seen)
@@ -77,7 +84,12 @@ def test_more_shards_than_the_descriptor_limit(tmp_path: Path) -> None:
         batches = DataLoader(ids, batch_size=10, sampler=ids.sampler(), num_workers=2, collate_fn=list)
         print(len(keys), len(set(keys)), sum(len(b) for b in batches), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     """)
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["300", "300", "300", "64"] and len(shards) == 150 > 64

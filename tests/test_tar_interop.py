@@ -18,8 +18,10 @@ from tests.datagen import jpeg_bytes, make_image_folder
 
 def samples(n: int, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
-    return [{"__key__": f"k{i:05d}", "jpg": jpeg_bytes(rng), "cls": str(i % 5).encode(),
-             "json": b'{"i": %d}' % i} for i in range(n)]
+    return [
+        {"__key__": f"k{i:05d}", "jpg": jpeg_bytes(rng), "cls": str(i % 5).encode(), "json": b'{"i": %d}' % i}
+        for i in range(n)
+    ]
 
 
 def as_bytes(sample: dict) -> tuple:
@@ -32,8 +34,9 @@ def read_ours(urls: list[str], iterable: bool) -> list[tuple]:
         loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
     else:
         ds = fd.IndexedTarDataset(urls)
-        loader = DataLoader(ds, batch_size=4, sampler=ds.sampler(), num_workers=2, multiprocessing_context="fork",
-                            collate_fn=list)
+        loader = DataLoader(
+            ds, batch_size=4, sampler=ds.sampler(), num_workers=2, multiprocessing_context="fork", collate_fn=list
+        )
     out = []
     for item in loader:
         out.extend(item if isinstance(item, list) else [item])
@@ -74,8 +77,9 @@ def test_our_shards_read_by_webdataset(tmp_path: Path) -> None:
     dataset = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
     assert sorted(as_bytes(s) for s in dataset) == sorted(as_bytes(s) for s in written)
     # and through DataLoader workers, each worker taking its own shards
-    loader = DataLoader(wds.WebDataset(urls, shardshuffle=False), batch_size=None, num_workers=2,
-                        multiprocessing_context="fork")
+    loader = DataLoader(
+        wds.WebDataset(urls, shardshuffle=False), batch_size=None, num_workers=2, multiprocessing_context="fork"
+    )
     assert sorted(as_bytes(s) for s in loader) == sorted(as_bytes(s) for s in written)
 
 

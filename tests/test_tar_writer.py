@@ -31,8 +31,15 @@ def write_example(path: Path, src: Path, buffer_size: int = 4 << 20) -> dict[str
     rng = np.random.default_rng(0)
     big = rng.bytes(70_000)
     src.write_bytes(big)
-    expected = {"s1.txt": b"hello", "s1.cls": b"3", "s2.bin": big, f"{LONG_PREFIXED}.txt": b"long",
-                f"{LONG_PAX}.json": b"{}", "s3.npy": rng.bytes(511), "s4.seg.png": rng.bytes(512)}
+    expected = {
+        "s1.txt": b"hello",
+        "s1.cls": b"3",
+        "s2.bin": big,
+        f"{LONG_PREFIXED}.txt": b"long",
+        f"{LONG_PAX}.json": b"{}",
+        "s3.npy": rng.bytes(511),
+        "s4.seg.png": rng.bytes(512),
+    }
     with TarShardWriter(path, buffer_size=buffer_size, fsync=False) as w:
         w.add_bytes("s1", "txt", b"hello")
         w.add_bytes("s1", "cls", b"3")

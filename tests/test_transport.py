@@ -23,8 +23,9 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 def batches(shards: list[str], collate: Any, num_workers: int, context: str = "fork") -> list[dict]:
     ds = fd.TarShardDataset(shards, shuffle=True, seed=2, batch_size=8, collate_fn=collate)
-    loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
-                        multiprocessing_context=context if num_workers else None)
+    loader = DataLoader(
+        ds, batch_size=None, num_workers=num_workers, multiprocessing_context=context if num_workers else None
+    )
     return list(loader)
 
 
@@ -44,9 +45,19 @@ def test_a_small_ring_wraps_around_and_falls_back_to_the_pipe(shards: list[str],
 
 def test_map_style_and_the_main_process(shards: list[str], tmp_path: Path) -> None:
     ids = fd.IndexedTarDataset(shards)
+
     def load(num_workers: int, collate: Any) -> list[Any]:
-        return list(DataLoader(ids, batch_size=6, sampler=ids.sampler(), num_workers=num_workers,
-                               multiprocessing_context="fork" if num_workers else None, collate_fn=collate))
+        return list(
+            DataLoader(
+                ids,
+                batch_size=6,
+                sampler=ids.sampler(),
+                num_workers=num_workers,
+                multiprocessing_context="fork" if num_workers else None,
+                collate_fn=collate,
+            )
+        )
+
     assert load(2, SharedMemoryCollate()) == load(0, SharedMemoryCollate()) == load(0, None)
 
 

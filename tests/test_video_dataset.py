@@ -83,13 +83,19 @@ def test_random_starts_follow_seed_and_epoch_in_every_worker(videos: list[str]) 
     plan = [ds.frames_of(i) for i in range(len(ds))]
     assert plan == [make(5).frames_of(i) for i in range(len(ds))]
     assert plan != [make(6).frames_of(i) for i in range(len(ds))]
-    for (video, frames) in plan:
+    for video, frames in plan:
         assert frames[0] >= 0 and frames[-1] < LENGTHS[video]
     ds.set_epoch(1)
     assert [ds.frames_of(i) for i in range(len(ds))] != plan
     # the workers (forked before or after set_epoch) draw the same starts as the main process
-    loader = DataLoader(ds, batch_size=2, sampler=ds.sampler(shuffle=True), num_workers=2,
-                        multiprocessing_context=multiprocessing.get_context("fork"), persistent_workers=True)
+    loader = DataLoader(
+        ds,
+        batch_size=2,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=2,
+        multiprocessing_context=multiprocessing.get_context("fork"),
+        persistent_workers=True,
+    )
     for epoch in (1, 2):
         ds.set_epoch(epoch)
         want = {(v, tuple(f)) for v, f in (ds.frames_of(i) for i in range(len(ds)))}
@@ -119,16 +125,19 @@ def test_size_and_transform(videos: list[str]) -> None:
     check_sample(sample["clip"], 0, sample["frames"].tolist())
 
 
-@pytest.mark.parametrize(("option", "match"), [
-    ({"clip_sampling": "randon"}, "'random', 'uniform'"),
-    ({"decoder": "ffmpg"}, "'pyav', 'decord', 'opencv', 'torchcodec'"),
-    ({"clip_len": 0}, "clip_len"),
-    ({"clips_per_video": "every"}, "clips_per_video"),
-    ({"stagger": (0.1, 0.0)}, "stagger"),
-    ({"size": (64,)}, "size"),
-    ({"decode_timeout": 0}, "decode_timeout"),
-    ({"on_error": "ignore"}, "'raise', 'skip'"),
-])
+@pytest.mark.parametrize(
+    ("option", "match"),
+    [
+        ({"clip_sampling": "randon"}, "'random', 'uniform'"),
+        ({"decoder": "ffmpg"}, "'pyav', 'decord', 'opencv', 'torchcodec'"),
+        ({"clip_len": 0}, "clip_len"),
+        ({"clips_per_video": "every"}, "clips_per_video"),
+        ({"stagger": (0.1, 0.0)}, "stagger"),
+        ({"size": (64,)}, "size"),
+        ({"decode_timeout": 0}, "decode_timeout"),
+        ({"on_error": "ignore"}, "'raise', 'skip'"),
+    ],
+)
 def test_options_fail_at_construction(videos: list[str], option: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         fd.VideoClipDataset(videos, **option)
@@ -178,12 +187,15 @@ def bad_set(videos: list[str], tmp_path: Path) -> list[str]:
     return [videos[0], str(tmp_path / "missing.mp4"), str(empty), str(text), short, videos[2]]
 
 
-@pytest.mark.parametrize(("bad", "error", "name"), [
-    (1, SourceNotFound, "missing.mp4"),
-    (2, VideoUnreadable, "empty.mp4"),
-    (3, VideoUnreadable, "readme.mp4"),
-    (4, VideoTooShort, "short000.mp4"),
-])
+@pytest.mark.parametrize(
+    ("bad", "error", "name"),
+    [
+        (1, SourceNotFound, "missing.mp4"),
+        (2, VideoUnreadable, "empty.mp4"),
+        (3, VideoUnreadable, "readme.mp4"),
+        (4, VideoTooShort, "short000.mp4"),
+    ],
+)
 def test_bad_video_at_construction_names_the_file(bad_set: list[str], bad: int, error: type, name: str) -> None:
     with pytest.raises(error, match=re.escape(name)):
         fd.VideoClipDataset([bad_set[0], bad_set[bad]], clip_len=CLIP_LEN, frame_stride=STRIDE, index_cache=False)
@@ -192,8 +204,9 @@ def test_bad_video_at_construction_names_the_file(bad_set: list[str], bad: int, 
 def test_bad_videos_at_construction_are_skipped_and_counted(bad_set: list[str]) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = fd.VideoClipDataset(bad_set, clip_len=CLIP_LEN, frame_stride=STRIDE, clips_per_video="all",
-                                 on_error="skip")
+        ds = fd.VideoClipDataset(
+            bad_set, clip_len=CLIP_LEN, frame_stride=STRIDE, clips_per_video="all", on_error="skip"
+        )
     assert ds.skipped == 4
     warned = [str(w.message) for w in caught if issubclass(w.category, BadSampleWarning)]
     assert len(warned) == 4
@@ -210,16 +223,25 @@ def test_bad_videos_at_construction_are_skipped_and_counted(bad_set: list[str]) 
 
 def test_video_damaged_after_indexing(tmp_path: Path) -> None:
     paths = make_videos(tmp_path, count=3, frames=LENGTHS, seed=1)
-    options: dict[str, Any] = {"clip_len": CLIP_LEN, "frame_stride": STRIDE, "clips_per_video": "all",
-                               "index_cache": False}
+    options: dict[str, Any] = {
+        "clip_len": CLIP_LEN,
+        "frame_stride": STRIDE,
+        "clips_per_video": "all",
+        "index_cache": False,
+    }
     skipping = fd.VideoClipDataset(paths, on_error="skip", **options)
     strict = fd.VideoClipDataset(paths, **options)
     data = Path(paths[1]).read_bytes()
     Path(paths[1]).write_bytes(data[: len(data) // 3])  # cut short after the index was built
     with pytest.raises(VideoUnreadable, match=re.escape(Path(paths[1]).name)):
         strict[EXPECTED.index((1, 0))]
-    loader = DataLoader(skipping, batch_size=4, sampler=skipping.sampler(shuffle=True), num_workers=2,
-                        multiprocessing_context=multiprocessing.get_context("fork"))
+    loader = DataLoader(
+        skipping,
+        batch_size=4,
+        sampler=skipping.sampler(shuffle=True),
+        num_workers=2,
+        multiprocessing_context=multiprocessing.get_context("fork"),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BadSampleWarning)
         keys = [k for batch in loader for k in keys_of(batch)]
@@ -235,10 +257,16 @@ def _collate_with_worker(batch: list[dict[str, Any]]) -> tuple[Any, int, float]:
 
 def test_stagger_is_seeded_per_worker_and_skipped_alone(videos: list[str]) -> None:
     def delays(seed: int) -> dict[int, float]:
-        ds = fd.VideoClipDataset(videos, clip_len=CLIP_LEN, frame_stride=STRIDE, clips_per_video="all", seed=seed,
-                                 stagger=(0.0, 0.05))
-        loader = DataLoader(ds, batch_size=2, num_workers=3, collate_fn=_collate_with_worker,
-                            multiprocessing_context=multiprocessing.get_context("fork"))
+        ds = fd.VideoClipDataset(
+            videos, clip_len=CLIP_LEN, frame_stride=STRIDE, clips_per_video="all", seed=seed, stagger=(0.0, 0.05)
+        )
+        loader = DataLoader(
+            ds,
+            batch_size=2,
+            num_workers=3,
+            collate_fn=_collate_with_worker,
+            multiprocessing_context=multiprocessing.get_context("fork"),
+        )
         return {worker: delay for _, worker, delay in loader}
 
     first = delays(0)

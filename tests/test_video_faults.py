@@ -62,8 +62,14 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
 def run_script(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run ``python -c script`` in its own process group; on timeout kill the whole group (its
     DataLoader workers too, which would otherwise outlive it if they hang) and fail the test."""
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -93,8 +99,13 @@ class BlockingReader(PyAVReader):
 
 def test_watchdog_abandons_a_stuck_decode_and_the_reader_stays_usable(tmp_path: Path) -> None:
     paths = make_videos(tmp_path, count=3, frames=20)
-    options: dict[str, Any] = {"clip_len": 4, "clips_per_video": 2, "decoder": BlockingReader,
-                               "decode_timeout": TIMEOUT, "index_cache": False}
+    options: dict[str, Any] = {
+        "clip_len": 4,
+        "clips_per_video": 2,
+        "decoder": BlockingReader,
+        "decode_timeout": TIMEOUT,
+        "index_cache": False,
+    }
     strict = fd.VideoClipDataset(paths, **options)
     skipping = fd.VideoClipDataset(paths, on_error="skip", **options)
     block = paths[1] + ".block"
@@ -105,9 +116,14 @@ def test_watchdog_abandons_a_stuck_decode_and_the_reader_stays_usable(tmp_path: 
         assert strict.counters()["timeouts"] == 1
         sample = strict[0]  # the same process goes on reading other videos
         assert [read_stamp(f)[0] for f in sample["clip"].numpy()] == [0] * 4
-        loader = DataLoader(skipping, batch_size=2, sampler=skipping.sampler(shuffle=True), num_workers=2,
-                            multiprocessing_context=multiprocessing.get_context("fork"),
-                            worker_init_fn=dump_stacks_if_stuck)
+        loader = DataLoader(
+            skipping,
+            batch_size=2,
+            sampler=skipping.sampler(shuffle=True),
+            num_workers=2,
+            multiprocessing_context=multiprocessing.get_context("fork"),
+            worker_init_fn=dump_stacks_if_stuck,
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BadSampleWarning)
             videos = sorted(v for batch in loader for v in batch["video"].tolist())
@@ -199,11 +215,23 @@ def test_open_readers_per_worker_never_exceed_max_open(tmp_path: Path, decoder: 
     need(decoder)
     folder = tmp_path / "many"
     paths = make_videos(folder, count=10, frames=12, codec="mjpg")
-    ds = fd.VideoClipDataset(paths, clip_len=2, clips_per_video=3, max_open=3, decoder=decoder, index_cache=False,
-                             transform=CountOpen(str(folder)))
-    loader = DataLoader(ds, batch_size=3, sampler=ds.sampler(shuffle=True), num_workers=2,
-                        multiprocessing_context=multiprocessing.get_context("fork"),
-                        worker_init_fn=dump_stacks_if_stuck)
+    ds = fd.VideoClipDataset(
+        paths,
+        clip_len=2,
+        clips_per_video=3,
+        max_open=3,
+        decoder=decoder,
+        index_cache=False,
+        transform=CountOpen(str(folder)),
+    )
+    loader = DataLoader(
+        ds,
+        batch_size=3,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=2,
+        multiprocessing_context=multiprocessing.get_context("fork"),
+        worker_init_fn=dump_stacks_if_stuck,
+    )
     counts = [n for batch in loader for n in batch["open_files"].tolist()]
     assert len(counts) == 30
     assert max(counts) == 3  # the bound is reached, and never passed

@@ -40,6 +40,8 @@ def need(decoder: str) -> None:
     reason = _available(decoder)
     if reason:
         pytest.skip(reason)
+
+
 FRAMES = 40
 
 
@@ -64,10 +66,10 @@ def test_exactly_the_frames_asked_for(videos: dict[str, list[str]], decoder: str
         assert reader.fps == pytest.approx(25.0, rel=0.01)
         assert reader.out_size == (64, 96)
         requests = [
-            [0, 1, 2, 3],                                  # the start
-            list(range(FRAMES - 8, FRAMES, 2)),            # the end, strided
-            [17, 3, 39, 3, 22],                            # unsorted, repeated, backwards jumps
-            list(range(5, 36, 5)),                         # strided across several keyframes
+            [0, 1, 2, 3],  # the start
+            list(range(FRAMES - 8, FRAMES, 2)),  # the end, strided
+            [17, 3, 39, 3, 22],  # unsorted, repeated, backwards jumps
+            list(range(5, 36, 5)),  # strided across several keyframes
             *[sorted(rng.choice(FRAMES, 6, replace=False).tolist()) for _ in range(6)],
             *[list(range(s, s + 8)) for s in (8, 16, 24)],  # sequential clips: the reader moves forward
         ]

@@ -113,8 +113,7 @@ class EpochProbe(Dataset):
 
     def worker_world(self) -> World:
         info = torch.utils.data.get_worker_info()
-        return World(0, 1, info.id if info else 0, info.num_workers if info else 1, self.seed,
-                     self.shared.epoch)
+        return World(0, 1, info.id if info else 0, info.num_workers if info else 1, self.seed, self.shared.epoch)
 
     def __len__(self) -> int:
         return 4
@@ -125,15 +124,26 @@ class EpochProbe(Dataset):
         on_epoch(self.worker_world())
         self.shared.add("seen")
         info = torch.utils.data.get_worker_info()
-        return (self.shared.epoch, info.id if info else -1, random.random(), float(np.random.rand()),
-                float(torch.rand(1)))
+        return (
+            self.shared.epoch,
+            info.id if info else -1,
+            random.random(),
+            float(np.random.rand()),
+            float(torch.rand(1)),
+        )
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_persistent_workers_see_new_epochs_and_reseed(context: str) -> None:
     ds = EpochProbe()
-    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True,
-                        worker_init_fn=fd.worker_init_fn, multiprocessing_context=context)
+    loader = DataLoader(
+        ds,
+        batch_size=None,
+        num_workers=2,
+        persistent_workers=True,
+        worker_init_fn=fd.worker_init_fn,
+        multiprocessing_context=context,
+    )
     runs = []
     for epoch in range(2):
         ds.shared.epoch = epoch
@@ -143,10 +153,10 @@ def test_persistent_workers_see_new_epochs_and_reseed(context: str) -> None:
     draws = [tuple(r[2:]) for run in runs for r in run]
     assert len(set(draws)) == len(draws), "workers and epochs never share a random stream"
     # the same seed and epoch give the same streams in a fresh loader
-    again = DataLoader(ds, batch_size=None, num_workers=2, worker_init_fn=fd.worker_init_fn,
-                       multiprocessing_context=context)
+    again = DataLoader(
+        ds, batch_size=None, num_workers=2, worker_init_fn=fd.worker_init_fn, multiprocessing_context=context
+    )
     assert [r[2:] for r in again] == [r[2:] for r in runs[1]]
-
 
 
 def _user_init(worker_id: int) -> None:
@@ -162,8 +172,13 @@ class EnvProbe(Dataset):
 
 
 def test_worker_init_composes_with_the_users_function() -> None:
-    loader = DataLoader(EnvProbe(), batch_size=None, num_workers=2,
-                        worker_init_fn=fd.compose_worker_init(_user_init), multiprocessing_context="spawn")
+    loader = DataLoader(
+        EnvProbe(),
+        batch_size=None,
+        num_workers=2,
+        worker_init_fn=fd.compose_worker_init(_user_init),
+        multiprocessing_context="spawn",
+    )
     assert sorted(loader) == ["0", "1"]
 
 

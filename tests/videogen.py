@@ -41,12 +41,14 @@ def frames_for(video: int, n: int, *, seed: int = 0, size: tuple[int, int] = (WI
 
 def read_stamp(frame: np.ndarray) -> tuple[int, int]:
     """``(video number, frame number)`` read back from a decoded RGB frame ``[H, W, 3]``."""
+
     def row(r: int) -> int:
         value = 0
         for b in range(BITS):
             cell = frame[r * ROW + 4 : (r + 1) * ROW - 4, b * STRIPE + 2 : (b + 1) * STRIPE - 2]
             value = value << 1 | int(cell.mean() > 127)
         return value
+
     return row(1), row(0)
 
 
@@ -64,8 +66,15 @@ def write_opencv(path: str | os.PathLike[str], frames: np.ndarray, *, fourcc: st
     return os.fspath(path)
 
 
-def write_h264(path: str | os.PathLike[str], frames: np.ndarray, *, fps: int = 25, gop: int = 10,
-               bframes: int = 2, faststart: bool = False) -> str:
+def write_h264(
+    path: str | os.PathLike[str],
+    frames: np.ndarray,
+    *,
+    fps: int = 25,
+    gop: int = 10,
+    bframes: int = 2,
+    faststart: bool = False,
+) -> str:
     """Write RGB frames as H.264 with B-frames through PyAV (OpenCV's wheel cannot write H.264)."""
     import av
 
@@ -90,10 +99,18 @@ CODECS = {
 }
 
 
-def make_videos(folder: str | os.PathLike[str], *, count: int = 4, frames: int | list[int] = 40,
-                codec: str = "mp4v", seed: int = 0, prefix: str = "v") -> list[str]:
+def make_videos(
+    folder: str | os.PathLike[str],
+    *,
+    count: int = 4,
+    frames: int | list[int] = 40,
+    codec: str = "mp4v",
+    seed: int = 0,
+    prefix: str = "v",
+) -> list[str]:
     """``count`` videos ``folder/vNNN.<ext>``, video ``k`` stamped with number ``k``."""
     Path(folder).mkdir(parents=True, exist_ok=True)
     lengths = frames if isinstance(frames, list) else [frames] * count
-    return [CODECS[codec](Path(folder) / f"{prefix}{k:03d}", frames_for(k, n, seed=seed))
-            for k, n in enumerate(lengths)]
+    return [
+        CODECS[codec](Path(folder) / f"{prefix}{k:03d}", frames_for(k, n, seed=seed)) for k, n in enumerate(lengths)
+    ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make WebDataset tar shards from a folder of small files: the same as ``fastdata convert``.
 
-    python tools/make_shards.py SRC OUT [--shard-size 256MB | --shard-count N] [--workers N] [--shuffle --seed S]
+python tools/make_shards.py SRC OUT [--shard-size 256MB | --shard-count N] [--workers N] [--shuffle --seed S]
 """
 
 from __future__ import annotations

@@ -68,8 +68,10 @@ class Recommendation:
         lines = [self.code()]
         if self.point is not None and self.best is not None:
             best = self.best
-            lines.append(f"{self.point.samples_per_s:,.0f} samples/s ({self.ratio_to_best:.0%} of the best measured, "
-                         f"{best.samples_per_s:,.0f} at {best.config.label()}); bottleneck: {self.bottleneck}.")
+            lines.append(
+                f"{self.point.samples_per_s:,.0f} samples/s ({self.ratio_to_best:.0%} of the best measured, "
+                f"{best.samples_per_s:,.0f} at {best.config.label()}); bottleneck: {self.bottleneck}."
+            )
         lines.extend(self.diagnosis)
         if self.per_rank:
             lines.append(self.per_rank["advice"])
@@ -117,8 +119,10 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
         # every rank's main process needs a core of its own; the workers share the rest
         spare = max(0, cores - procs_per_node)
         workers = min(w, spare // procs_per_node) if w else 0
-        reason = (f"the loader is CPU-limited, so the {cores} cores are split: {procs_per_node} for the ranks' main "
-                  f"processes, {spare} for workers")
+        reason = (
+            f"the loader is CPU-limited, so the {cores} cores are split: {procs_per_node} for the ranks' main "
+            f"processes, {spare} for workers"
+        )
     elif kind == "storage":
         workers = w
         reason = "waiting workers use little CPU, so each rank keeps the single-process count"
@@ -132,16 +136,23 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
         if fits < workers:
             workers = max(0, fits)
             reason += f"; capped so that {procs_per_node} ranks' workers stay within 60% of memory (PSS)"
-    config = replace(rec.config, num_workers=workers,
-                     prefetch_factor=(rec.config.prefetch_factor or 2) if workers else None,
-                     persistent_workers=rec.config.persistent_workers if workers else False)
+    config = replace(
+        rec.config,
+        num_workers=workers,
+        prefetch_factor=(rec.config.prefetch_factor or 2) if workers else None,
+        persistent_workers=rec.config.persistent_workers if workers else False,
+    )
     kwargs = config.loader_kwargs()
-    return {"procs_per_node": procs_per_node, "kwargs": kwargs,
-            "advice": f"With {procs_per_node} processes per node (DDP): num_workers={workers} per rank; {reason}."}
+    return {
+        "procs_per_node": procs_per_node,
+        "kwargs": kwargs,
+        "advice": f"With {procs_per_node} processes per node (DDP): num_workers={workers} per rank; {reason}.",
+    }
 
 
-def recommend(result: SweepResult, *, tolerance: float = 0.05, stall_target: float = 0.05,
-              procs_per_node: int = 1) -> Recommendation:
+def recommend(
+    result: SweepResult, *, tolerance: float = 0.05, stall_target: float = 0.05, procs_per_node: int = 1
+) -> Recommendation:
     """The recommended DataLoader settings for a sweep, and a diagnosis of what limits the loader.
 
     Args:
@@ -161,21 +172,25 @@ def recommend(result: SweepResult, *, tolerance: float = 0.05, stall_target: flo
     best = result.best()
     if rec is None or best is None:
         errors = sorted({p.error or "no throughput" for p in result.points})
-        return Recommendation(None, {}, None, None, "unknown",
-                              ["Every configuration failed: " + "; ".join(errors)])
+        return Recommendation(None, {}, None, None, "unknown", ["Every configuration failed: " + "; ".join(errors)])
     fair_best = max(fair_points(result), key=lambda p: p.samples_per_s)
     kind, sentences = diagnose(result, rec, fair_best, stall_target=stall_target)
     if fair_best is not best:
         gain = best.samples_per_s / fair_best.samples_per_s - 1
-        sentences.append(f"{best.config.num_workers} workers measured {gain:.0%} faster than "
-                         f"{fair_best.config.num_workers}, with more CPU-bound workers than the {result.usable_cores}"
-                         " usable cores: that gain is CPU taken from other programs, so it is not recommended.")
+        sentences.append(
+            f"{best.config.num_workers} workers measured {gain:.0%} faster than "
+            f"{fair_best.config.num_workers}, with more CPU-bound workers than the {result.usable_cores}"
+            " usable cores: that gain is CPU taken from other programs, so it is not recommended."
+        )
     config = rec.config
     share = startup_share(result, rec)
     if config.num_workers and not config.persistent_workers and share is not None and share >= STARTUP_NOTE:
         config = replace(config, persistent_workers=True)
-    ranks = per_rank(result, rec, kind if kind != "unknown" else classify(rec), procs_per_node) \
-        if procs_per_node > 1 else None
+    ranks = (
+        per_rank(result, rec, kind if kind != "unknown" else classify(rec), procs_per_node)
+        if procs_per_node > 1
+        else None
+    )
     return Recommendation(config, config.loader_kwargs(), rec, best, kind, sentences, ranks)
 
 

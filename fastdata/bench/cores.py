@@ -93,7 +93,7 @@ def _group_dirs(mount: Mount, path: str, root: str | os.PathLike[str]) -> list[P
     """
     rel = path
     if mount.root != "/" and (rel == mount.root or rel.startswith(mount.root.rstrip("/") + "/")):
-        rel = rel[len(mount.root):]  # the container sees its own group as the mount's root
+        rel = rel[len(mount.root) :]  # the container sees its own group as the mount's root
     elif mount.root != "/":
         rel = "/"  # a group outside the mounted part (nested namespaces): only the mount's root is visible
     parts = [p for p in rel.split("/") if p]
@@ -175,5 +175,13 @@ def usable_memory(root: str | os.PathLike[str] = "/") -> int:
     return min(total, limit) if limit is not None else total
 
 
-__all__ = ["Mount", "affinity_cpus", "cgroup_mounts", "cpu_quota", "memory_limit", "own_cgroups",
-           "usable_cores", "usable_memory"]
+__all__ = [
+    "Mount",
+    "affinity_cpus",
+    "cgroup_mounts",
+    "cpu_quota",
+    "memory_limit",
+    "own_cgroups",
+    "usable_cores",
+    "usable_memory",
+]

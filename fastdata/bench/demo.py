@@ -46,12 +46,14 @@ def run_demo(args: argparse.Namespace) -> int:
         wanted = [n.strip() for n in args.backends.split(",") if n.strip()]
         unknown = set(wanted) - {b.name for b in everything}
         if unknown:
-            raise ConfigError(f"--backends: unknown {', '.join(sorted(unknown))}; known: "
-                              f"{', '.join(b.name for b in everything)}")
+            raise ConfigError(
+                f"--backends: unknown {', '.join(sorted(unknown))}; known: {', '.join(b.name for b in everything)}"
+            )
         everything = [b for b in everything if b.name in wanted]
     chosen = [b for b in everything if b.available]
     rows: list[tuple[str, SweepResult | None, Recommendation | None, str]] = [
-        (b.name, None, None, f"skipped: {b.error}") for b in everything if not b.available]
+        (b.name, None, None, f"skipped: {b.error}") for b in everything if not b.available
+    ]
     console, out = Console(stderr=True), Console()
     if args.keep:
         root = Path(args.keep)
@@ -67,8 +69,18 @@ def run_demo(args: argparse.Namespace) -> int:
             kw.setdefault("window", 0.25 if args.quick else 0.5)
             kw.setdefault("warmup", 0.25 if args.quick else 0.5)
             workers = kw["workers"] or default_workers()
-            n = len(grid(workers, kw["prefetch_factor"], kw["pin_memory"] or [False], kw["persistent_workers"],
-                         kw["batch_size"])) * kw["rounds"]
+            n = (
+                len(
+                    grid(
+                        workers,
+                        kw["prefetch_factor"],
+                        kw["pin_memory"] or [False],
+                        kw["persistent_workers"],
+                        kw["batch_size"],
+                    )
+                )
+                * kw["rounds"]
+            )
             per_backend.append((b, kw, n))
         total = sum(n for _, _, n in per_backend) + len(per_backend)  # + one step per data build
         with progress_bar(console, total, "demo") as bar:
@@ -80,13 +92,14 @@ def run_demo(args: argparse.Namespace) -> int:
                 try:
                     with b.demo(root / b.name, scale=QUICK_SCALE if args.quick else 1.0) as data:
                         bar.update(task, completed=base + 1, description=f"{b.name}: sweeping")
+
                         def advance(done_here: int, _total: int, _point: Any, base: int = base, n: int = n) -> None:
                             bar.update(task, completed=base + 1 + min(done_here, n))  # confirmations: extra
 
-                        result = fb.sweep(functools.partial(b.open, data.spec, **data.options), progress=advance,
-                                          **kw)
-                    result.settings.update({"spec": data.spec, "format": b.name,
-                                            "options": public_options(data.options), "demo": True})
+                        result = fb.sweep(functools.partial(b.open, data.spec, **data.options), progress=advance, **kw)
+                    result.settings.update(
+                        {"spec": data.spec, "format": b.name, "options": public_options(data.options), "demo": True}
+                    )
                     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
                     rows.append((b.name, result, rec, ""))
                     saved[b.name] = report.to_json(result, rec)
@@ -104,8 +117,9 @@ def run_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(root, ignore_errors=True)
     elapsed = time.perf_counter() - started
     # the table says "skipped" or "failed"; the reasons (install hints, errors) follow it in full
-    out.print(report.summary_table([(name, result, advice, note.split(":", 1)[0]) for name, result, advice, note
-                                    in rows]))
+    out.print(
+        report.summary_table([(name, result, advice, note.split(":", 1)[0]) for name, result, advice, note in rows])
+    )
     for name, _result, advice, note in rows:
         if advice is not None and advice.config is not None:
             out.print(f"[bold]{name}[/bold]: {advice.code()}")
@@ -113,11 +127,19 @@ def run_demo(args: argparse.Namespace) -> int:
                 out.print("  " + advice.diagnosis[0], highlight=False)
         elif note:
             out.print(f"[bold]{name}[/bold]: {escape(note)}", highlight=False)
-    out.print(f"demo took {elapsed:.0f} s. Run 'fastdata bench SPEC' on your own data for the full report "
-              "(--json, --plot, --step-ms).")
+    out.print(
+        f"demo took {elapsed:.0f} s. Run 'fastdata bench SPEC' on your own data for the full report "
+        "(--json, --plot, --step-ms)."
+    )
     if args.json:
-        report.write_json(args.json, {"fastdata_bench_demo": 1, "backends": saved,
-                                      "not_measured": {name: note for name, _, _, note in rows if note}})
+        report.write_json(
+            args.json,
+            {
+                "fastdata_bench_demo": 1,
+                "backends": saved,
+                "not_measured": {name: note for name, _, _, note in rows if note},
+            },
+        )
         out.print(f"JSON: {args.json}")
     return 0 if any(r is not None and r.config is not None for _, _, r, _ in rows) else 1
 

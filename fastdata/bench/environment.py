@@ -10,8 +10,20 @@ from typing import Any
 
 from fastdata.bench.cores import affinity_cpus, cpu_quota, usable_cores, usable_memory
 
-LIBRARIES = ("fastdata", "torch", "numpy", "psutil", "pillow", "webdataset", "h5py", "decord", "opencv-python-headless",
-             "boto3", "matplotlib", "rich")
+LIBRARIES = (
+    "fastdata",
+    "torch",
+    "numpy",
+    "psutil",
+    "pillow",
+    "webdataset",
+    "h5py",
+    "decord",
+    "opencv-python-headless",
+    "boto3",
+    "matplotlib",
+    "rich",
+)
 
 
 def versions() -> dict[str, str]:

@@ -37,8 +37,9 @@ _RUNNING = re.compile(r"Running on http://([\d.]+):(\d+)")
 
 # Runs first in the child: asks Linux to end it when its parent goes (a run killed without cleaning
 # up must not leave a server behind), then becomes the server.
-DIE_WITH_PARENT = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
-                   "os.execv(sys.argv[1], sys.argv[1:])")
+DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def missing() -> str | None:
@@ -67,7 +68,6 @@ def _command(host: str) -> list[str]:
     return [sys.executable, "-c", DIE_WITH_PARENT, *server]
 
 
-
 def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
     """Terminate ``proc`` and wait for it; kill it if it has not ended after ``grace_s``. Idempotent."""
     if proc.poll() is None:
@@ -77,6 +77,7 @@ def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
 
 class MotoServer:
     """A moto S3 server in a child process, listening on ``host`` (loopback) on a free port.
@@ -91,8 +92,14 @@ class MotoServer:
 
     def __init__(self, host: str = "127.0.0.1", timeout_s: float = START_TIMEOUT_S) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self._proc = subprocess.Popen(_command(host), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True, env=env)
+        self._proc = subprocess.Popen(
+            _command(host),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self._log: deque[str] = deque(maxlen=50)
         self._ready = threading.Event()
         self.port = 0
@@ -139,8 +146,13 @@ class MotoServer:
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=endpoint_url or self.endpoint_url, region_name=REGION,
-                            config=Config(**config) if config else None, **CREDENTIALS)
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint_url or self.endpoint_url,
+            region_name=REGION,
+            config=Config(**config) if config else None,
+            **CREDENTIALS,
+        )
 
     def options(self) -> dict[str, Any]:
         """Explicit client options for this server (:class:`~fastdata.storage.s3_client.S3Config` fields)."""
@@ -148,9 +160,12 @@ class MotoServer:
 
     def env(self, endpoint_url: str | None = None) -> dict[str, str]:
         """Environment variables that point the standard AWS chain at this server."""
-        return {"AWS_ENDPOINT_URL": endpoint_url or self.endpoint_url, "AWS_DEFAULT_REGION": REGION,
-                "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
-                "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"]}
+        return {
+            "AWS_ENDPOINT_URL": endpoint_url or self.endpoint_url,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+        }
 
     def close(self) -> None:
         """Stop the server. Idempotent."""

@@ -59,16 +59,26 @@ class Timing:
         check_positive("min_windows", self.min_windows)
 
 
-def make_loader(ds: Any, config: Config, *, shuffle: bool = True, collate_fn: Callable[[Any], Any] | None = None,
-                worker_init_fn: Callable[[int], object] | None = None, multiprocessing_context: Any = None,
-                table: StageTable | None = None) -> DataLoader[Any]:
+def make_loader(
+    ds: Any,
+    config: Config,
+    *,
+    shuffle: bool = True,
+    collate_fn: Callable[[Any], Any] | None = None,
+    worker_init_fn: Callable[[int], object] | None = None,
+    multiprocessing_context: Any = None,
+    table: StageTable | None = None,
+) -> DataLoader[Any]:
     """The DataLoader of one configuration, probed when ``table`` is given."""
     batched = config.batch_size is not None
     own_collate = getattr(ds, "collate", None) if batched and not isinstance(ds, IterableDataset) else None
     # a fastdata dataset's own collate (HDF5Dataset hands its whole-batch arrays to torch without a
     # second copy), as its docs tell users to pass; like its sampler() below
-    user_collate = collate_fn or (own_collate if callable(own_collate) else None) or (
-        default_collate if batched else default_convert)
+    user_collate = (
+        collate_fn
+        or (own_collate if callable(own_collate) else None)
+        or (default_collate if batched else default_convert)
+    )
     kwargs: dict[str, Any] = dict(config.loader_kwargs())
     if table is not None:
         kwargs["collate_fn"] = ProbedCollate(user_collate, batched)
@@ -131,9 +141,17 @@ class _Feed:
             stop()
 
 
-_ZERO_SYS: dict[str, Any] = {"main_cpu": 0.0, "main_runq": 0.0, "threads_cpu": 0.0, "workers_cpu": [],
-                             "workers_busy": [], "machine_busy": 0.0, "machine_iowait": 0.0, "procs_blocked": 0,
-                             "dstate": 0}
+_ZERO_SYS: dict[str, Any] = {
+    "main_cpu": 0.0,
+    "main_runq": 0.0,
+    "threads_cpu": 0.0,
+    "workers_cpu": [],
+    "workers_busy": [],
+    "machine_busy": 0.0,
+    "machine_iowait": 0.0,
+    "procs_blocked": 0,
+    "dstate": 0,
+}
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -164,8 +182,7 @@ class _Meter:
     def new_workers(self, probe: SystemProbe) -> None:
         """The epoch's workers were replaced inside this window: count the new ones from their birth."""
         self.probe = probe
-        self.sys = {**self.sys, "workers_cpu": [0.0] * len(probe.workers),
-                    "workers_busy": [0.0] * len(probe.workers)}
+        self.sys = {**self.sys, "workers_cpu": [0.0] * len(probe.workers), "workers_busy": [0.0] * len(probe.workers)}
 
     def close(self, end: float) -> Window:
         sys = _diff(self.sys, self.probe.read()) if self.probe else _ZERO_SYS
@@ -173,16 +190,28 @@ class _Meter:
         if self.table is not None:
             now = self.table.totals()
             st = {k: (now[k][0] - self.stages[k][0], now[k][1] - self.stages[k][1]) for k in now}
-        return Window(wall=end - self.start, samples=self.samples, batches=self.batches, nbytes=self.nbytes,
-                      wait=self.wait, unpickle=self.unpickle, unpickle_cpu=self.unpickle_cpu, pin=self.pin,
-                      step=self.step, step_cpu=self.step_cpu, stages=st, **sys)
+        return Window(
+            wall=end - self.start,
+            samples=self.samples,
+            batches=self.batches,
+            nbytes=self.nbytes,
+            wait=self.wait,
+            unpickle=self.unpickle,
+            unpickle_cpu=self.unpickle_cpu,
+            pin=self.pin,
+            step=self.step,
+            step_cpu=self.step_cpu,
+            stages=st,
+            **sys,
+        )
 
 
 class _Run:
     """The measurement of one configuration (see :func:`measure`)."""
 
-    def __init__(self, ds: Any, config: Config, timing: Timing, step: float | StepFn, probes: bool,
-                 loader_args: dict[str, Any]) -> None:
+    def __init__(
+        self, ds: Any, config: Config, timing: Timing, step: float | StepFn, probes: bool, loader_args: dict[str, Any]
+    ) -> None:
         self.config, self.timing, self.probes = config, timing, probes
         self.step_fn = step if callable(step) else None
         self.step_s = 0.0 if callable(step) else float(step)
@@ -277,9 +306,15 @@ class _Run:
     def finish(self, startup: float, cores: int) -> Point:
         """The point, with memory, descriptors and context switches read before the workers stop."""
         assert self.feed is not None
-        point = Point.from_windows(self.config, self.windows, startup_s=startup, restart_s=self.feed.restarts,
-                                   step_time=self.step_fn is not None or self.step_s > 0, usable_cores=cores,
-                                   stage_totals=self.table.totals() if self.table is not None else None)
+        point = Point.from_windows(
+            self.config,
+            self.windows,
+            startup_s=startup,
+            restart_s=self.feed.restarts,
+            step_time=self.step_fn is not None or self.step_s > 0,
+            usable_cores=cores,
+            stage_totals=self.table.totals() if self.table is not None else None,
+        )
         if self.probe is not None:
             point.pss_main, point.pss_workers = self.probe.memory()
             point.fds, _ = self.probe.descriptors_and_switches()
@@ -293,10 +328,19 @@ class _Run:
         self.feed = None
 
 
-def measure(ds: Any, config: Config, *, timing: Timing | None = None, step: float | StepFn = 0.0,
-            shuffle: bool = True, collate_fn: Callable[[Any], Any] | None = None,
-            worker_init_fn: Callable[[int], object] | None = None, multiprocessing_context: Any = None,
-            probes: bool = True, cores: int = 1) -> Point:
+def measure(
+    ds: Any,
+    config: Config,
+    *,
+    timing: Timing | None = None,
+    step: float | StepFn = 0.0,
+    shuffle: bool = True,
+    collate_fn: Callable[[Any], Any] | None = None,
+    worker_init_fn: Callable[[int], object] | None = None,
+    multiprocessing_context: Any = None,
+    probes: bool = True,
+    cores: int = 1,
+) -> Point:
     """Measure one configuration on dataset ``ds`` (see :func:`fastdata.bench.sweep` for the arguments).
 
     A configuration that fails (a worker killed by the OOM killer, an exception in the dataset) gives a
@@ -309,9 +353,19 @@ def measure(ds: Any, config: Config, *, timing: Timing | None = None, step: floa
             # measuring more workers than cores is the point of a sweep; pinning without CUDA is a no-op
             warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
             warnings.filterwarnings("ignore", message=".*pin_memory.*", category=UserWarning)
-            run = _Run(ds, config, timing, step, probes,
-                       {"shuffle": shuffle, "collate_fn": collate_fn, "worker_init_fn": worker_init_fn,
-                        "multiprocessing_context": multiprocessing_context})
+            run = _Run(
+                ds,
+                config,
+                timing,
+                step,
+                probes,
+                {
+                    "shuffle": shuffle,
+                    "collate_fn": collate_fn,
+                    "worker_init_fn": worker_init_fn,
+                    "multiprocessing_context": multiprocessing_context,
+                },
+            )
             startup = run.start()
             switches0 = run.probe.descriptors_and_switches()[1] if run.probe else 0
             gap = run.warm_up()
@@ -337,7 +391,7 @@ def _settled(windows: list[Window], timing: Timing, span: float) -> bool:
     full = [w for w in windows if w.wall >= 0.5 * span]
     if len(full) < timing.min_windows:
         return False
-    rates = [w.rate for w in full[-timing.min_windows:]]
+    rates = [w.rate for w in full[-timing.min_windows :]]
     mid = statistics.median(rates)
     return mid > 0 and (max(rates) - min(rates)) / mid <= timing.max_spread
 

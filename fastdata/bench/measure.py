@@ -37,8 +37,13 @@ def default_workers(cores: int | None = None) -> list[int]:
     return counts
 
 
-def grid(workers: Iterable[int], prefetch_factor: Iterable[int], pin_memory: Iterable[bool],
-         persistent_workers: Iterable[bool], batch_size: int | None) -> list[Config]:
+def grid(
+    workers: Iterable[int],
+    prefetch_factor: Iterable[int],
+    pin_memory: Iterable[bool],
+    persistent_workers: Iterable[bool],
+    batch_size: int | None,
+) -> list[Config]:
     """Every configuration, without repeats (prefetch and persistence mean nothing with 0 workers)."""
     seen: dict[Config, None] = {}
     for w, pf, pin, persist in itertools.product(workers, prefetch_factor, pin_memory, persistent_workers):
@@ -53,7 +58,8 @@ def grid(workers: Iterable[int], prefetch_factor: Iterable[int], pin_memory: Ite
 def _dataset(dataset_or_factory: Any) -> tuple[Any, bool]:
     """(the dataset, whether we built it and must close it)."""
     if not isinstance(dataset_or_factory, type) and (
-            hasattr(dataset_or_factory, "__getitem__") or hasattr(dataset_or_factory, "__iter__")):
+        hasattr(dataset_or_factory, "__getitem__") or hasattr(dataset_or_factory, "__iter__")
+    ):
         return dataset_or_factory, False
     if callable(dataset_or_factory):
         return dataset_or_factory(), True
@@ -137,10 +143,20 @@ def sweep(
     if not callable(step_time):
         check_positive("step_time", step_time, allow_zero=True)
     settings = {
-        "workers": workers, "batch_size": batch_size, "prefetch_factor": list(prefetch_factor),
-        "pin_memory": list(pin_memory), "persistent_workers": list(persistent_workers), "step_time": step_desc,
-        "seconds": seconds, "window": window, "warmup": warmup, "min_windows": min_windows,
-        "max_spread": max_spread, "rounds": rounds, "shuffle": shuffle, "probes": probes,
+        "workers": workers,
+        "batch_size": batch_size,
+        "prefetch_factor": list(prefetch_factor),
+        "pin_memory": list(pin_memory),
+        "persistent_workers": list(persistent_workers),
+        "step_time": step_desc,
+        "seconds": seconds,
+        "window": window,
+        "warmup": warmup,
+        "min_windows": min_windows,
+        "max_spread": max_spread,
+        "rounds": rounds,
+        "shuffle": shuffle,
+        "probes": probes,
         "collate_fn": _name(collate_fn) if collate_fn else None,
         "multiprocessing_context": str(multiprocessing_context or start_method()),
     }
@@ -161,9 +177,18 @@ def sweep(
         try:
             # a dataset that batches itself has a length in batches, not samples
             epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
-            point = measure(ds, config, timing=timing, step=step_time, shuffle=shuffle, collate_fn=collate_fn,
-                            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
-                            probes=probes, cores=cores)
+            point = measure(
+                ds,
+                config,
+                timing=timing,
+                step=step_time,
+                shuffle=shuffle,
+                collate_fn=collate_fn,
+                worker_init_fn=worker_init_fn,
+                multiprocessing_context=multiprocessing_context,
+                probes=probes,
+                cores=cores,
+            )
         finally:
             if owned and callable(getattr(ds, "close", None)):
                 ds.close()
@@ -173,8 +198,9 @@ def sweep(
             progress(done, total, point)
 
     def result() -> SweepResult:
-        return SweepResult([merge(pts) for pts in per_config.values()], settings, {"usable_cores": cores},
-                           description, epoch_samples)
+        return SweepResult(
+            [merge(pts) for pts in per_config.values()], settings, {"usable_cores": cores}, description, epoch_samples
+        )
 
     try:
         if main_threads is not None:
@@ -216,8 +242,11 @@ def doubts(result: SweepResult) -> list[Config]:
     best = max(ok, key=lambda p: p.samples_per_s)
     out: list[Config] = []
     cores = result.usable_cores
-    larger = [p for p in ok if p.config.series() == rec.config.series()
-              and rec.config.num_workers < p.config.num_workers <= cores]
+    larger = [
+        p
+        for p in ok
+        if p.config.series() == rec.config.series() and rec.config.num_workers < p.config.num_workers <= cores
+    ]
     if rec.config.num_workers and larger and classify(rec, cores) == "cpu" and not cores_saturated(rec, cores):
         out = [rec.config, min(larger, key=lambda p: p.config.num_workers).config]
     elif best is not rec and max(rec.spread, best.spread) > NOISY:

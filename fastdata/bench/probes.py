@@ -297,8 +297,13 @@ class SystemProbe:
             if cpu < len(per_cpu):
                 t = per_cpu[cpu]
                 # guest time is already counted in user time
-                busy += sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) \
+                busy += (
+                    sum(t)
+                    - t.idle
+                    - getattr(t, "iowait", 0.0)
+                    - getattr(t, "guest", 0.0)
                     - getattr(t, "guest_nice", 0.0)
+                )
                 iowait += getattr(t, "iowait", 0.0)
         return {
             "main_cpu": time.thread_time(),
@@ -314,6 +319,7 @@ class SystemProbe:
 
     def memory(self) -> tuple[float, list[float]]:
         """PSS of the main process and of each worker, in bytes (0 where it cannot be read)."""
+
         def pss(proc: psutil.Process) -> float:
             try:
                 return float(getattr(proc.memory_full_info(), "pss", 0.0))
@@ -342,5 +348,13 @@ def threading_native_id() -> int:
     return threading.get_native_id()
 
 
-__all__ = ["ProbeInit", "Probed", "ProbedCollate", "StageTable", "SystemProbe", "leading_dim", "payload_bytes",
-           "procs_blocked"]
+__all__ = [
+    "ProbeInit",
+    "Probed",
+    "ProbedCollate",
+    "StageTable",
+    "SystemProbe",
+    "leading_dim",
+    "payload_bytes",
+    "procs_blocked",
+]

@@ -52,25 +52,57 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
     for p in result.points:
         mark = "★" if rec is not None and rec.point is p else ""
         if not p.ok:
-            table.add_row(mark, p.config.label(), f"{p.startup_s:.2f}", "-", "", "", *([""] if stall else []),
-                          "", "", "", "", "", "", f"[red]failed: {p.error}[/red]")
+            table.add_row(
+                mark,
+                p.config.label(),
+                f"{p.startup_s:.2f}",
+                "-",
+                "",
+                "",
+                *([""] if stall else []),
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                f"[red]failed: {p.error}[/red]",
+            )
             continue
         stages = "/".join(_ms(p.stage_ms.get(s)) for s in STAGES)
-        pss = _mb(p.pss_main) + ("+" + "+".join(_mb(x) for x in p.pss_workers[:1]) + (
-            f"x{len(p.pss_workers)}" if len(p.pss_workers) > 1 else "") if p.pss_workers else "")
-        row = [mark, p.config.label(), f"{p.startup_s:.2f}", f"{p.samples_per_s:,.0f}", f"{p.spread:.0%}",
-               f"{p.mb_per_s:.1f}"]
+        pss = _mb(p.pss_main) + (
+            "+"
+            + "+".join(_mb(x) for x in p.pss_workers[:1])
+            + (f"x{len(p.pss_workers)}" if len(p.pss_workers) > 1 else "")
+            if p.pss_workers
+            else ""
+        )
+        row = [
+            mark,
+            p.config.label(),
+            f"{p.startup_s:.2f}",
+            f"{p.samples_per_s:,.0f}",
+            f"{p.spread:.0%}",
+            f"{p.mb_per_s:.1f}",
+        ]
         if stall:
             row.append(f"{p.stall:.0%}" if p.stall is not None else "-")
-        row += [f"{p.main_busy:.0%}", f"{p.unpickle + p.pin:.0%}", f"{p.total_cores:.1f}/{p.demand:.1f}", stages, pss,
-                str(p.fds),
-                label(p, result)]
+        row += [
+            f"{p.main_busy:.0%}",
+            f"{p.unpickle + p.pin:.0%}",
+            f"{p.total_cores:.1f}/{p.demand:.1f}",
+            stages,
+            pss,
+            str(p.fds),
+            label(p, result),
+        ]
         table.add_row(*row, style="bold" if mark else None)
     return table
 
 
-def print_report(result: SweepResult, rec: Recommendation, console: Console | None = None, *,
-                 title: str | None = None) -> None:
+def print_report(
+    result: SweepResult, rec: Recommendation, console: Console | None = None, *, title: str | None = None
+) -> None:
     """The table of points, then the recommendation and its diagnosis."""
     from rich.console import Console
     from rich.panel import Panel
@@ -79,15 +111,19 @@ def print_report(result: SweepResult, rec: Recommendation, console: Console | No
     console = console or Console()
     machine = result.machine
     head = title or "fastdata bench"
-    sub = (f"{result.dataset}\n{machine.get('usable_cores', '?')} usable cores, "
-           f"batch_size={result.settings.get('batch_size')}, "
-           f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point")
+    sub = (
+        f"{result.dataset}\n{machine.get('usable_cores', '?')} usable cores, "
+        f"batch_size={result.settings.get('batch_size')}, "
+        f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point"
+    )
     console.print(point_table(result, rec, title=f"{head}\n{sub}"))
     body = Text()
     body.append(rec.code() + "\n", style="bold green")
     if rec.point is not None and rec.best is not None:
-        body.append(f"{rec.point.samples_per_s:,.0f} samples/s, {rec.ratio_to_best:.0%} of the best measured "
-                    f"({rec.best.samples_per_s:,.0f} at {rec.best.config.label()}). Bottleneck: {rec.bottleneck}.\n")
+        body.append(
+            f"{rec.point.samples_per_s:,.0f} samples/s, {rec.ratio_to_best:.0%} of the best measured "
+            f"({rec.best.samples_per_s:,.0f} at {rec.best.config.label()}). Bottleneck: {rec.bottleneck}.\n"
+        )
     for sentence in rec.diagnosis:
         body.append("• " + sentence + "\n")
     if rec.per_rank:
@@ -99,12 +135,21 @@ def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation |
     """One row per backend: (backend, result, recommendation, note)."""
     from rich.table import Table
 
-    table = Table(title="fastdata bench --demo: recommended DataLoader settings per backend", title_justify="left",
-                  header_style="bold")
+    table = Table(
+        title="fastdata bench --demo: recommended DataLoader settings per backend",
+        title_justify="left",
+        header_style="bold",
+    )
     notes = any(note for *_, note in rows)
-    for name, justify in (("backend", "left"), ("best workers", "right"), ("samples/s", "right"),
-                          ("MB/s", "right"), ("1st batch s", "right"), ("bottleneck", "left"),
-                          *([("note", "left")] if notes else [])):
+    for name, justify in (
+        ("backend", "left"),
+        ("best workers", "right"),
+        ("samples/s", "right"),
+        ("MB/s", "right"),
+        ("1st batch s", "right"),
+        ("bottleneck", "left"),
+        *([("note", "left")] if notes else []),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for backend, _result, rec, note in rows:
         extra = [note] if notes else []
@@ -112,8 +157,15 @@ def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation |
             table.add_row(backend, "-", "-", "-", "-", "-", *extra)
             continue
         p = rec.point
-        table.add_row(backend, str(rec.config.num_workers), f"{p.samples_per_s:,.0f}", f"{p.mb_per_s:.1f}",
-                      f"{p.startup_s:.2f}", rec.bottleneck, *extra)
+        table.add_row(
+            backend,
+            str(rec.config.num_workers),
+            f"{p.samples_per_s:,.0f}",
+            f"{p.mb_per_s:.1f}",
+            f"{p.startup_s:.2f}",
+            rec.bottleneck,
+            *extra,
+        )
     return table
 
 
@@ -139,8 +191,9 @@ def read_json(path: str | os.PathLike[str]) -> SweepResult:
     return SweepResult.from_dict(data["result"])
 
 
-def write_plot(path: str | os.PathLike[str], result: SweepResult, rec: Recommendation | None = None, *,
-               title: str | None = None) -> Path:
+def write_plot(
+    path: str | os.PathLike[str], result: SweepResult, rec: Recommendation | None = None, *, title: str | None = None
+) -> Path:
     """A PNG: samples/s against workers (and stall, with a step time, else time to first batch), one line
     per prefetch/pin/persistence setting, the recommended point starred."""
     try:
@@ -160,20 +213,48 @@ def write_plot(path: str | os.PathLike[str], result: SweepResult, rec: Recommend
     for name, pts in sorted(series.items()):
         pts = sorted(pts, key=lambda p: p.config.num_workers)
         xs = [p.config.num_workers for p in pts]
-        top.errorbar(xs, [p.samples_per_s for p in pts], yerr=[p.spread * p.samples_per_s / 2 for p in pts],
-                     marker="o", capsize=3, label=name)
+        top.errorbar(
+            xs,
+            [p.samples_per_s for p in pts],
+            yerr=[p.spread * p.samples_per_s / 2 for p in pts],
+            marker="o",
+            capsize=3,
+            label=name,
+        )
         lower = [100 * (p.stall or 0.0) for p in pts] if stall else [p.startup_s for p in pts]
         bottom.plot(xs, lower, marker="o", label=name)
     if rec is not None and rec.point is not None:
         p = rec.point
-        top.plot([p.config.num_workers], [p.samples_per_s], marker="*", markersize=18, color="gold",
-                 markeredgecolor="black", zorder=5, label="recommended")
-        top.annotate(f"{p.config.label()}\n{rec.bottleneck}-bound" if rec.bottleneck not in ("none", "unknown")
-                     else p.config.label(), (p.config.num_workers, p.samples_per_s), textcoords="offset points",
-                     xytext=(-12, -28), ha="right", fontsize=9)
+        top.plot(
+            [p.config.num_workers],
+            [p.samples_per_s],
+            marker="*",
+            markersize=18,
+            color="gold",
+            markeredgecolor="black",
+            zorder=5,
+            label="recommended",
+        )
+        top.annotate(
+            f"{p.config.label()}\n{rec.bottleneck}-bound"
+            if rec.bottleneck not in ("none", "unknown")
+            else p.config.label(),
+            (p.config.num_workers, p.samples_per_s),
+            textcoords="offset points",
+            xytext=(-12, -28),
+            ha="right",
+            fontsize=9,
+        )
         lower_y = 100 * (p.stall or 0.0) if stall else p.startup_s
-        bottom.plot([p.config.num_workers], [lower_y], marker="*", markersize=14, color="gold",
-                    markeredgecolor="black", zorder=5)
+        bottom.plot(
+            [p.config.num_workers],
+            [lower_y],
+            marker="*",
+            markersize=14,
+            color="gold",
+            markeredgecolor="black",
+            zorder=5,
+        )
     top.margins(x=0.08)
     top.set_ylabel("samples/s")
     top.set_ylim(bottom=0)

@@ -190,9 +190,17 @@ class Point:
         return sum(self.worker_busy) + self.main_busy
 
     @classmethod
-    def from_windows(cls, config: Config, windows: list[Window], *, startup_s: float,
-                     restart_s: list[float], step_time: bool, usable_cores: int,
-                     stage_totals: dict[str, tuple[float, float]] | None = None) -> Point:
+    def from_windows(
+        cls,
+        config: Config,
+        windows: list[Window],
+        *,
+        startup_s: float,
+        restart_s: list[float],
+        step_time: bool,
+        usable_cores: int,
+        stage_totals: dict[str, tuple[float, float]] | None = None,
+    ) -> Point:
         """Aggregate raw windows: totals over all windows for rates and fractions; stage time per sample
         from ``stage_totals`` (the whole run, warm-up included) where given."""
         p = cls(config, startup_s=startup_s, usable_cores=usable_cores)
@@ -223,8 +231,9 @@ class Point:
         nworkers = max((len(w.workers_cpu) for w in windows), default=0)
         per = [sum(w.workers_cpu[i] for w in windows if i < len(w.workers_cpu)) / wall for i in range(nworkers)]
         p.per_worker_cores = per
-        p.worker_busy = [sum(w.workers_busy[i] for w in windows if i < len(w.workers_busy)) / wall
-                         for i in range(nworkers)]
+        p.worker_busy = [
+            sum(w.workers_busy[i] for w in windows if i < len(w.workers_busy)) / wall for i in range(nworkers)
+        ]
         p.worker_cores = sum(per)
         p.machine_busy_cores = sum(w.machine_busy for w in windows) / wall
         total_cpu = sum(w.machine_busy + w.machine_iowait for w in windows)
@@ -296,8 +305,13 @@ class SweepResult:
             raw = dict(raw)
             config = Config(**raw.pop("config"))
             points.append(Point(config, **raw))
-        return cls(points, data.get("settings", {}), data.get("machine", {}), data.get("dataset", ""),
-                   data.get("epoch_samples"))
+        return cls(
+            points,
+            data.get("settings", {}),
+            data.get("machine", {}),
+            data.get("dataset", ""),
+            data.get("epoch_samples"),
+        )
 
 
 __all__ = ["Config", "Point", "SweepResult", "Window"]

@@ -85,8 +85,10 @@ def convert(
     out = os.fspath(out)
     if format == "hdf5":
         if scheme(out) or staging is not None or storage_options:
-            raise ConfigError(f"{out}: format='hdf5' writes a local file; convert into a local folder, then "
-                              "upload the file (fastdata.storage.s3.upload_file)")
+            raise ConfigError(
+                f"{out}: format='hdf5' writes a local file; convert into a local folder, then "
+                "upload the file (fastdata.storage.s3.upload_file)"
+            )
         if shard_count is not None or shuffle or workers != 1:
             raise ConfigError("shard_count, shuffle and workers apply to format='tar' only")
         corpus = _scan_checked(src, skip_bad)
@@ -105,10 +107,22 @@ def convert(
     from fastdata.convert.tar import convert_tar
 
     corpus = scan_corpus(src)
-    return convert_tar(corpus, out, shard_size=None if shard_count is not None else parse_size(shard_size or "256MB"),
-                       shard_count=shard_count, workers=workers, shuffle=shuffle, seed=seed, prefix=prefix,
-                       skip_bad=skip_bad, restart=restart, fsync=fsync, progress=progress, staging=staging,
-                       storage_options=storage_options)
+    return convert_tar(
+        corpus,
+        out,
+        shard_size=None if shard_count is not None else parse_size(shard_size or "256MB"),
+        shard_count=shard_count,
+        workers=workers,
+        shuffle=shuffle,
+        seed=seed,
+        prefix=prefix,
+        skip_bad=skip_bad,
+        restart=restart,
+        fsync=fsync,
+        progress=progress,
+        staging=staging,
+        storage_options=storage_options,
+    )
 
 
 def _scan_checked(src: str | os.PathLike[str], skip_bad: bool) -> Corpus:

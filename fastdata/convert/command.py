@@ -21,41 +21,65 @@ def _hw(text: str) -> tuple[int, int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``fastdata convert`` (shared with ``tools/make_shards.py``)."""
     p.add_argument("src", help="an ImageFolder tree (one folder per class) or a flat folder of files")
-    p.add_argument("out", help="output folder (new or empty, or holding an interrupted run to resume), or "
-                               "s3://bucket/prefix (tar: shards are uploaded as they are finished)")
+    p.add_argument(
+        "out",
+        help="output folder (new or empty, or holding an interrupted run to resume), or "
+        "s3://bucket/prefix (tar: shards are uploaded as they are finished)",
+    )
     p.add_argument("--format", choices=["tar", "hdf5"], default="tar", help="output format (default: tar)")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--shard-size", default="256MB", metavar="SIZE",
-                      help="most bytes per shard, like 256MB, 1GB or 64MiB (default: 256MB)")
+    size.add_argument(
+        "--shard-size",
+        default="256MB",
+        metavar="SIZE",
+        help="most bytes per shard, like 256MB, 1GB or 64MiB (default: 256MB)",
+    )
     size.add_argument("--shard-count", type=int, metavar="N", help="exactly N shards of equal sample counts")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="processes writing shards (default: 1)")
     p.add_argument("--shuffle", action="store_true", help="shuffle files across shards (seeded by --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of --shuffle (default: 0)")
     p.add_argument("--prefix", default="shard", help="shard names are PREFIX-000000.tar ... (default: shard)")
-    p.add_argument("--skip-bad", action="store_true",
-                   help="convert the files that can be read and list the others in the manifest "
-                        "(default: stop before writing anything and list the problems)")
-    p.add_argument("--restart", action="store_true",
-                   help="discard an interrupted conversion in OUT made with other options")
-    p.add_argument("--no-fsync", dest="fsync", action="store_false",
-                   help="do not flush shards to disk before recording them (faster; a killed run still "
-                        "resumes correctly, a power loss may not)")
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="convert the files that can be read and list the others in the manifest "
+        "(default: stop before writing anything and list the problems)",
+    )
+    p.add_argument(
+        "--restart", action="store_true", help="discard an interrupted conversion in OUT made with other options"
+    )
+    p.add_argument(
+        "--no-fsync",
+        dest="fsync",
+        action="store_false",
+        help="do not flush shards to disk before recording them (faster; a killed run still "
+        "resumes correctly, a power loss may not)",
+    )
     p.add_argument("--decode", action="store_true", help="hdf5: store decoded pixels")
     p.add_argument("--size", type=_hw, metavar="HxW", help="hdf5 with --decode: resize images to HxW")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     s3 = p.add_argument_group("s3:// output (tar)")
-    s3.add_argument("--staging", metavar="DIR",
-                    help="local folder to stage shards in before their upload (deleted when complete; default: "
-                         "$FASTDATA_CACHE_DIR or ~/.cache/fastdata, under convert-staging/)")
-    s3.add_argument("--endpoint-url", metavar="URL",
-                    help="S3 endpoint, like http://127.0.0.1:9000 (default: the AWS chain: AWS_ENDPOINT_URL ...)")
+    s3.add_argument(
+        "--staging",
+        metavar="DIR",
+        help="local folder to stage shards in before their upload (deleted when complete; default: "
+        "$FASTDATA_CACHE_DIR or ~/.cache/fastdata, under convert-staging/)",
+    )
+    s3.add_argument(
+        "--endpoint-url",
+        metavar="URL",
+        help="S3 endpoint, like http://127.0.0.1:9000 (default: the AWS chain: AWS_ENDPOINT_URL ...)",
+    )
     s3.add_argument("--profile", metavar="NAME", help="AWS profile for the credentials (default: the AWS chain)")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("convert", help="convert a folder of small files into tar shards or HDF5",
-                       description="Convert an ImageFolder tree or a flat folder into WebDataset tar shards "
-                                   "(or HDF5). Rerun the same command to resume an interrupted conversion.")
+    p = sub.add_parser(
+        "convert",
+        help="convert a folder of small files into tar shards or HDF5",
+        description="Convert an ImageFolder tree or a flat folder into WebDataset tar shards "
+        "(or HDF5). Rerun the same command to resume an interrupted conversion.",
+    )
     add_arguments(p)
     p.set_defaults(run=run)
 
@@ -68,15 +92,34 @@ def run(args: argparse.Namespace) -> int:
     options = {k: v for k, v in (("endpoint_url", args.endpoint_url), ("profile_name", args.profile)) if v}
     if (options or args.staging) and not args.out.startswith("s3://"):
         raise ConfigError("--staging, --endpoint-url and --profile apply to an s3:// output only")
-    manifest = convert(
-        args.src, args.out, format=args.format,
-        shard_size=args.shard_size if args.shard_count is None else None, shard_count=args.shard_count,
-        workers=args.workers, shuffle=args.shuffle, seed=args.seed, prefix=args.prefix, skip_bad=args.skip_bad,
-        restart=args.restart, fsync=args.fsync, progress=not args.quiet, staging=args.staging,
-        storage_options=options,
-    ) if args.format == "tar" else convert(
-        args.src, args.out, format="hdf5", skip_bad=args.skip_bad, decode=args.decode, size=args.size,
-        progress=not args.quiet,
+    manifest = (
+        convert(
+            args.src,
+            args.out,
+            format=args.format,
+            shard_size=args.shard_size if args.shard_count is None else None,
+            shard_count=args.shard_count,
+            workers=args.workers,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            prefix=args.prefix,
+            skip_bad=args.skip_bad,
+            restart=args.restart,
+            fsync=args.fsync,
+            progress=not args.quiet,
+            staging=args.staging,
+            storage_options=options,
+        )
+        if args.format == "tar"
+        else convert(
+            args.src,
+            args.out,
+            format="hdf5",
+            skip_bad=args.skip_bad,
+            decode=args.decode,
+            size=args.size,
+            progress=not args.quiet,
+        )
     )
     summary(manifest, args.out)
     return 0

@@ -93,8 +93,10 @@ def scan_corpus(src: str | os.PathLike[str]) -> Corpus:
             before = len(corpus.items)
             _walk(corpus, root, Path(entry.path), label, seen_dirs)
             if len(corpus.items) == before:
-                corpus.problems.append(f"{entry.path}: class folder has no readable file; "
-                                       f"class {entry.name!r} keeps label {label} but gets no samples")
+                corpus.problems.append(
+                    f"{entry.path}: class folder has no readable file; "
+                    f"class {entry.name!r} keeps label {label} but gets no samples"
+                )
     else:
         _walk(corpus, root, root, -1, seen_dirs)
     if not corpus.items:
@@ -109,8 +111,9 @@ def _dir_id(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _walk(corpus: Corpus, root: Path, folder: Path, label: int, seen_dirs: set[tuple[int, int]],
-          rel: str | None = None) -> None:
+def _walk(
+    corpus: Corpus, root: Path, folder: Path, label: int, seen_dirs: set[tuple[int, int]], rel: str | None = None
+) -> None:
     # plain strings and DirEntry.stat(), not Path objects and os.path.relpath: listing dominated the
     # conversion of small files (0.6 s for 10k files, as long as 'tar cf' takes for all of them)
     if rel is None:

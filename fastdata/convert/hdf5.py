@@ -67,8 +67,9 @@ def output_paths(out: str | os.PathLike[str]) -> tuple[Path, Path]:
     return target, target.parent / MANIFEST
 
 
-def convert_hdf5(corpus: Corpus, out: str, *, decode: bool, size: tuple[int, int] | None,
-                 progress: bool) -> dict[str, Any]:
+def convert_hdf5(
+    corpus: Corpus, out: str, *, decode: bool, size: tuple[int, int] | None, progress: bool
+) -> dict[str, Any]:
     """Write ``corpus`` into one HDF5 file and its ``manifest.json``; return the manifest.
 
     Args:
@@ -94,8 +95,11 @@ def convert_hdf5(corpus: Corpus, out: str, *, decode: bool, size: tuple[int, int
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)  # left by a killed run: restart from scratch
     if corpus.problems:
-        warnings.warn(f"fastdata convert: {len(corpus.problems)} file(s) of the corpus cannot be used and are "
-                      f"left out (listed in the manifest's 'problems'); first: {corpus.problems[0]}", stacklevel=2)
+        warnings.warn(
+            f"fastdata convert: {len(corpus.problems)} file(s) of the corpus cannot be used and are "
+            f"left out (listed in the manifest's 'problems'); first: {corpus.problems[0]}",
+            stacklevel=2,
+        )
     order = np.random.default_rng(WRITE_ORDER_SEED).permutation(len(corpus.items))
     items = [corpus.items[i] for i in order]
     try:
@@ -112,15 +116,22 @@ def convert_hdf5(corpus: Corpus, out: str, *, decode: bool, size: tuple[int, int
     return manifest
 
 
-def _write(path: Path, corpus: Corpus, items: list[Item], *, decode: bool, size: tuple[int, int] | None,
-           progress: bool) -> tuple[int, int, int] | None:
+def _write(
+    path: Path, corpus: Corpus, items: list[Item], *, decode: bool, size: tuple[int, int] | None, progress: bool
+) -> tuple[int, int, int] | None:
     n = len(items)
-    with h5py.File(path, "w") as f, tqdm(total=n, unit="img", desc=f"fastdata: writing {path.stem}",
-                                          disable=not progress) as bar:
+    with (
+        h5py.File(path, "w") as f,
+        tqdm(total=n, unit="img", desc=f"fastdata: writing {path.stem}", disable=not progress) as bar,
+    ):
         labels = np.array([item.label for item in items], dtype=np.int64)
         f.create_dataset("label", data=labels, chunks=(min(n, LABEL_CHUNK_ROWS),))
-        f.create_dataset("key", data=np.array([item.relpath for item in items], dtype=object),
-                         dtype=h5py.string_dtype(), chunks=(min(n, VLEN_CHUNK_ROWS),))
+        f.create_dataset(
+            "key",
+            data=np.array([item.relpath for item in items], dtype=object),
+            dtype=h5py.string_dtype(),
+            chunks=(min(n, VLEN_CHUNK_ROWS),),
+        )
         _attrs(f, corpus, decode)
         image: Any = None
         shape: tuple[int, int, int] | None = None
@@ -129,8 +140,9 @@ def _write(path: Path, corpus: Corpus, items: list[Item], *, decode: bool, size:
             blobs = [_read(item) for item in batch]
             if not decode:
                 if image is None:
-                    image = f.create_dataset("image", (n,), dtype=h5py.vlen_dtype(np.uint8),
-                                             chunks=(min(n, VLEN_CHUNK_ROWS),))
+                    image = f.create_dataset(
+                        "image", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(min(n, VLEN_CHUNK_ROWS),)
+                    )
                 _write_vlen(image, lo, blobs)
             else:
                 arrays = [_decode(item, blob, size) for item, blob in zip(batch, blobs)]
@@ -140,12 +152,14 @@ def _write(path: Path, corpus: Corpus, items: list[Item], *, decode: bool, size:
                         raise ConfigError(
                             f"{item.path}: image is {arr.shape[0]}x{arr.shape[1]}, the first is {expected[0]}x"
                             f"{expected[1]}; decoded images need one size: pass size=(H, W) (--size HxW) to "
-                            "resize them all")
+                            "resize them all"
+                        )
                 if image is None:
                     shape = arrays[0].shape  # type: ignore[assignment]
                     per_chunk = max(1, min(n, CHUNK_BYTES // arrays[0].nbytes))
-                    image = f.create_dataset("image", (n, *arrays[0].shape), dtype=np.uint8,
-                                             chunks=(per_chunk, *arrays[0].shape))
+                    image = f.create_dataset(
+                        "image", (n, *arrays[0].shape), dtype=np.uint8, chunks=(per_chunk, *arrays[0].shape)
+                    )
                 image[lo : lo + len(batch)] = np.stack(arrays)
             bar.update(len(batch))
     return shape
@@ -187,8 +201,11 @@ def _decode(item: Item, blob: bytes, size: tuple[int, int] | None) -> np.ndarray
         with Image.open(io.BytesIO(blob)) as img:
             rgb = img.convert("RGB")
     except Exception as e:
-        raise DecodeFailed(f"{item.path}: cannot decode as an image ({type(e).__name__}: {e}); remove or replace "
-                           "the file, or convert without --decode to keep the bytes", item.path) from e
+        raise DecodeFailed(
+            f"{item.path}: cannot decode as an image ({type(e).__name__}: {e}); remove or replace "
+            "the file, or convert without --decode to keep the bytes",
+            item.path,
+        ) from e
     if size is not None and (rgb.height, rgb.width) != tuple(size):
         rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
     return np.asarray(rgb, dtype=np.uint8)
@@ -212,11 +229,13 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _manifest(corpus: Corpus, target: Path, digest: str, nbytes: int, *, decode: bool,
-              shape: tuple[int, int, int] | None) -> dict[str, Any]:
+def _manifest(
+    corpus: Corpus, target: Path, digest: str, nbytes: int, *, decode: bool, shape: tuple[int, int, int] | None
+) -> dict[str, Any]:
     n = len(corpus.items)
-    image: dict[str, Any] = ({"kind": "array", "dtype": "uint8", "shape": list(shape)} if shape is not None
-                             else {"kind": "bytes"})
+    image: dict[str, Any] = (
+        {"kind": "array", "dtype": "uint8", "shape": list(shape)} if shape is not None else {"kind": "bytes"}
+    )
     return {
         "format": "hdf5",
         "version": 1,
@@ -225,8 +244,7 @@ def _manifest(corpus: Corpus, target: Path, digest: str, nbytes: int, *, decode:
         "classes": list(corpus.classes),
         "class_counts": corpus.class_counts(),
         "shards": [{"name": target.name, "samples": n, "bytes": nbytes, "sha256": digest}],
-        "fields": {"image": image, "label": {"kind": "array", "dtype": "int64", "shape": []},
-                   "key": {"kind": "str"}},
+        "fields": {"image": image, "label": {"kind": "array", "dtype": "int64", "shape": []}, "key": {"kind": "str"}},
         "decoded": decode,
         "write_order_seed": WRITE_ORDER_SEED,
         "source": corpus.root,

@@ -27,8 +27,22 @@ from fastdata.formats.tar import BLOCK
 
 DEFAULT_EXT = "bin"  # for files without an extension
 LABEL_EXT = "cls"
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
 
 
 def parse_size(text: str | int) -> int:
@@ -157,8 +171,10 @@ def plan_shards(
     problems: list[str] = []
     for item, (key, ext) in zip(corpus.items, names):
         if labelled and ext == LABEL_EXT:
-            problems.append(f"{item.path}: a '.{LABEL_EXT}' file in a labelled corpus would clash with the "
-                            f"label member '{key}.{LABEL_EXT}'; rename it")
+            problems.append(
+                f"{item.path}: a '.{LABEL_EXT}' file in a labelled corpus would clash with the "
+                f"label member '{key}.{LABEL_EXT}'; rename it"
+            )
             continue
         entries.append(Entry(item.path, item.relpath, key, ext, item.label, item.size))
     if shuffle:

@@ -91,7 +91,7 @@ def list_sizes(url: str, config: S3Config, stats: Stats) -> dict[str, int]:
             kwargs["ContinuationToken"] = token
         page = call(config, stats, url, lambda s3, kw=kwargs: s3.list_objects_v2(**kw))  # type: ignore[misc]
         for obj in page.get("Contents", []):
-            sizes[obj["Key"][len(prefix):]] = int(obj["Size"])
+            sizes[obj["Key"][len(prefix) :]] = int(obj["Size"])
         if not page.get("IsTruncated"):
             return sizes
         token = page["NextContinuationToken"]
@@ -136,10 +136,12 @@ class RemoteOutput:
         if foreign:
             raise ConfigError(
                 f"{self.url}: holds {len(foreign)} object(s) this conversion would not write, like "
-                f"{foreign[0]!r}; convert into an empty prefix, or delete them first (nothing was written)")
+                f"{foreign[0]!r}; convert into an empty prefix, or delete them first (nothing was written)"
+            )
 
-    def done_records(self, state: ConversionState, plan: Plan) -> tuple[dict[str, dict[str, Any]],
-                                                                      list[dict[str, Any]]]:
+    def done_records(
+        self, state: ConversionState, plan: Plan
+    ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         """Sort the planned shards (after :meth:`check_prefix`): ``(records of the finished ones, records
         of those finished but still staged, to upload)``; the others are to be written."""
         self.state = state
@@ -149,8 +151,11 @@ class RemoteOutput:
         for name, record in state.records(plan).items():
             if name in staged:
                 continue
-            if record.get("uploaded") and listed.get(name) == record["bytes"] and \
-                    listed.get(name + ".idx") == record.get("idx_bytes"):
+            if (
+                record.get("uploaded")
+                and listed.get(name) == record["bytes"]
+                and listed.get(name + ".idx") == record.get("idx_bytes")
+            ):
                 done[name] = record
         self.uploaded = len(done)
         return {**done, **staged}, [staged[n] for n in plan.names if n in staged]

@@ -25,8 +25,14 @@ from fastdata.formats.manifest import MANIFEST
 from fastdata.formats.tar_writer import write_atomic
 
 STATE_DIR = ".fastdata-convert"
-_FLAGS = {"shard_size": "--shard-size", "shard_count": "--shard-count", "shuffle": "--shuffle",
-          "seed": "--seed", "prefix": "--prefix", "format": "--format"}
+_FLAGS = {
+    "shard_size": "--shard-size",
+    "shard_count": "--shard-count",
+    "shuffle": "--shuffle",
+    "seed": "--seed",
+    "prefix": "--prefix",
+    "format": "--format",
+}
 
 
 class ConversionState:
@@ -61,8 +67,9 @@ class ConversionState:
         out: dict[str, dict[str, Any]] = {}
         for name, record in self.records(plan).items():
             try:
-                if os.stat(os.path.join(self.out, name)).st_size == record["bytes"] and \
-                        os.path.isfile(os.path.join(self.out, name + ".idx")):
+                if os.stat(os.path.join(self.out, name)).st_size == record["bytes"] and os.path.isfile(
+                    os.path.join(self.out, name + ".idx")
+                ):
                     out[name] = record
             except OSError:
                 continue  # missing or stale: the shard is redone
@@ -106,20 +113,30 @@ class ConversionState:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.out, name))
         os.makedirs(self.done_dir, exist_ok=True)
-        state = {"version": 1, "fingerprint": fingerprint, "options": plan.options, "src": src,
-                 "shards": len(plan.names), "samples": plan.samples}
+        state = {
+            "version": 1,
+            "fingerprint": fingerprint,
+            "options": plan.options,
+            "src": src,
+            "shards": len(plan.names),
+            "samples": plan.samples,
+        }
         write_atomic(state_file, json.dumps(state, indent=1).encode(), fsync=self.fsync)
         return False
 
     def _mismatch(self, earlier: dict[str, Any], plan: Plan) -> str:
         before = earlier.get("options", {})
-        diffs = [f"{_FLAGS.get(k, k)} was {before.get(k)!r}, now {v!r}"
-                 for k, v in plan.options.items() if before.get(k) != v]
-        why = ("; ".join(diffs) if diffs else
-               "the corpus changed since (files added, removed, renamed or resized)")
-        return (f"{self.out}: holds an interrupted conversion that this run does not match: {why}. "
-                "Rerun the same command over the same corpus to resume it, or pass --restart "
-                "(restart=True) to discard it, or convert into another folder")
+        diffs = [
+            f"{_FLAGS.get(k, k)} was {before.get(k)!r}, now {v!r}"
+            for k, v in plan.options.items()
+            if before.get(k) != v
+        ]
+        why = "; ".join(diffs) if diffs else "the corpus changed since (files added, removed, renamed or resized)"
+        return (
+            f"{self.out}: holds an interrupted conversion that this run does not match: {why}. "
+            "Rerun the same command over the same corpus to resume it, or pass --restart "
+            "(restart=True) to discard it, or convert into another folder"
+        )
 
     def clean_temporaries(self) -> int:
         """Delete temporary files that a killed run left behind; return how many."""
@@ -148,8 +165,10 @@ def open_state(out: str, *, fsync: bool) -> Iterator[ConversionState]:
     if not os.path.isdir(root):
         others = os.listdir(out) if os.path.isdir(out) else []
         if others:
-            raise ConfigError(f"{out}: is not empty ({len(others)} entries, like {sorted(others)[0]!r}) and "
-                              "holds no interrupted conversion; convert into an empty or new folder")
+            raise ConfigError(
+                f"{out}: is not empty ({len(others)} entries, like {sorted(others)[0]!r}) and "
+                "holds no interrupted conversion; convert into an empty or new folder"
+            )
     os.makedirs(root, exist_ok=True)
     lock_path = os.path.join(out, STATE_DIR, "lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -157,8 +176,9 @@ def open_state(out: str, *, fsync: bool) -> Iterator[ConversionState]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"{out}: another 'fastdata convert' is writing this folder now; wait for it "
-                              "to finish, or stop it") from None
+            raise ConfigError(
+                f"{out}: another 'fastdata convert' is writing this folder now; wait for it to finish, or stop it"
+            ) from None
         yield ConversionState(out, fsync, fd)
     finally:
         os.close(fd)  # releases the lock

@@ -49,9 +49,11 @@ class CorpusProblems(FastdataError):
     def __init__(self, src: str, problems: list[str]) -> None:
         shown = "\n  ".join(problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        super().__init__(f"{src}: {len(problems)} problem(s) in the corpus; nothing was written:\n  {shown}{more}\n"
-                         "Fix them, or pass --skip-bad (skip_bad=True) to convert the rest; the manifest then "
-                         "counts what was left out")
+        super().__init__(
+            f"{src}: {len(problems)} problem(s) in the corpus; nothing was written:\n  {shown}{more}\n"
+            "Fix them, or pass --skip-bad (skip_bad=True) to convert the rest; the manifest then "
+            "counts what was left out"
+        )
         self.problems = problems
 
 
@@ -59,8 +61,16 @@ def _file_problem(message: str) -> bool:
     return "class folder has no readable file" not in message
 
 
-def write_shard(out: str, name: str, entries: list[Entry], *, labelled: bool, skip_bad: bool, fsync: bool,
-                progress: Progress | None = None) -> dict[str, Any]:
+def write_shard(
+    out: str,
+    name: str,
+    entries: list[Entry],
+    *,
+    labelled: bool,
+    skip_bad: bool,
+    fsync: bool,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Write one planned shard to ``out/name`` and return its record (for the manifest).
 
     Raises:
@@ -96,9 +106,16 @@ def write_shard(out: str, name: str, entries: list[Entry], *, labelled: bool, sk
     if progress is not None:
         progress(done % _REPORT_EVERY, nbytes)
     index = result.index.to_bytes()  # the bytes the writer stored as the sidecar: an upload checks them
-    return {"name": name, "samples": result.samples, "bytes": result.bytes, "sha256": result.sha256,
-            "idx_bytes": len(index), "idx_sha256": hashlib.sha256(index).hexdigest(),
-            "labels": {str(k): v for k, v in sorted(labels.items())}, "skipped": skipped}
+    return {
+        "name": name,
+        "samples": result.samples,
+        "bytes": result.bytes,
+        "sha256": result.sha256,
+        "idx_bytes": len(index),
+        "idx_sha256": hashlib.sha256(index).hexdigest(),
+        "labels": {str(k): v for k, v in sorted(labels.items())},
+        "skipped": skipped,
+    }
 
 
 # -- parallel writing --------------------------------------------------------------------------------
@@ -127,8 +144,9 @@ def _report(files: int, nbytes: int) -> None:
         _counter[1] += nbytes
 
 
-def _write_shard_task(out: str, name: str, entries: list[Entry], labelled: bool, skip_bad: bool,
-                      fsync: bool, state_fsync: bool) -> dict[str, Any]:
+def _write_shard_task(
+    out: str, name: str, entries: list[Entry], labelled: bool, skip_bad: bool, fsync: bool, state_fsync: bool
+) -> dict[str, Any]:
     record = write_shard(out, name, entries, labelled=labelled, skip_bad=skip_bad, fsync=fsync, progress=_report)
     ConversionState(out, state_fsync).save_record(record)
     return record
@@ -140,9 +158,19 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def _run_parallel(state: ConversionState, plan: Plan, todo: list[int], *, labelled: bool, skip_bad: bool,
-                  fsync: bool, workers: int, bar: tqdm, remote: RemoteOutput | None = None,
-                  staged: list[dict[str, Any]] | None = None) -> None:
+def _run_parallel(
+    state: ConversionState,
+    plan: Plan,
+    todo: list[int],
+    *,
+    labelled: bool,
+    skip_bad: bool,
+    fsync: bool,
+    workers: int,
+    bar: tqdm,
+    remote: RemoteOutput | None = None,
+    staged: list[dict[str, Any]] | None = None,
+) -> None:
     ctx = _mp_context()
     counter = ctx.Array("q", 2)
     seen = [0, 0]
@@ -151,14 +179,28 @@ def _run_parallel(state: ConversionState, plan: Plan, todo: list[int], *, labell
     # Shards are handed out a few at a time rather than all at once, so that for an s3:// output the
     # writers pause while too many finished shards wait in staging for their upload.
     ahead = 2 * workers
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(counter, state.lock_fd if ctx.get_start_method() == "fork" else -1)) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(counter, state.lock_fd if ctx.get_start_method() == "fork" else -1),
+    ) as pool:
         try:
             while queue or pending:
                 while queue and len(pending) < ahead and (remote is None or remote.room()):
                     i = queue.pop()
-                    pending.add(pool.submit(_write_shard_task, state.out, plan.names[i], plan.shards[i],
-                                            labelled, skip_bad, fsync, fsync))
+                    pending.add(
+                        pool.submit(
+                            _write_shard_task,
+                            state.out,
+                            plan.names[i],
+                            plan.shards[i],
+                            labelled,
+                            skip_bad,
+                            fsync,
+                            fsync,
+                        )
+                    )
                 if staged and remote is not None:
                     # only now: under fork the writers were started by the first submit, before any
                     # upload thread exists in this process
@@ -231,14 +273,17 @@ def convert_tar(
     else:
         folder = out
     if os.path.commonpath([os.path.realpath(folder), corpus.root]) == corpus.root:
-        raise ConfigError(f"{folder}: is inside the corpus {corpus.root}; its shards would be converted next "
-                          "time; write them somewhere else")
+        raise ConfigError(
+            f"{folder}: is inside the corpus {corpus.root}; its shards would be converted next "
+            "time; write them somewhere else"
+        )
     if workers < 1:
         raise ConfigError(f"workers={workers} must be >= 1")
     if shard_count is not None:
         shard_size = None
-    plan = plan_shards(corpus, shard_size=shard_size, shard_count=shard_count, shuffle=shuffle, seed=seed,
-                       prefix=prefix)
+    plan = plan_shards(
+        corpus, shard_size=shard_size, shard_count=shard_count, shuffle=shuffle, seed=seed, prefix=prefix
+    )
     problems = corpus.problems + plan.problems
     if problems and not skip_bad:
         raise CorpusProblems(corpus.root, problems)
@@ -250,16 +295,36 @@ def convert_tar(
         if remote is not None:
             stack.enter_context(remote)  # leaving early cancels the uploads still queued: no manifest
         state = stack.enter_context(open_state(folder, fsync=fsync))
-        manifest = _convert_in(state, plan, corpus, problems, workers=workers, skip_bad=skip_bad, restart=restart,
-                               fsync=fsync, progress=progress, remote=remote)
+        manifest = _convert_in(
+            state,
+            plan,
+            corpus,
+            problems,
+            workers=workers,
+            skip_bad=skip_bad,
+            restart=restart,
+            fsync=fsync,
+            progress=progress,
+            remote=remote,
+        )
     if remote is not None:
         remote.remove_staging()  # complete: nothing left to resume
     return manifest
 
 
-def _convert_in(state: ConversionState, plan: Plan, corpus: Corpus, problems: list[str], *, workers: int,
-                skip_bad: bool, restart: bool, fsync: bool, progress: bool,
-                remote: RemoteOutput | None) -> dict[str, Any]:
+def _convert_in(
+    state: ConversionState,
+    plan: Plan,
+    corpus: Corpus,
+    problems: list[str],
+    *,
+    workers: int,
+    skip_bad: bool,
+    restart: bool,
+    fsync: bool,
+    progress: bool,
+    remote: RemoteOutput | None,
+) -> dict[str, Any]:
     folder = state.out
     labelled = bool(corpus.classes)
     resumed = state.check_or_start(plan, src=corpus.root, restart=restart)
@@ -273,9 +338,16 @@ def _convert_in(state: ConversionState, plan: Plan, corpus: Corpus, problems: li
     total_files, total_bytes = plan.samples, sum(plan.shard_bytes(i) for i in range(len(plan.names)))
     done_files = sum(len(plan.shards[i]) for i, n in enumerate(plan.names) if n in records)
     done_bytes = sum(plan.shard_bytes(i) for i, n in enumerate(plan.names) if n in records)
-    bar = tqdm(total=total_bytes, initial=done_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-               desc=f"fastdata convert{' (resumed)' if resumed and records else ''}", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=total_bytes,
+        initial=done_bytes,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=f"fastdata convert{' (resumed)' if resumed and records else ''}",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     bar.files, bar.total_files, bar.total_shards = done_files, total_files, len(plan.names)  # type: ignore[attr-defined]
     with bar:
         if remote is not None and (workers == 1 or len(todo) <= 1):
@@ -285,14 +357,31 @@ def _convert_in(state: ConversionState, plan: Plan, corpus: Corpus, problems: li
             for i in todo:
                 if remote is not None:
                     remote.make_room()
-                record = write_shard(folder, plan.names[i], plan.shards[i], labelled=labelled, skip_bad=skip_bad,
-                                     fsync=fsync, progress=lambda f, b: _advance(bar, f, b, remote))
+                record = write_shard(
+                    folder,
+                    plan.names[i],
+                    plan.shards[i],
+                    labelled=labelled,
+                    skip_bad=skip_bad,
+                    fsync=fsync,
+                    progress=lambda f, b: _advance(bar, f, b, remote),
+                )
                 state.save_record(record)
                 if remote is not None:
                     remote.shard_written(record)
         elif todo:
-            _run_parallel(state, plan, todo, labelled=labelled, skip_bad=skip_bad, fsync=fsync,
-                          workers=min(workers, len(todo)), bar=bar, remote=remote, staged=staged)
+            _run_parallel(
+                state,
+                plan,
+                todo,
+                labelled=labelled,
+                skip_bad=skip_bad,
+                fsync=fsync,
+                workers=min(workers, len(todo)),
+                bar=bar,
+                remote=remote,
+                staged=staged,
+            )
         if remote is not None:
             bar.set_description_str("fastdata convert: waiting for the uploads")
             remote.poll(wait=True)
@@ -308,8 +397,10 @@ def _convert_in(state: ConversionState, plan: Plan, corpus: Corpus, problems: li
         where = "uploaded"
     missing = [n for n in plan.names if n not in records]
     if missing:
-        raise FastdataError(f"{folder}: shards {missing[:3]} were written but are not {where} as recorded "
-                            "(removed meanwhile?); rerun the same command to redo them")
+        raise FastdataError(
+            f"{folder}: shards {missing[:3]} were written but are not {where} as recorded "
+            "(removed meanwhile?); rerun the same command to redo them"
+        )
     manifest = build_manifest(plan, [records[n] for n in plan.names], corpus, problems)
     manifest["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest_path = os.path.join(folder, MANIFEST)
@@ -336,8 +427,9 @@ def build_manifest(plan: Plan, records: list[dict[str, Any]], corpus: Corpus, pr
         "bytes": sum(r["bytes"] for r in records),
         "classes": corpus.classes,
         "class_counts": {c: labels.get(i, 0) for i, c in enumerate(corpus.classes)},
-        "shards": [{"name": r["name"], "samples": r["samples"], "bytes": r["bytes"], "sha256": r["sha256"]}
-                   for r in records],
+        "shards": [
+            {"name": r["name"], "samples": r["samples"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in records
+        ],
         "pattern": brace_pattern(plan.names),
         "skipped": sum(1 for p in problems if _file_problem(p)) + len(write_skips),
         "problems": all_problems,

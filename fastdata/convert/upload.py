@@ -41,9 +41,17 @@ class ShardUploader:
         multipart_threshold, part_size (int): see :func:`upload_file`.
     """
 
-    def __init__(self, prefix: str, *, config: S3Config | None = None, skip_existing: bool = True,
-                 multipart_threshold: int = 64 * MiB, part_size: int = 16 * MiB, stats: Stats | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        config: S3Config | None = None,
+        skip_existing: bool = True,
+        multipart_threshold: int = 64 * MiB,
+        part_size: int = 16 * MiB,
+        stats: Stats | None = None,
+        **options: Any,
+    ) -> None:
         bucket, key = parse_url(prefix)
         self.prefix = f"s3://{bucket}/{key.rstrip('/') + '/' if key.strip('/') else ''}"
         self.config = S3Config.from_options(config, **options)
@@ -71,8 +79,9 @@ class ShardUploader:
 
             self._manager = create_transfer_manager(client(self.config), self._transfer)
         url = self.url_of(name or os.path.basename(path))
-        future, size, digest = _start(path, url, self.config, self.stats, sha256, self.skip_existing,
-                                      0, 0, manager=self._manager)
+        future, size, digest = _start(
+            path, url, self.config, self.stats, sha256, self.skip_existing, 0, 0, manager=self._manager
+        )
         if future is None:
             self.skipped.append(url)
         else:

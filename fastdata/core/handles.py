@@ -152,8 +152,11 @@ class ProcessLocal(Generic[T]):
         self._cache.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_factory": self._factory, "_closer": self._cache._closer,
-                "_close_inherited": self._cache._close_inherited}
+        return {
+            "_factory": self._factory,
+            "_closer": self._cache._closer,
+            "_close_inherited": self._cache._close_inherited,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]

@@ -77,8 +77,7 @@ class _Timed:
         self.start = clock()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         lap(self.stage, self.start, self.n)
 
 

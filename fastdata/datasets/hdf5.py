@@ -101,18 +101,20 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         self.paths = expand_urls(paths)
         for path in self.paths:
             if scheme(path):
-                raise ConfigError(f"{path}: HDF5Dataset reads local files only; copy the file to local disk "
-                                  "(or convert the data to tar shards, which fastdata streams from s3://)")
+                raise ConfigError(
+                    f"{path}: HDF5Dataset reads local files only; copy the file to local disk "
+                    "(or convert the data to tar shards, which fastdata streams from s3://)"
+                )
         self.infos: list[FileInfo | None] = []
         first: FileInfo | None = None
-        for path in tqdm(self.paths, desc="fastdata: checking HDF5 files", unit="file",
-                         disable=len(self.paths) < 50, leave=False):
+        for path in tqdm(
+            self.paths, desc="fastdata: checking HDF5 files", unit="file", disable=len(self.paths) < 50, leave=False
+        ):
             self.infos.append(self._describe(path, first))
             first = first or self.infos[-1]
         self._fields: tuple[FieldInfo, ...] = next((i.fields for i in self.infos if i is not None), ())
         self._starts = np.concatenate([[0], np.cumsum([i.length if i else 0 for i in self.infos])]).astype(np.int64)
-        self._handles: HandleCache[int, H5Handle] = HandleCache(self._open, max_open=max_open,
-                                                                close_inherited=True)
+        self._handles: HandleCache[int, H5Handle] = HandleCache(self._open, max_open=max_open, close_inherited=True)
         self._pool = BufferPool()
 
     def _describe(self, path: str, first: FileInfo | None) -> FileInfo | None:
@@ -147,12 +149,13 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         out_of_range = (idx < -n) | (idx >= n)
         if out_of_range.any():
             bad = int(idx[out_of_range][0])
-            raise IndexError(f"index {bad} is out of range for {n} samples in {len(self.paths)} file(s) "
-                             f"({self.paths[0]}{', ...' if len(self.paths) > 1 else ''})")
+            raise IndexError(
+                f"index {bad} is out of range for {n} samples in {len(self.paths)} file(s) "
+                f"({self.paths[0]}{', ...' if len(self.paths) > 1 else ''})"
+            )
         idx = idx % n if n else idx
         files = np.searchsorted(self._starts, idx, side="right") - 1
         return files, idx - self._starts[files]
-
 
     def __getitem__(self, i: int) -> Any:
         self.follow_epoch()
@@ -166,8 +169,10 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         out = self._read(idx)
         if not out and len(idx):
-            raise BadSample(f"every sample of a batch of {len(idx)} was bad (all skipped); see the warnings "
-                            "above for the files", self.paths[self._locate(idx[:1])[0][0]])
+            raise BadSample(
+                f"every sample of a batch of {len(idx)} was bad (all skipped); see the warnings above for the files",
+                self.paths[self._locate(idx[:1])[0][0]],
+            )
         return out
 
     def _read(self, idx: np.ndarray) -> SampleBatch:
@@ -196,8 +201,16 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         samples = self._decoded(raw, bad, stages.lap("fetch", t, m))
         return SampleBatch(keys, idx[~bad], None if bad.any() else columns, lambda: samples)
 
-    def _read_file(self, k: int, pos: np.ndarray, rows: np.ndarray, idx: np.ndarray,
-                   columns: dict[str, np.ndarray], objects: dict[str, list[Any]], bad: np.ndarray) -> None:
+    def _read_file(
+        self,
+        k: int,
+        pos: np.ndarray,
+        rows: np.ndarray,
+        idx: np.ndarray,
+        columns: dict[str, np.ndarray],
+        objects: dict[str, list[Any]],
+        bad: np.ndarray,
+    ) -> None:
         path = self.paths[k]
         try:
             handle = self._handles.get(k)
@@ -225,8 +238,9 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
                         bad[p] = True
                         self._policy.handle(corrupt(path, field.name, row, int(idx[p]), errors[row]))
 
-    def _samples(self, idx: np.ndarray, keep: np.ndarray | None, columns: dict[str, np.ndarray],
-                 objects: dict[str, list[Any]]) -> list[Sample]:
+    def _samples(
+        self, idx: np.ndarray, keep: np.ndarray | None, columns: dict[str, np.ndarray], objects: dict[str, list[Any]]
+    ) -> list[Sample]:
         """The sample dicts of positions ``keep`` (all when None), fixed-size fields as views of ``columns``."""
         sources = [(name, columns[name] if name in columns else objects[name]) for name in self.fields]
         positions = range(len(idx)) if keep is None else keep.tolist()
@@ -270,9 +284,12 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
                 i = sample["__index__"]
                 file, row = self.locate(i)
                 path = self.paths[file]
-                raise DecodeFailed(f"{path}: field {f.name!r}, row {row} (dataset index {i}): cannot decode "
-                                   f"({type(e).__name__}: {e}); the bytes are damaged or not an image, or pass "
-                                   "decode='raw' to get the bytes", path) from e
+                raise DecodeFailed(
+                    f"{path}: field {f.name!r}, row {row} (dataset index {i}): cannot decode "
+                    f"({type(e).__name__}: {e}); the bytes are damaged or not an image, or pass "
+                    "decode='raw' to get the bytes",
+                    path,
+                ) from e
 
     @staticmethod
     def collate(samples: Sequence[Sample]) -> Any:
@@ -281,8 +298,15 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
         """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``."""
-        return EpochSampler(len(self), shuffle=shuffle, seed=self.seed, remainder=remainder,
-                            rank=self.rank, world_size=self.world_size, shared=self._shared)
+        return EpochSampler(
+            len(self),
+            shuffle=shuffle,
+            seed=self.seed,
+            remainder=remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
+        )
 
     def block_starts(self) -> np.ndarray:
         """First dataset index of each block of rows that are cheap to read together (each file's chunks
@@ -293,13 +317,30 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
                 parts.append(start + np.arange(0, info.length, info.block_rows, dtype=np.int64))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    def chunk_sampler(self, batch_size: int, *, shuffle: bool = True, drop_last: bool = False,
-                      remainder: Remainder = "drop", mix: int = 1) -> ChunkBatchSampler:
+    def chunk_sampler(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        remainder: Remainder = "drop",
+        mix: int = 1,
+    ) -> ChunkBatchSampler:
         """A rank-aware :class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler` over this dataset's chunks,
         following its ``set_epoch``: pass it as ``DataLoader(ds, batch_sampler=...)``."""
-        return ChunkBatchSampler(self.block_starts(), len(self), batch_size, shuffle=shuffle, seed=self.seed,
-                                 drop_last=drop_last, remainder=remainder, mix=mix, rank=self.rank,
-                                 world_size=self.world_size, shared=self._shared)
+        return ChunkBatchSampler(
+            self.block_starts(),
+            len(self),
+            batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
+            drop_last=drop_last,
+            remainder=remainder,
+            mix=mix,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
+        )
 
     def warm(self) -> None:
         """Open this worker's first file before the first batch is asked for."""
@@ -337,10 +378,15 @@ def _check_same_rows(first: FileInfo, info: FileInfo) -> None:
     """Samples of every file must collate together: the same kind, row shape and type per field."""
     for a, b in zip(first.fields, info.fields):
         if (a.kind, a.row_shape) != (b.kind, b.row_shape) or (a.kind == "array" and a.dtype != b.dtype):
+
             def rows(f: FieldInfo) -> str:
                 return f"{f.kind} rows {f.row_shape} {f.dtype}" if f.kind == "array" else f"{f.kind} rows"
-            raise BadLayout(f"{info.path}: field {b.name!r} has {rows(b)}, but {first.path} has {rows(a)}; "
-                            "a field must have the same row shape and type in every file", info.path)
+
+            raise BadLayout(
+                f"{info.path}: field {b.name!r} has {rows(b)}, but {first.path} has {rows(a)}; "
+                "a field must have the same row shape and type in every file",
+                info.path,
+            )
 
 
 def _decoders(decode: Any) -> tuple[Decoder | None, Callable[[Sample], Sample] | None]:

@@ -30,8 +30,13 @@ class SampleBatch(Sequence[Any]):
         keys (tuple[str, ...]): the keys of each sample dict (the fields, then ``"__index__"``).
     """
 
-    def __init__(self, keys: tuple[str, ...], indices: np.ndarray, columns: dict[str, np.ndarray] | None,
-                 build: Callable[[], list[Any]]) -> None:
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        indices: np.ndarray,
+        columns: dict[str, np.ndarray] | None,
+        build: Callable[[], list[Any]],
+    ) -> None:
         self.keys, self.indices, self.columns = keys, indices, columns
         self._build: Callable[[], list[Any]] | None = build
         self._samples: list[Any] = []

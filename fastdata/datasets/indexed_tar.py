@@ -58,11 +58,18 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         shard_urls = expand_urls(urls)
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size,
-                        counters=remote_counters(shard_urls))
-        self.source = TarSource(shard_urls, policy=self._policy, decoder=make_decoder(decode),
-                                transform=transform, max_open=max_open, storage_options=storage_options,
-                                stats=self._shared)
+        self._init_base(
+            seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
+        )
+        self.source = TarSource(
+            shard_urls,
+            policy=self._policy,
+            decoder=make_decoder(decode),
+            transform=transform,
+            max_open=max_open,
+            storage_options=storage_options,
+            stats=self._shared,
+        )
         self._starts = [0, *accumulate(self.source.counts)]
 
     @property
@@ -80,7 +87,6 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         i %= n
         shard = bisect.bisect_right(self._starts, i) - 1
         return shard, i - self._starts[shard]
-
 
     def __getitem__(self, i: int) -> Any:
         self.follow_epoch()
@@ -104,14 +110,24 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         if run:
             out.extend(self.source.read(run_shard, run))
         if not out and indices:
-            raise BadSample(f"every sample of a batch of {len(indices)} was bad (all skipped); "
-                            f"see the warnings above for the shards", self.urls[run_shard])
+            raise BadSample(
+                f"every sample of a batch of {len(indices)} was bad (all skipped); "
+                f"see the warnings above for the shards",
+                self.urls[run_shard],
+            )
         return out
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
         """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``."""
-        return EpochSampler(len(self), shuffle=shuffle, seed=self.seed, remainder=remainder,
-                            rank=self.rank, world_size=self.world_size, shared=self._shared)
+        return EpochSampler(
+            len(self),
+            shuffle=shuffle,
+            seed=self.seed,
+            remainder=remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
+        )
 
     def warm(self) -> None:
         """Open this worker's first shard reader before the first batch is asked for."""

@@ -139,8 +139,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         self.decoder = make_decoder(decode)
         self.transform = transform
         self.lookahead = lookahead
-        self.urls, sizes = resolve(source, self.config, self.stats, cache=cache, page_size=page_size,
-                                   progress=progress)
+        self.urls, sizes = resolve(source, self.config, self.stats, cache=cache, page_size=page_size, progress=progress)
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self._plan: tuple[bool, Remainder] | None = None  # the order of sampler(), for lookahead
         self._ahead: ProcessLocal[_Lookahead] = ProcessLocal(_Lookahead, _close_lookahead, close_inherited=False)
@@ -171,8 +170,15 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             return []
         if ahead.epoch != self.epoch or ahead.order is None:
             shuffle, remainder = self._plan
-            ahead.order = rank_indices(len(self), rank=self.rank, world_size=self.world_size, shuffle=shuffle,
-                                       seed=self.seed, epoch=self.epoch, remainder=remainder)
+            ahead.order = rank_indices(
+                len(self),
+                rank=self.rank,
+                world_size=self.world_size,
+                shuffle=shuffle,
+                seed=self.seed,
+                epoch=self.epoch,
+                remainder=remainder,
+            )
             ahead.position = np.full(len(self), -1, dtype=np.int64)
             ahead.position[ahead.order] = np.arange(len(ahead.order))
             ahead.epoch = self.epoch
@@ -250,15 +256,25 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         """A batch's samples; skipped ones are left out (the DataLoader calls this to batch)."""
         out = self._read(indices)
         if not out and indices:
-            raise BadSample(f"every sample of a batch of {len(indices)} was skipped (missing or unreadable "
-                            "objects); see the warnings above", self.urls[indices[0]])
+            raise BadSample(
+                f"every sample of a batch of {len(indices)} was skipped (missing or unreadable "
+                "objects); see the warnings above",
+                self.urls[indices[0]],
+            )
         return out
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
         """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``; its order
         also tells ``lookahead`` which objects each worker reads next."""
-        sampler = EpochSampler(len(self), shuffle=shuffle, seed=self.seed, remainder=remainder,
-                               rank=self.rank, world_size=self.world_size, shared=self._shared)
+        sampler = EpochSampler(
+            len(self),
+            shuffle=shuffle,
+            seed=self.seed,
+            remainder=remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
+        )
         self._plan = (shuffle, remainder)
         return sampler
 

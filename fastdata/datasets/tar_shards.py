@@ -82,22 +82,32 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
         shard_urls = expand_urls(urls)
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size,
-                        counters=remote_counters(shard_urls))
+        self._init_base(
+            seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
+        )
         self.shuffle, self.shuffle_window = shuffle, shuffle_window
         self.batch_size, self.drop_last, self.remainder = batch_size, drop_last, remainder
         self.collate_fn = collate_fn or default_collate
-        self.source = TarSource(shard_urls, policy=self._policy, decoder=make_decoder(decode),
-                                transform=transform, max_open=max_open, storage_options=storage_options,
-                                stats=self._shared, dealt=batch_size is not None)
+        self.source = TarSource(
+            shard_urls,
+            policy=self._policy,
+            decoder=make_decoder(decode),
+            transform=transform,
+            max_open=max_open,
+            storage_options=storage_options,
+            stats=self._shared,
+            dealt=batch_size is not None,
+        )
         self.total = sum(self.source.counts)
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)
         # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
         fewest = rank_span(self.total, self.world_size - 1, self.world_size, remainder)[1]
         if self.batch_size is not None and drop_last and fewest < self.batch_size:
-            raise PlanError(f"rank {self.world_size - 1} reads {fewest} samples per epoch, fewer than batch_size="
-                            f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
-                            "fewer ranks, or drop_last=False")
+            raise PlanError(
+                f"rank {self.world_size - 1} reads {fewest} samples per epoch, fewer than batch_size="
+                f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
+                "fewer ranks, or drop_last=False"
+            )
         # (epoch, batches, worker, num_workers): where the next pass starts; worker None = the whole rank
         self._resume: tuple[int, int, int | None, int | None] | None = None
         # (pid, epoch, next batch, worker, num_workers) of this process's latest pass, for state_dict()
@@ -148,14 +158,15 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         if saved_worker is None:  # a rank-level position: deal batches from ``batches`` on afresh
             return batches + world.worker, world.num_workers, world.worker
         if (saved_worker, saved_workers) != (world.worker, world.num_workers):
-            raise ConfigError(f"this state was saved by worker {saved_worker} of {saved_workers} and is being "
-                              f"loaded in worker {world.worker} of {world.num_workers}; a per-worker state "
-                              "(from StatefulDataLoader) needs the same num_workers, or resume through "
-                              "fastdata.Loader, which allows any")
+            raise ConfigError(
+                f"this state was saved by worker {saved_worker} of {saved_workers} and is being "
+                f"loaded in worker {world.worker} of {world.num_workers}; a per-worker state "
+                "(from StatefulDataLoader) needs the same num_workers, or resume through "
+                "fastdata.Loader, which allows any"
+            )
         return batches, world.num_workers, 0
 
-    def _samples(self, read: Callable[[int, int], list[Any]], world: World, length: int,
-                 window: int) -> Iterator[Any]:
+    def _samples(self, read: Callable[[int, int], list[Any]], world: World, length: int, window: int) -> Iterator[Any]:
         try:
             for lo, hi in worker_ranges(length, worker=world.worker, num_workers=world.num_workers, unit=None):
                 # one worker's contiguous range: read it a window at a time
@@ -165,8 +176,16 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         finally:
             self.source.close()
 
-    def _batches(self, read: Callable[[int, int], list[Any]], where: Callable[[int, int], list[str]],
-                 world: World, length: int, first: int, stride: int, worker: int) -> Iterator[Any]:
+    def _batches(
+        self,
+        read: Callable[[int, int], list[Any]],
+        where: Callable[[int, int], list[str]],
+        world: World,
+        length: int,
+        first: int,
+        stride: int,
+        worker: int,
+    ) -> Iterator[Any]:
         unit = self.batch_size
         assert unit is not None
         # batch ``first + j * stride`` is this worker's j-th: worker_ranges deals units from ``first``
@@ -181,15 +200,18 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
                     # leaving the batch out would give this rank fewer batches than the others (a hang at
                     # the next collective) and shift every later batch (a wrong resume)
                     shards = where(lo, hi)
-                    raise BadSample(f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)}) "
-                                    "was bad and skipped; an empty batch cannot be collated; see the warnings above",
-                                    shards[0])
+                    raise BadSample(
+                        f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)}) "
+                        "was bad and skipped; an empty batch cannot be collated; see the warnings above",
+                        shards[0],
+                    )
                 yield self.collate_fn(batch)
         finally:
             self.source.close()
 
-    def _read_positions(self, shuffled: WindowShuffle, start: int, offsets: np.ndarray,
-                        order: np.ndarray, lo: int, hi: int) -> list[Any]:
+    def _read_positions(
+        self, shuffled: WindowShuffle, start: int, offsets: np.ndarray, order: np.ndarray, lo: int, hi: int
+    ) -> list[Any]:
         """Samples at positions ``lo .. hi-1`` of this rank's part of the epoch, in order."""
         positions = (start + shuffled.positions(lo, hi)) % self.total
         shards, local = locate(offsets, order, positions)
@@ -200,8 +222,9 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             out.extend(self.source.read(int(run_shards[0]), run_local.tolist()))
         return out
 
-    def _shards_at(self, shuffled: WindowShuffle, start: int, offsets: np.ndarray, order: np.ndarray,
-                   lo: int, hi: int) -> list[str]:
+    def _shards_at(
+        self, shuffled: WindowShuffle, start: int, offsets: np.ndarray, order: np.ndarray, lo: int, hi: int
+    ) -> list[str]:
         """The shards that positions ``lo .. hi-1`` of this rank's part of the epoch fall in."""
         shards, _ = locate(offsets, order, (start + shuffled.positions(lo, hi)) % self.total)
         return [self.urls[i] for i in dict.fromkeys(shards.tolist())]
@@ -240,19 +263,27 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         """
         batches = int(state.get("batches", 0))
         if batches and self.batch_size is None:
-            raise ConfigError("resuming mid-epoch needs TarShardDataset(batch_size=...), so that the "
-                              "order of batches does not depend on num_workers")
+            raise ConfigError(
+                "resuming mid-epoch needs TarShardDataset(batch_size=...), so that the "
+                "order of batches does not depend on num_workers"
+            )
         worker, workers = state.get("worker"), state.get("num_workers")
         limit = len(self) + (int(workers) if workers is not None else 1)  # a worker's next batch may lie past the end
         if not 0 <= batches < limit:
             raise ConfigError(f"batches={batches} is outside this rank's epoch of {len(self)} batches")
         self.set_epoch(int(state["epoch"]))
-        self._resume = (int(state["epoch"]), batches,
-                        None if worker is None else int(worker), None if workers is None else int(workers))
+        self._resume = (
+            int(state["epoch"]),
+            batches,
+            None if worker is None else int(worker),
+            None if workers is None else int(workers),
+        )
 
     def close(self) -> None:
         self.source.close()
 
     def __repr__(self) -> str:
-        return (f"TarShardDataset({len(self.urls)} shards, {self.total} samples, rank {self.rank}/"
-                f"{self.world_size}, shuffle={self.shuffle}, batch_size={self.batch_size})")
+        return (
+            f"TarShardDataset({len(self.urls)} shards, {self.total} samples, rank {self.rank}/"
+            f"{self.world_size}, shuffle={self.shuffle}, batch_size={self.batch_size})"
+        )

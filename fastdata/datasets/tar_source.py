@@ -46,8 +46,11 @@ def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_
     finally:
         side.close()
     if index.size != reader.size:
-        warnings.warn(f"{index_url(url)}: index is for a shard of {index.size} bytes, the shard has "
-                      f"{reader.size}; scanning the shard instead", stacklevel=2)
+        warnings.warn(
+            f"{index_url(url)}: index is for a shard of {index.size} bytes, the shard has "
+            f"{reader.size}; scanning the shard instead",
+            stacklevel=2,
+        )
         return scan(reader)
     return index
 
@@ -121,8 +124,7 @@ class TarSource:
         """Samples per shard: from a manifest beside the shards, else from each shard's index."""
         known = sample_counts(self.urls, self.open)
         todo = [u for u in self.urls if u not in known]
-        for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50,
-                        leave=False):
+        for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50, leave=False):
             try:
                 known[url] = len(self.index(url))
             except (SourceNotFound, SourceUnreadable) as e:

@@ -37,8 +37,10 @@ def expand_video_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLik
     out: list[str] = []
     for path in expand_urls(paths):
         if scheme(path):
-            raise ConfigError(f"{path}: VideoClipDataset reads local files only (the decoders open paths); "
-                              "copy the videos to local disk, or pack clips into tar shards")
+            raise ConfigError(
+                f"{path}: VideoClipDataset reads local files only (the decoders open paths); "
+                "copy the videos to local disk, or pack clips into tar shards"
+            )
         if os.path.isdir(path):
             found = sorted(str(p) for p in Path(path).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS)
             if not found:
@@ -147,8 +149,18 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        _check_options(clip_len, frame_stride, clips_per_video, clip_step, clip_sampling, size, stagger,
-                       max_open, decode_threads, decode_timeout)
+        _check_options(
+            clip_len,
+            frame_stride,
+            clips_per_video,
+            clip_step,
+            clip_sampling,
+            size,
+            stagger,
+            max_open,
+            decode_threads,
+            decode_timeout,
+        )
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=("timeouts",))
         self.paths = expand_video_paths(paths)
         self.clip_len, self.frame_stride = clip_len, frame_stride
@@ -162,13 +174,20 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         reader_class(decoder)  # an unknown name or a missing library fails now, not in a worker
         self.decoder = decoder
         self.pool = ReaderPool(
-            decoder, threads=decode_threads, size=size, max_open=max_open, timeout=decode_timeout,
-            before_open=_OpenStagger(seed, self.rank, *stagger) if stagger_each_open and stagger[1] > 0 else None)
+            decoder,
+            threads=decode_threads,
+            size=size,
+            max_open=max_open,
+            timeout=decode_timeout,
+            before_open=_OpenStagger(seed, self.rank, *stagger) if stagger_each_open and stagger[1] > 0 else None,
+        )
         self.metas = self._index(index_cache, decoder_key)
         self._starts = [0, *accumulate(self._clip_count(m) for m in self.metas)]
         if not len(self):
-            raise BadSample(f"none of the {len(self.paths)} videos holds a clip of {self.span} frames "
-                            "(see the warnings above)", self.paths[0])
+            raise BadSample(
+                f"none of the {len(self.paths)} videos holds a clip of {self.span} frames (see the warnings above)",
+                self.paths[0],
+            )
         self._stagger_pid = -1
         self.stagger_delay = 0.0  # the delay this process waited before its first read, seconds
 
@@ -193,7 +212,9 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
                     continue
                 outcome = VideoTooShort(
                     f"{path}: {outcome.frames} frames, fewer than one clip spans ((clip_len - 1) * frame_stride "
-                    f"+ 1 = {self.span}); lower clip_len or frame_stride, or leave the video out", path)
+                    f"+ 1 = {self.span}); lower clip_len or frame_stride, or leave the video out",
+                    path,
+                )
             if isinstance(outcome, DecodeTimeout):
                 self._shared.add("timeouts")
             self._policy.handle(outcome)  # raises under "raise"; counts one skip per video under "skip"
@@ -267,8 +288,13 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
                     self._shared.add("timeouts")
                 self._policy.handle(e)
                 continue
-            sample = {"clip": torch.from_numpy(clip), "video": video, "path": path,
-                      "frames": torch.tensor(frames, dtype=torch.int64), "fps": self.metas[video].fps}  # type: ignore[union-attr]
+            sample = {
+                "clip": torch.from_numpy(clip),
+                "video": video,
+                "path": path,
+                "frames": torch.tensor(frames, dtype=torch.int64),
+                "fps": self.metas[video].fps,
+            }  # type: ignore[union-attr]
             if self.transform is not None:
                 t = stages.clock()  # the pool times fetch and decode; 0.0 unless `fastdata bench` probes
                 sample = self.transform(sample)
@@ -284,14 +310,23 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch)."""
         got = self._read(indices)
         if not got and indices:
-            raise BadSample(f"every clip of a batch of {len(indices)} was bad (all skipped); see the warnings "
-                            "above for the files", self.paths[self.locate(indices[0])[0]])
+            raise BadSample(
+                f"every clip of a batch of {len(indices)} was bad (all skipped); see the warnings above for the files",
+                self.paths[self.locate(indices[0])[0]],
+            )
         return got
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
         """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``."""
-        return EpochSampler(len(self), shuffle=shuffle, seed=self.seed, remainder=remainder,
-                            rank=self.rank, world_size=self.world_size, shared=self._shared)
+        return EpochSampler(
+            len(self),
+            shuffle=shuffle,
+            seed=self.seed,
+            remainder=remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
+        )
 
     def warm(self) -> None:
         """Called by ``worker_init_fn``: wait this worker's stagger delay before the first batch."""
@@ -306,13 +341,24 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         self.pool.close()
 
     def __repr__(self) -> str:
-        return (f"VideoClipDataset({len(self.paths)} videos, {len(self)} clips of {self.clip_len} frames, "
-                f"stride {self.frame_stride}, decoder={self.decoder!r})")
+        return (
+            f"VideoClipDataset({len(self.paths)} videos, {len(self)} clips of {self.clip_len} frames, "
+            f"stride {self.frame_stride}, decoder={self.decoder!r})"
+        )
 
 
-def _check_options(clip_len: int, frame_stride: int, clips_per_video: int | str, clip_step: int | None,
-                   clip_sampling: str, size: Size | None, stagger: tuple[float, float], max_open: int | None,
-                   decode_threads: int, decode_timeout: float | None) -> None:
+def _check_options(
+    clip_len: int,
+    frame_stride: int,
+    clips_per_video: int | str,
+    clip_step: int | None,
+    clip_sampling: str,
+    size: Size | None,
+    stagger: tuple[float, float],
+    max_open: int | None,
+    decode_threads: int,
+    decode_timeout: float | None,
+) -> None:
     for name, value in (("clip_len", clip_len), ("frame_stride", frame_stride), ("decode_threads", decode_threads)):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}={value!r} must be an int >= 1")

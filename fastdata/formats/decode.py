@@ -112,8 +112,9 @@ class Decoder:
         return arr
 
 
-def make_decoder(decode: DecodeMode | Decoder | Callable[[dict[str, Any]], dict[str, Any]] | None,
-                 ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+def make_decoder(
+    decode: DecodeMode | Decoder | Callable[[dict[str, Any]], dict[str, Any]] | None,
+) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
     """A decoder from a mode name, a :class:`Decoder`, or the user's own callable; None for raw."""
     if decode is None or decode == "raw":
         return None

@@ -167,8 +167,7 @@ def open_file(path: str, cache: ChunkCache, *, driver: str | None = None) -> Any
     if os.path.isdir(path):
         raise SourceUnreadable(f"{path}: is a folder, not an HDF5 file")
     try:
-        return h5py.File(path, "r", driver=driver, rdcc_nbytes=cache.nbytes, rdcc_nslots=cache.nslots,
-                         rdcc_w0=cache.w0)
+        return h5py.File(path, "r", driver=driver, rdcc_nbytes=cache.nbytes, rdcc_nslots=cache.nslots, rdcc_w0=cache.w0)
     except FileNotFoundError:
         raise SourceNotFound(f"{path}: no such file; check the path (and the glob, if any)") from None
     except PermissionError:
@@ -178,7 +177,8 @@ def open_file(path: str, cache: ChunkCache, *, driver: str | None = None) -> Any
             raise SourceNotFound(f"{path}: no such file; check the path (and the glob, if any)") from None
         raise CorruptHDF5(
             f"{path}: HDF5 cannot open it ({e}); the file is truncated or not HDF5: re-create it "
-            "(an interrupted copy or conversion?), or pass on_error='skip' to leave it out", path
+            "(an interrupted copy or conversion?), or pass on_error='skip' to leave it out",
+            path,
         ) from None
 
 
@@ -196,8 +196,11 @@ def describe(path: str, fields: tuple[str, ...], cache: ChunkCache | None = None
         lengths = {info.name: int(f[info.name].shape[0]) for info in infos}
     if len(set(lengths.values())) > 1:
         listed = ", ".join(f"{name!r}: {n}" for name, n in lengths.items())
-        raise BadLayout(f"{path}: fields have unequal lengths ({listed}); every field needs one row per "
-                        "sample: fix the file, or ask only for fields of equal length", path)
+        raise BadLayout(
+            f"{path}: fields have unequal lengths ({listed}); every field needs one row per "
+            "sample: fix the file, or ask only for fields of equal length",
+            path,
+        )
     length = next(iter(lengths.values())) if lengths else 0
     return FileInfo(path, length, infos, identity)
 
@@ -205,11 +208,13 @@ def describe(path: str, fields: tuple[str, ...], cache: ChunkCache | None = None
 def _field(f: Any, path: str, name: str) -> FieldInfo:
     obj = f.get(name)
     if obj is None:
-        raise SourceNotFound(f"{path}: no field {name!r}; the file holds {_list_datasets(f)}; "
-                             "pass fields=(...) naming those")
+        raise SourceNotFound(
+            f"{path}: no field {name!r}; the file holds {_list_datasets(f)}; pass fields=(...) naming those"
+        )
     if not isinstance(obj, h5py.Dataset):
-        raise BadLayout(f"{path}: field {name!r} is a group, not a dataset; name a dataset inside it "
-                        f"({_list_datasets(obj)})", path)
+        raise BadLayout(
+            f"{path}: field {name!r} is a group, not a dataset; name a dataset inside it ({_list_datasets(obj)})", path
+        )
     if obj.ndim == 0:
         raise BadLayout(f"{path}: field {name!r} is a scalar, not one row per sample", path)
     return field_info(obj, name)

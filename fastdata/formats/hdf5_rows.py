@@ -68,9 +68,11 @@ class H5Handle:
         self.info = info
         self.pid = process.pid()
         if file_identity(info.path) != info.identity:
-            raise FileChanged(f"{info.path}: the file changed after the dataset was built (size, time or "
-                              "inode differ); build the dataset again (was the file rewritten while reading?)",
-                              info.path)
+            raise FileChanged(
+                f"{info.path}: the file changed after the dataset was built (size, time or "
+                "inode differ); build the dataset again (was the file rewritten while reading?)",
+                info.path,
+            )
         self._key = info.identity[:2]
         self.datasets: dict[str, Any] = {}
         if process.forked():
@@ -86,15 +88,20 @@ class H5Handle:
                 "parent process (or opened itself); HDF5 would share that open file with the worker, so the "
                 "worker opened the file through HDF5's stdio driver instead. Close your own h5py objects "
                 "before the DataLoader starts its workers (or use multiprocessing_context='spawn')",
-                RuntimeWarning, stacklevel=2)
+                RuntimeWarning,
+                stacklevel=2,
+            )
         _live.add(self)
         self.fileno: tuple[int, int] = tuple(self.file.id.fileno)  # type: ignore[assignment]
         self.datasets = {f.name: self.file[f.name] for f in info.fields}
         for name, ds in self.datasets.items():
             if ds.shape[0] != info.length:
                 self.close()
-                raise FileChanged(f"{info.path}: field {name!r} has {ds.shape[0]} rows, {info.length} when the "
-                                  "dataset was built; build the dataset again", info.path)
+                raise FileChanged(
+                    f"{info.path}: field {name!r} has {ds.shape[0]} rows, {info.length} when the "
+                    "dataset was built; build the dataset again",
+                    info.path,
+                )
         self._reader: RowReader | None = None
         self._offsets: dict[str, tuple[np.ndarray, int] | None] = {}
 
@@ -104,8 +111,11 @@ class H5Handle:
         from h5py import h5f
 
         pid = process.pid()
-        ours = sum(1 + len(h.datasets) for h in list(_live)
-                   if h is not self and h.pid == pid and h.file is not None and h._key == self._key)
+        ours = sum(
+            1 + len(h.datasets)
+            for h in list(_live)
+            if h is not self and h.pid == pid and h.file is not None and h._key == self._key
+        )
         return int(h5f.get_obj_count(self.file.id, h5f.OBJ_ALL)) > ours + 1
 
     # -- direct reads ------------------------------------------------------------------------------
@@ -151,8 +161,9 @@ class RowReader:
         st = os.fstat(self.fd)
         if (st.st_dev, st.st_ino) != info.identity[:2]:
             os.close(self.fd)
-            raise FileChanged(f"{info.path}: the file was replaced after the dataset was built; build the "
-                              "dataset again", info.path)
+            raise FileChanged(
+                f"{info.path}: the file was replaced after the dataset was built; build the dataset again", info.path
+            )
         self.size = st.st_size
 
     def into(self, dest: np.ndarray, offset: int) -> bool:
@@ -187,8 +198,12 @@ def _chunk_offsets(ds: Any, field: FieldInfo, length: int) -> tuple[np.ndarray, 
     return None if (addr < 0).any() else (addr, rows)
 
 
-def read_field(handle: H5Handle, field: FieldInfo, rows: np.ndarray, out: np.ndarray | None = None,
-               ) -> tuple[Any, dict[int, str]]:
+def read_field(
+    handle: H5Handle,
+    field: FieldInfo,
+    rows: np.ndarray,
+    out: np.ndarray | None = None,
+) -> tuple[Any, dict[int, str]]:
     """Rows ``rows`` (in that order, repeats allowed) of one field.
 
     Args:
@@ -213,8 +228,9 @@ def read_field(handle: H5Handle, field: FieldInfo, rows: np.ndarray, out: np.nda
     return _read_hdf5_objects(handle.datasets[field.name], field, rows)
 
 
-def _read_direct(handle: H5Handle, field: FieldInfo, rows: np.ndarray, placed: tuple[np.ndarray, int],
-                 out: np.ndarray) -> dict[int, str]:
+def _read_direct(
+    handle: H5Handle, field: FieldInfo, rows: np.ndarray, placed: tuple[np.ndarray, int], out: np.ndarray
+) -> dict[int, str]:
     reader = handle.reader()
     addr, per_chunk = placed
     size = field.row_bytes
@@ -244,16 +260,18 @@ def _read_direct(handle: H5Handle, field: FieldInfo, rows: np.ndarray, placed: t
         joined = (np.diff(offsets) == size) & (np.diff(positions) == 1)
         bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(offsets)]
         offs, pos = offsets.tolist(), positions.tolist()
-        short = [(a, b) for a, b in itertools.pairwise(bounds)
-                 if not reader.into(dest[pos[a] : pos[a] + b - a], offs[a])]
+        short = [
+            (a, b) for a, b in itertools.pairwise(bounds) if not reader.into(dest[pos[a] : pos[a] + b - a], offs[a])
+        ]
     for a, b in short:  # the file shrank since it was opened
         for k in positions[a:b].tolist():
             errors[int(rows[k])] = "the file ended before its bytes: it was truncated while being read"
     return errors
 
 
-def _gather_small(reader: RowReader, offsets: np.ndarray, positions: np.ndarray, size: int,
-                  dest: np.ndarray) -> list[tuple[int, int]]:
+def _gather_small(
+    reader: RowReader, offsets: np.ndarray, positions: np.ndarray, size: int, dest: np.ndarray
+) -> list[tuple[int, int]]:
     """Small rows (labels ...), sorted by ``offsets``: rows less than :data:`MERGE_GAP_BYTES` apart are
     read as one span of the file and picked from it with one fancy-index copy. Returns the ranges of
     ``offsets`` whose span could not be read whole."""
@@ -274,8 +292,9 @@ def _gather_small(reader: RowReader, offsets: np.ndarray, positions: np.ndarray,
     return short
 
 
-def _read_direct_run(reader: RowReader, addr: np.ndarray, per_chunk: int, size: int, first: int, m: int,
-                     dest: np.ndarray) -> bool:
+def _read_direct_run(
+    reader: RowReader, addr: np.ndarray, per_chunk: int, size: int, first: int, m: int, dest: np.ndarray
+) -> bool:
     """Rows ``first .. first+m-1`` into ``dest``: one read per stretch of chunks adjacent in the file (a
     sequential batch; checked by the caller), without the per-row bookkeeping of the general case.
     False when the file ends before the bytes (the general case then finds which rows)."""
@@ -360,5 +379,8 @@ def _read_hdf5_objects(ds: Any, field: FieldInfo, rows: np.ndarray) -> tuple[lis
 
 def corrupt(handle_path: str, field: str, row: int, index: int, reason: str) -> CorruptHDF5:
     """The error for a row that could not be read, naming the file, field, row and dataset index."""
-    return CorruptHDF5(f"{handle_path}: field {field!r}, row {row} (dataset index {index}): {reason}; "
-                       "re-create the file, or pass on_error='skip' to leave such samples out", handle_path)
+    return CorruptHDF5(
+        f"{handle_path}: field {field!r}, row {row} (dataset index {index}): {reason}; "
+        "re-create the file, or pass on_error='skip' to leave such samples out",
+        handle_path,
+    )

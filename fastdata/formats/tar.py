@@ -175,10 +175,14 @@ def scan(reader: Reader) -> ShardIndex:
         header_at.append(at)
         data_at = at + BLOCK
         if data_at + member_size > size:
-            cut = pax.get("path") or long_name or "/".join(
-                f.split(b"\0", 1)[0].decode("utf-8", "surrogateescape") for f in (prefix_f, name_f) if f[0])
-            _fail(index, f"truncated: member {cut!r} needs {member_size} bytes, the shard ends after "
-                         f"{size - data_at}", at)
+            cut = (
+                pax.get("path")
+                or long_name
+                or "/".join(f.split(b"\0", 1)[0].decode("utf-8", "surrogateescape") for f in (prefix_f, name_f) if f[0])
+            )
+            _fail(
+                index, f"truncated: member {cut!r} needs {member_size} bytes, the shard ends after {size - data_at}", at
+            )
             cut_key = split_key(cut)[0]
             if cur_key is not None and cut_key != cur_key:
                 # the cut member starts a new sample: the one before it is whole and stays readable
@@ -194,8 +198,9 @@ def scan(reader: Reader) -> ShardIndex:
             break
         at = data_at + member_size + (-member_size % BLOCK)
         if typeflag in b"xgLK":
-            ext_data = bytes(buf[data_at : data_at + member_size]) if buf is not None \
-                else reader.read(data_at, member_size)
+            ext_data = (
+                bytes(buf[data_at : data_at + member_size]) if buf is not None else reader.read(data_at, member_size)
+            )
             if typeflag == b"L":
                 long_name = ext_data.rstrip(b"\0").decode("utf-8", "surrogateescape")
             elif typeflag == b"x" and (b" path=" in ext_data or b" size=" in ext_data):
@@ -222,8 +227,14 @@ def scan(reader: Reader) -> ShardIndex:
                 members.append(tuple(cur))
                 spans.append((cur_start, data_at - BLOCK))
             cur_key, cur, cur_start = key, [], data_at - BLOCK
-        if typeflag in _REGULAR and ext and "/" not in ext and name[0] != "/" and ".." not in name \
-                and all(m[0] != ext for m in cur):
+        if (
+            typeflag in _REGULAR
+            and ext
+            and "/" not in ext
+            and name[0] != "/"
+            and ".." not in name
+            and all(m[0] != ext for m in cur)
+        ):
             cur.append((ext, data_at, member_size))
         else:
             bad.setdefault(len(keys), _member_problem(url, name, typeflag, key, ext))
@@ -237,28 +248,37 @@ def scan(reader: Reader) -> ShardIndex:
 
 def _fail(index: ShardIndex, message: str, at_byte: int) -> None:
     index.complete = False
-    index.tail_error = CorruptShard(f"{index.url}: {message} at byte {at_byte}; "
-                                    "re-create or re-download this shard", index.url)
+    index.tail_error = CorruptShard(
+        f"{index.url}: {message} at byte {at_byte}; re-create or re-download this shard", index.url
+    )
 
 
 def _member_problem(url: str, name: str, typeflag: bytes, key: str, ext: str) -> BadSample:
     """Why a member cannot be part of a sample (the slow path of :func:`scan`)."""
     if not is_safe_name(name):
-        return UnsafeMember(f"{url}: member {name!r} has an absolute path or '..'; fastdata never "
-                            "extracts it; rebuild the shard with relative names", url)
+        return UnsafeMember(
+            f"{url}: member {name!r} has an absolute path or '..'; fastdata never "
+            "extracts it; rebuild the shard with relative names",
+            url,
+        )
     if typeflag not in _REGULAR:
-        return UnsafeMember(f"{url}: member {name!r} is a link or device (type {typeflag!r}), not a "
-                            "regular file; rebuild the shard without it", url)
+        return UnsafeMember(
+            f"{url}: member {name!r} is a link or device (type {typeflag!r}), not a "
+            "regular file; rebuild the shard without it",
+            url,
+        )
     if not ext or "/" in ext:
-        return BadSample(f"{url}: member {name!r} has no extension, so it belongs to no sample "
-                         "(WebDataset names are KEY.EXT)", url)
+        return BadSample(
+            f"{url}: member {name!r} has no extension, so it belongs to no sample (WebDataset names are KEY.EXT)", url
+        )
     if ".." in name:  # a harmless '..' inside a file name, like 'a..b.jpg'
         return BadSample(f"{url}: member {name!r} has '..' in its name; rename it", url)
     return CorruptShard(f"{url}: sample {key!r} has two '.{ext}' members", url)
 
 
-def _verify_checksums(index: ShardIndex, buf: object, reader: Reader,
-                      header_at: list[int], header_sum: list[int]) -> None:
+def _verify_checksums(
+    index: ShardIndex, buf: object, reader: Reader, header_at: list[int], header_sum: list[int]
+) -> None:
     """Check every header's checksum in one numpy pass; cut the index at the first damaged one."""
     if not header_at:
         return
@@ -287,8 +307,9 @@ def _verify_checksums(index: ShardIndex, buf: object, reader: Reader,
     for i in [i for i in index.bad if i >= keep]:
         del index.bad[i]
     index.complete = False
-    index.tail_error = CorruptShard(f"{index.url}: damaged header (bad checksum) at byte {first}; "
-                                    "re-create or re-download this shard", index.url)
+    index.tail_error = CorruptShard(
+        f"{index.url}: damaged header (bad checksum) at byte {first}; re-create or re-download this shard", index.url
+    )
 
 
 def read_samples(reader: Reader, index: ShardIndex, which: Sequence[int]) -> list[dict[str, object]]:

@@ -174,8 +174,9 @@ class TarShardWriter:
         except FileNotFoundError:
             raise SourceNotFound(f"{path}: no such file (removed since the corpus was listed?)") from None
         except OSError as e:
-            raise SourceUnreadable(f"{path}: cannot be read ({e.strerror}); check its mode, or skip it "
-                                   "with --skip-bad") from None
+            raise SourceUnreadable(
+                f"{path}: cannot be read ({e.strerror}); check its mode, or skip it with --skip-bad"
+            ) from None
         try:
             st = os.fstat(fd)
             size = st.st_size
@@ -272,16 +273,19 @@ class TarShardWriter:
         new_sample = key != self._key
         if new_sample:
             if key in self._keys_seen:
-                raise ValueError(f"{self.path}: key {key!r} was used by an earlier sample; keys must be "
-                                 "unique, or readers merge or confuse the samples")
+                raise ValueError(
+                    f"{self.path}: key {key!r} was used by an earlier sample; keys must be "
+                    "unique, or readers merge or confuse the samples"
+                )
             _check_key(key)
         elif any(m[0] == ext for m in self._exts):
             raise ValueError(f"{self.path}: sample {key!r} already has a '.{ext}' member")
         if ext in _CHECKED_EXTS:
             pass
         elif not ext or "/" in ext or ext.startswith("."):
-            raise ValueError(f"{self.path}: extension {ext!r} of sample {key!r} must be non-empty, "
-                             "without '/' or a leading '.'")
+            raise ValueError(
+                f"{self.path}: extension {ext!r} of sample {key!r} must be non-empty, without '/' or a leading '.'"
+            )
         else:
             _CHECKED_EXTS.add(ext)
         name = f"{key}.{ext}".encode("utf-8", "surrogateescape")
@@ -314,8 +318,27 @@ class TarShardWriter:
         chksum = _FIXED_SUM + sum(name) + sum(prefix) + sum(size_f) + sum(mtime_f) + typeflag[0]
         if self._pos + BLOCK > len(self._buf):
             self._flush()
-        _USTAR.pack_into(self._buf, self._pos, name, _MODE, _ID, _ID, size_f, mtime_f, b"%06o\0 " % chksum,
-                         typeflag, b"", _MAGIC, _VERSION, b"", b"", _DEV, _DEV, prefix, b"")
+        _USTAR.pack_into(
+            self._buf,
+            self._pos,
+            name,
+            _MODE,
+            _ID,
+            _ID,
+            size_f,
+            mtime_f,
+            b"%06o\0 " % chksum,
+            typeflag,
+            b"",
+            _MAGIC,
+            _VERSION,
+            b"",
+            b"",
+            _DEV,
+            _DEV,
+            prefix,
+            b"",
+        )
         self._pos += BLOCK
 
     def _put(self, data: bytes | bytearray | memoryview) -> None:
@@ -342,8 +365,10 @@ class TarShardWriter:
             room = min(left, len(self._buf) - self._pos)
             n = _readv(fd, self._mv[self._pos : self._pos + room], path)
             if n == 0:
-                raise SourceUnreadable(f"{path}: shrank by {left} bytes while being read (is something "
-                                       "writing it?); rerun when the corpus is stable")
+                raise SourceUnreadable(
+                    f"{path}: shrank by {left} bytes while being read (is something "
+                    "writing it?); rerun when the corpus is stable"
+                )
             self._pos += n
             left -= n
         # bytes appended after the fstat are not read, as with tar: the member matches its header
@@ -426,10 +451,17 @@ def _readv(fd: int, view: memoryview, path: str) -> int:
 
 
 def _check_key(key: str) -> None:
-    if not key or "." in key[key.rfind("/") + 1 :] or key[0] == "/" or key[-1] == "/" or \
-            (".." in key and not is_safe_name(key)):
-        raise ValueError(f"sample key {key!r} is not usable: it must be a relative name without '..' and "
-                         "without a dot in its last part (the WebDataset key ends at the first dot)")
+    if (
+        not key
+        or "." in key[key.rfind("/") + 1 :]
+        or key[0] == "/"
+        or key[-1] == "/"
+        or (".." in key and not is_safe_name(key))
+    ):
+        raise ValueError(
+            f"sample key {key!r} is not usable: it must be a relative name without '..' and "
+            "without a dot in its last part (the WebDataset key ends at the first dot)"
+        )
 
 
 def write_atomic(path: str, data: bytes, *, fsync: bool) -> None:

@@ -12,19 +12,27 @@ from fastdata.inspection.paths import inspect_paths, write_manifest
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="what shards, HDF5 files, videos, a folder or an s3:// prefix hold; problems",
-                       description="Report samples, bytes, extensions and bad members of tar shards, the fields "
-                                   "and attributes of HDF5 files, the codec and frames of videos (a file, a brace "
-                                   "pattern like 'train-{000000..000009}.tar', a folder, or an s3://bucket/prefix: "
-                                   "S3 through the standard AWS chain, e.g. AWS_ENDPOINT_URL), and check them "
-                                   "against manifest.json. Exit status 1 when anything is bad.")
+    p = sub.add_parser(
+        "inspect",
+        help="what shards, HDF5 files, videos, a folder or an s3:// prefix hold; problems",
+        description="Report samples, bytes, extensions and bad members of tar shards, the fields "
+        "and attributes of HDF5 files, the codec and frames of videos (a file, a brace "
+        "pattern like 'train-{000000..000009}.tar', a folder, or an s3://bucket/prefix: "
+        "S3 through the standard AWS chain, e.g. AWS_ENDPOINT_URL), and check them "
+        "against manifest.json. Exit status 1 when anything is bad.",
+    )
     p.add_argument("path", help="a file, a brace pattern or glob, a folder, or an s3://bucket/prefix")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--checksum", action="store_true", help="also compute each file's sha256 and compare it "
-                                                           "with the manifest (reads every byte)")
-    p.add_argument("--write-manifest", action="store_true",
-                   help="write manifest.json and .idx sidecar indexes beside the shards (for shards made "
-                        "by other tools)")
+    p.add_argument(
+        "--checksum",
+        action="store_true",
+        help="also compute each file's sha256 and compare it with the manifest (reads every byte)",
+    )
+    p.add_argument(
+        "--write-manifest",
+        action="store_true",
+        help="write manifest.json and .idx sidecar indexes beside the shards (for shards made by other tools)",
+    )
     p.add_argument("--force", action="store_true", help="with --write-manifest: replace an existing manifest")
     p.set_defaults(run=run)
 
@@ -80,15 +88,23 @@ def print_report(report: dict[str, Any], out: Any = None) -> None:
             print(f"  note: {line}", file=out)
     t = report["totals"]
     exts = " ".join(f"{e}:{n}" for e, n in t["extensions"].items())
-    print(f"total: {t['files']} file(s), {t['samples']} samples, {_mb(t['bytes'])}, {exts}; "
-          f"{t['bad']} bad, {t['incomplete']} incomplete", file=out)
+    print(
+        f"total: {t['files']} file(s), {t['samples']} samples, {_mb(t['bytes'])}, {exts}; "
+        f"{t['bad']} bad, {t['incomplete']} incomplete",
+        file=out,
+    )
     for prefix, p in report.get("prefixes", {}).items():
         suffixes = " ".join(f"{e}:{n}" for e, n in p["suffixes"].items())
-        print(f"prefix {prefix}: {p['objects']} object(s), {_mb(p['bytes'])}, {suffixes}; "
-              f"{p['inspected']} inspected", file=out)
+        print(
+            f"prefix {prefix}: {p['objects']} object(s), {_mb(p['bytes'])}, {suffixes}; {p['inspected']} inspected",
+            file=out,
+        )
     for folder, m in report["manifests"].items():
         classes = m.get("classes") or []
-        print(f"manifest {folder}/{MANIFEST}: {m.get('samples')} samples in {m['shards']} shard(s), "
-              f"{len(classes)} classes, skipped {m.get('skipped', 0)}, by {m.get('created_by', '?')}", file=out)
+        print(
+            f"manifest {folder}/{MANIFEST}: {m.get('samples')} samples in {m['shards']} shard(s), "
+            f"{len(classes)} classes, skipped {m.get('skipped', 0)}, by {m.get('created_by', '?')}",
+            file=out,
+        )
         for line in m["problems"]:
             print(f"  mismatch: {line}", file=out)

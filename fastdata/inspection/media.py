@@ -71,9 +71,13 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
         f.visititems(visit)
         fields: dict[str, dict[str, Any]] = {}
         for name, ds in sorted(found.items()):
-            fields[name] = {"length": int(ds.shape[0]) if ds.ndim else None, "shape": list(ds.shape),
-                            "dtype": _h5_dtype(ds), "chunks": list(ds.chunks) if ds.chunks else None,
-                            "compression": ds.compression}
+            fields[name] = {
+                "length": int(ds.shape[0]) if ds.ndim else None,
+                "shape": list(ds.shape),
+                "dtype": _h5_dtype(ds),
+                "chunks": list(ds.chunks) if ds.chunks else None,
+                "compression": ds.compression,
+            }
             if ds.attrs:
                 fields[name]["attrs"] = {k: _plain(v) for k, v in ds.attrs.items()}
         attrs = {k: _plain(v) for k, v in f.attrs.items()}
@@ -81,8 +85,10 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
     scalars = sorted(set(fields) - set(lengths))
     if len(set(lengths.values())) > 1:
         listed = ", ".join(f"{name!r}: {n}" for name, n in lengths.items())
-        report.bad.append(f"{url}: fields have unequal lengths ({listed}); HDF5Dataset reads one row of every "
-                          "field it is given per sample: pass fields=(...) of equal length, or fix the file")
+        report.bad.append(
+            f"{url}: fields have unequal lengths ({listed}); HDF5Dataset reads one row of every "
+            "field it is given per sample: pass fields=(...) of equal length, or fix the file"
+        )
     if not lengths:
         report.notes.append("no dataset with rows: nothing HDF5Dataset can read")
     if scalars:
@@ -118,9 +124,14 @@ def inspect_video(url: str, checksum: bool = False) -> FileReport:
     codec = _codec(url)
     report.samples = outcome.frames
     report.extensions = {codec: 1}
-    report.details = {"codec": codec, "frames": outcome.frames, "fps": round(outcome.fps, 3),
-                      "width": outcome.width, "height": outcome.height,
-                      "seconds": round(outcome.frames / outcome.fps, 3) if outcome.fps else None}
+    report.details = {
+        "codec": codec,
+        "frames": outcome.frames,
+        "fps": round(outcome.fps, 3),
+        "width": outcome.width,
+        "height": outcome.height,
+        "seconds": round(outcome.frames / outcome.fps, 3) if outcome.fps else None,
+    }
     if checksum:
         report.sha256 = sha256_of(url)
     return report
@@ -133,4 +144,3 @@ def _codec(url: str) -> str:
 
     with av.open(url) as container:
         return str(container.streams.video[0].codec_context.name)
-

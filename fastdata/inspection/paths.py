@@ -40,8 +40,9 @@ def find_files(path: str) -> list[str]:
     urls = expand_urls(path)
     unknown = [u for u in urls if not is_known(u)]
     if unknown:
-        raise ConfigError(f"{unknown[0]}: fastdata cannot inspect this kind of file "
-                          f"(suffixes: {', '.join(INSPECTORS)})")
+        raise ConfigError(
+            f"{unknown[0]}: fastdata cannot inspect this kind of file (suffixes: {', '.join(INSPECTORS)})"
+        )
     return urls
 
 
@@ -55,8 +56,12 @@ def list_s3_prefix(url: str) -> tuple[dict[str, int], dict[str, Any]]:
     urls, sizes = list_prefix(prefix, S3Config(), Stats())
     objects = dict(zip(urls, sizes))
     suffixes = Counter(posixpath.splitext(u)[1] or "(none)" for u in urls)
-    summary = {"objects": len(urls), "bytes": sum(sizes), "suffixes": dict(suffixes.most_common()),
-               "inspected": sum(is_known(u) for u in urls)}
+    summary = {
+        "objects": len(urls),
+        "bytes": sum(sizes),
+        "suffixes": dict(suffixes.most_common()),
+        "inspected": sum(is_known(u) for u in urls),
+    }
     return objects, summary
 
 
@@ -87,9 +92,14 @@ def inspect_paths(path: str, *, checksum: bool = False, progress: bool = False) 
     exts: Counter[str] = Counter()
     for r in reports:
         exts.update(r.extensions)
-    totals = {"files": len(reports), "samples": sum(r.samples for r in reports),
-              "bytes": sum(r.bytes for r in reports), "extensions": dict(sorted(exts.items())),
-              "bad": sum(len(r.bad) for r in reports), "incomplete": sum(not r.complete for r in reports)}
+    totals = {
+        "files": len(reports),
+        "samples": sum(r.samples for r in reports),
+        "bytes": sum(r.bytes for r in reports),
+        "extensions": dict(sorted(exts.items())),
+        "bad": sum(len(r.bad) for r in reports),
+        "incomplete": sum(not r.complete for r in reports),
+    }
     folders = {posixpath.dirname(r.url) for r in reports}
     if is_prefix(path):
         folders.add(path.rstrip("/"))  # a prefix of shards listed in its manifest, all missing
@@ -98,12 +108,14 @@ def inspect_paths(path: str, *, checksum: bool = False, progress: bool = False) 
         manifest = read_manifest(folder)
         if manifest is not None:
             manifests[folder or "."] = manifest_summary(
-                manifest, folder, [r for r in reports if posixpath.dirname(r.url) == folder], present)
+                manifest, folder, [r for r in reports if posixpath.dirname(r.url) == folder], present
+            )
     return {"files": [asdict(r) for r in reports], "totals": totals, "manifests": manifests, "prefixes": prefixes}
 
 
-def manifest_summary(manifest: dict[str, Any], folder: str, reports: list[FileReport],
-                     present: set[str] | None = None) -> dict[str, Any]:
+def manifest_summary(
+    manifest: dict[str, Any], folder: str, reports: list[FileReport], present: set[str] | None = None
+) -> dict[str, Any]:
     """The manifest's totals, and each way the files found disagree with it.
 
     Args:
@@ -132,9 +144,11 @@ def manifest_summary(manifest: dict[str, Any], folder: str, reports: list[FileRe
         if r.sha256 and entry.get("sha256") and r.sha256 != entry["sha256"]:
             problems.append(f"{name}: sha256 differs from the manifest's (the file changed or is damaged)")
     problems += [f"{n}: not listed in the manifest" for n in sorted(set(found) - set(listed))]
-    return {k: manifest.get(k) for k in ("format", "samples", "bytes", "classes", "class_counts", "skipped",
-                                         "created_by") if k in manifest} | \
-        {"shards": len(listed), "problems": problems}
+    return {
+        k: manifest.get(k)
+        for k in ("format", "samples", "bytes", "classes", "class_counts", "skipped", "created_by")
+        if k in manifest
+    } | {"shards": len(listed), "problems": problems}
 
 
 def write_manifest(path: str, *, force: bool = False) -> list[str]:
@@ -165,15 +179,28 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
             try:
                 index = scan(reader)
                 write_atomic(index_url(url), index.to_bytes(), fsync=False)
-                shards.append({"name": os.path.basename(url), "samples": len(index), "bytes": reader.size,
-                               "sha256": sha256_of_reader(reader)})
+                shards.append(
+                    {
+                        "name": os.path.basename(url),
+                        "samples": len(index),
+                        "bytes": reader.size,
+                        "sha256": sha256_of_reader(reader),
+                    }
+                )
             finally:
                 reader.close()
         from fastdata.core.version import __version__
 
-        manifest = {"format": "tar", "version": 1, "samples": sum(s["samples"] for s in shards),
-                    "bytes": sum(s["bytes"] for s in shards), "classes": [], "class_counts": {},
-                    "shards": shards, "created_by": f"fastdata {__version__} inspect --write-manifest"}
+        manifest = {
+            "format": "tar",
+            "version": 1,
+            "samples": sum(s["samples"] for s in shards),
+            "bytes": sum(s["bytes"] for s in shards),
+            "classes": [],
+            "class_counts": {},
+            "shards": shards,
+            "created_by": f"fastdata {__version__} inspect --write-manifest",
+        }
         write_atomic(target, (json.dumps(manifest, indent=1) + "\n").encode(), fsync=False)
         written.append(target)
     return written

@@ -30,8 +30,10 @@ def inspect_tar(url: str, checksum: bool = False) -> FileReport:
             try:
                 stored = ShardIndex.from_bytes(url, side.read(0, side.size))
                 if stored.size != reader.size or stored.keys != index.keys or stored.members != index.members:
-                    report.notes.append("sidecar index (.idx) does not match the shard: readers rescan it; "
-                                        "rewrite it with 'fastdata inspect --write-manifest'")
+                    report.notes.append(
+                        "sidecar index (.idx) does not match the shard: readers rescan it; "
+                        "rewrite it with 'fastdata inspect --write-manifest'"
+                    )
             except Exception as e:  # noqa: BLE001 - any damage means the sidecar is not used
                 report.notes.append(f"sidecar index (.idx) is unreadable ({type(e).__name__}); readers rescan")
             finally:

@@ -94,8 +94,9 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         check_positive("batch_size", batch_size)
         check_positive("mix", mix)
         self.starts = np.asarray(starts, dtype=np.int64)
-        if n > 0 and (not len(self.starts) or self.starts[0] != 0 or (np.diff(self.starts) <= 0).any()
-                      or self.starts[-1] >= n):
+        if n > 0 and (
+            not len(self.starts) or self.starts[0] != 0 or (np.diff(self.starts) <= 0).any() or self.starts[-1] >= n
+        ):
             raise ConfigError(f"block starts must increase from 0 and stay below n={n}")
         detected = current_rank()
         self.rank = detected[0] if rank is None else rank
@@ -113,8 +114,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
 
     def indices(self) -> np.ndarray:
         """This rank's indices for the current epoch, in batch order."""
-        seq = block_sequence(self.starts, self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                             mix=self.mix)
+        seq = block_sequence(self.starts, self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch, mix=self.mix)
         start, length = rank_span(self.n, self.rank, self.world_size, self.remainder)
         return seq[(start + np.arange(length)) % self.n]
 
@@ -146,5 +146,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         if consumed % self.batch_size and consumed != self._length:
             raise ConfigError(f"consumed={consumed} is not a whole number of batches of {self.batch_size}")
         self.set_epoch(int(state["epoch"]))
-        self._resume = (int(state["epoch"]), consumed if consumed % self.batch_size == 0
-                        else len(self) * self.batch_size)
+        self._resume = (
+            int(state["epoch"]),
+            consumed if consumed % self.batch_size == 0 else len(self) * self.batch_size,
+        )

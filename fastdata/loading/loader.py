@@ -102,16 +102,19 @@ class Loader:
             if name in dataloader_kwargs:
                 raise ConfigError(f"Loader sets the DataLoader's {name} itself: {why}")
         if dataloader_kwargs.get("in_order", True) is False:
-            raise ConfigError("in_order=False hands batches out as workers finish them, so a count of consumed "
-                              "batches no longer names a point to resume from; leave in_order at True")
+            raise ConfigError(
+                "in_order=False hands batches out as workers finish them, so a count of consumed "
+                "batches no longer names a point to resume from; leave in_order at True"
+            )
         if not callable(getattr(dataset, "set_epoch", None)):
             raise ConfigError(f"Loader needs a dataset with set_epoch() (a fastdata dataset), not {type(dataset)}")
         self.dataset = dataset
         self.num_workers = num_workers
         self.iterable = isinstance(dataset, IterableDataset)
         if self.iterable:
-            self.batch_size = self._check_iterable(batch_size, shuffle, remainder, drop_last, sampler,
-                                                   dataloader_kwargs)
+            self.batch_size = self._check_iterable(
+                batch_size, shuffle, remainder, drop_last, sampler, dataloader_kwargs
+            )
             self.sampler: Any = None
         else:
             if batch_size is None:
@@ -131,12 +134,21 @@ class Loader:
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
         if len(self) == 0 or self._starves_a_rank():
-            raise PlanError(f"a rank reads fewer samples per epoch than batch_size={self.batch_size}, so "
-                            "drop_last=True leaves it no batch; use a smaller batch_size, fewer ranks, or "
-                            "drop_last=False")
+            raise PlanError(
+                f"a rank reads fewer samples per epoch than batch_size={self.batch_size}, so "
+                "drop_last=True leaves it no batch; use a smaller batch_size, fewer ranks, or "
+                "drop_last=False"
+            )
 
-    def _check_iterable(self, batch_size: int | None, shuffle: bool | None, remainder: Remainder | None,
-                        drop_last: bool | None, sampler: Any, kwargs: dict[str, Any]) -> int:
+    def _check_iterable(
+        self,
+        batch_size: int | None,
+        shuffle: bool | None,
+        remainder: Remainder | None,
+        drop_last: bool | None,
+        sampler: Any,
+        kwargs: dict[str, Any],
+    ) -> int:
         ds = self.dataset
         name = type(ds).__name__
         if sampler is not None:
@@ -145,23 +157,27 @@ class Loader:
             raise ConfigError(f"{name} batches itself: pass collate_fn to the dataset, not the Loader")
         own = getattr(ds, "batch_size", None)
         if own is None or not callable(getattr(ds, "load_state_dict", None)):
-            raise ConfigError(f"Loader needs {name}(batch_size=...): an iterable dataset batches itself, so that "
-                              "its batches do not depend on num_workers and can be resumed")
+            raise ConfigError(
+                f"Loader needs {name}(batch_size=...): an iterable dataset batches itself, so that "
+                "its batches do not depend on num_workers and can be resumed"
+            )
         if batch_size is not None and batch_size != own:
-            raise ConfigError(f"batch_size={batch_size} differs from {name}(batch_size={own}); pass one or the "
-                              "other")
+            raise ConfigError(f"batch_size={batch_size} differs from {name}(batch_size={own}); pass one or the other")
         for option, given in (("shuffle", shuffle), ("remainder", remainder), ("drop_last", drop_last)):
             if given is not None and given != getattr(ds, option, given):
-                raise ConfigError(f"{option}={given!r} differs from {name}({option}={getattr(ds, option)!r}); "
-                                  f"an iterable dataset plans its epoch itself, so set {option} there")
+                raise ConfigError(
+                    f"{option}={given!r} differs from {name}({option}={getattr(ds, option)!r}); "
+                    f"an iterable dataset plans its epoch itself, so set {option} there"
+                )
         return int(own)
 
     def _make_sampler(self, sampler: Any, shuffle: bool | None, remainder: Remainder | None) -> Any:
         if sampler is None:
             make = getattr(self.dataset, "sampler", None)
             if not callable(make):
-                raise ConfigError(f"Loader needs {type(self.dataset).__name__}.sampler() (a rank-aware sampler), "
-                                  "or pass sampler=")
+                raise ConfigError(
+                    f"Loader needs {type(self.dataset).__name__}.sampler() (a rank-aware sampler), or pass sampler="
+                )
             return make(shuffle=True if shuffle is None else shuffle, remainder=remainder or "drop")
         if shuffle is not None or remainder is not None:
             raise ConfigError("pass shuffle/remainder to the sampler you built, not to the Loader")
@@ -174,8 +190,11 @@ class Loader:
         """Whether ``drop_last`` leaves the rank that reads the fewest samples (the last one, under
         ``remainder="uneven"``) without a batch: judged alike on every rank, so all of them refuse it."""
         sampler = self.sampler
-        if self.iterable or not self._drop_last or not all(hasattr(sampler, a) for a in ("n", "world_size",
-                                                                                          "remainder")):
+        if (
+            self.iterable
+            or not self._drop_last
+            or not all(hasattr(sampler, a) for a in ("n", "world_size", "remainder"))
+        ):
             return False
         ws = sampler.world_size
         return rank_span(sampler.n, ws - 1, ws, sampler.remainder)[1] < self.batch_size
@@ -185,12 +204,24 @@ class Loader:
         """The ``torch.utils.data.DataLoader`` underneath (built on first use)."""
         if self._dataloader is None:
             if self.iterable:
-                self._dataloader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
-                                              collate_fn=as_is, worker_init_fn=self._worker_init, **self._kwargs)
+                self._dataloader = DataLoader(
+                    self.dataset,
+                    batch_size=None,
+                    num_workers=self.num_workers,
+                    collate_fn=as_is,
+                    worker_init_fn=self._worker_init,
+                    **self._kwargs,
+                )
             else:
-                self._dataloader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=self.sampler,
-                                              drop_last=self._drop_last, num_workers=self.num_workers,
-                                              worker_init_fn=self._worker_init, **self._kwargs)
+                self._dataloader = DataLoader(
+                    self.dataset,
+                    batch_size=self.batch_size,
+                    sampler=self.sampler,
+                    drop_last=self._drop_last,
+                    num_workers=self.num_workers,
+                    worker_init_fn=self._worker_init,
+                    **self._kwargs,
+                )
         return self._dataloader
 
     @property
@@ -258,9 +289,14 @@ class Loader:
             batches = 0
         ds = self.dataset
         samples = int(getattr(ds, "total", len(ds)) if self.iterable else len(ds))
-        return {"epoch": epoch, "batches": batches, "batch_size": self.batch_size,
-                "world_size": int(getattr(ds, "world_size", 1)), "samples": samples,
-                "seed": int(getattr(ds, "seed", 0))}
+        return {
+            "epoch": epoch,
+            "batches": batches,
+            "batch_size": self.batch_size,
+            "world_size": int(getattr(ds, "world_size", 1)),
+            "samples": samples,
+            "seed": int(getattr(ds, "seed", 0)),
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Make the next pass over ``state["epoch"]`` start after ``state["batches"]`` batches.
@@ -274,8 +310,10 @@ class Loader:
         mine = self.state_dict()
         for key in _CHECKED:
             if key in state and int(state[key]) != mine[key]:
-                raise ConfigError(f"this state was saved with {key}={state[key]}, this Loader has {key}={mine[key]}; "
-                                  "a resumed run must use the same batch size, world size, seed and data")
+                raise ConfigError(
+                    f"this state was saved with {key}={state[key]}, this Loader has {key}={mine[key]}; "
+                    "a resumed run must use the same batch size, world size, seed and data"
+                )
         epoch, batches = int(state["epoch"]), int(state["batches"])
         if not 0 <= batches <= len(self):
             raise ConfigError(f"batches={batches} is outside this rank's epoch of {len(self)} batches")
@@ -299,6 +337,7 @@ class Loader:
 
     def __repr__(self) -> str:
         kind = "iterable" if self.iterable else "map-style"
-        return (f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
-                f"num_workers={self.num_workers}, epoch={self.epoch})")
-
+        return (
+            f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
+            f"num_workers={self.num_workers}, epoch={self.epoch})"
+        )

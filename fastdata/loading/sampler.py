@@ -53,8 +53,15 @@ class EpochSampler(SharedEpoch, Sampler[int]):
 
     def indices(self) -> Any:
         """This rank's indices for the current epoch (a numpy array)."""
-        return rank_indices(self.n, rank=self.rank, world_size=self.world_size, shuffle=self.shuffle,
-                            seed=self.seed, epoch=self.epoch, remainder=self.remainder)
+        return rank_indices(
+            self.n,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            remainder=self.remainder,
+        )
 
     def __iter__(self) -> Iterator[int]:
         order = self.indices()

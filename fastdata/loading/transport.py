@@ -176,8 +176,9 @@ class SharedMemoryCollate:
             the pipe instead, in seconds. Defaults to 0.05.
     """
 
-    def __init__(self, collate_fn: Callable[[list[Any]], Any] | None = None, *, capacity: int = 32 << 20,
-                 wait_s: float = 0.05) -> None:
+    def __init__(
+        self, collate_fn: Callable[[list[Any]], Any] | None = None, *, capacity: int = 32 << 20, wait_s: float = 0.05
+    ) -> None:
         check_positive("capacity", capacity)
         check_positive("wait_s", wait_s, allow_zero=True)
         self.collate_fn = collate_fn or default_collate

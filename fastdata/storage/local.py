@@ -25,9 +25,7 @@ class LocalReader:
             # O_NONBLOCK: opening a FIFO by mistake must not block; it is refused below like a folder
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise SourceNotFound(
-                f"{path}: no such file; check the path (and the brace range, if any)"
-            ) from None
+            raise SourceNotFound(f"{path}: no such file; check the path (and the brace range, if any)") from None
         except PermissionError:
             raise SourceUnreadable(f"{path}: permission denied; check the file's mode and owner") from None
         except OSError as e:

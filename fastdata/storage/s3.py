@@ -58,8 +58,8 @@ CLOSE_WAIT_S = 5.0  # the longest close() waits for background reads still runni
 # One pool per process: threads do not survive a fork, so a child must never use its parent's pool
 # (its queue would never be served); the inherited one is left alone, a new one built.
 _pools: HandleCache[int, ThreadPoolExecutor] = HandleCache(
-    lambda n: ThreadPoolExecutor(n, thread_name_prefix="fastdata-s3"), _shutdown, max_open=4,
-    close_inherited=False)
+    lambda n: ThreadPoolExecutor(n, thread_name_prefix="fastdata-s3"), _shutdown, max_open=4, close_inherited=False
+)
 _pools_lock = threading.Lock()
 
 
@@ -136,16 +136,23 @@ class S3Reader:
         expected_stride: int = 1,
         **options: Any,
     ) -> None:
-        for name, value in (("readahead", readahead), ("part_size", part_size), ("max_prefetch", max_prefetch),
-                            ("cache_bytes", cache_bytes), ("open_bytes", open_bytes)):
+        for name, value in (
+            ("readahead", readahead),
+            ("part_size", part_size),
+            ("max_prefetch", max_prefetch),
+            ("cache_bytes", cache_bytes),
+            ("open_bytes", open_bytes),
+        ):
             check_positive(name, value)
         check_positive("coalesce_gap", coalesce_gap, allow_zero=True)
         check_positive("expected_stride", expected_stride)
         self.companion, self.expected_stride = companion, expected_stride
         self.bucket, self.key = parse_url(url)
         if not self.key or self.key.endswith("/"):
-            raise ConfigError(f"{url}: names a prefix, not an object; S3Reader reads one object "
-                              "(use fastdata.S3Dataset for every object under a prefix)")
+            raise ConfigError(
+                f"{url}: names a prefix, not an object; S3Reader reads one object "
+                "(use fastdata.S3Dataset for every object under a prefix)"
+            )
         self.url = url
         self.config = S3Config.from_options(config, **options)
         self.stats = stats if isinstance(stats, Stats) else Stats(stats)
@@ -361,8 +368,10 @@ class S3Reader:
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("an S3Reader is not pickled; open it again in the process that reads "
-                        "(fastdata datasets do this on their own)")
+        raise TypeError(
+            "an S3Reader is not pickled; open it again in the process that reads "
+            "(fastdata datasets do this on their own)"
+        )
 
     def __repr__(self) -> str:
         return f"S3Reader({self.url!r}, endpoint={self.config.endpoint!r})"

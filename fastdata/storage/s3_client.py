@@ -30,15 +30,25 @@ from fastdata.core.world import current_worker
 RetryMode = Literal["standard", "adaptive"]
 AddressingStyle = Literal["auto", "path", "virtual"]
 
-COUNTERS = ("s3_requests", "s3_retries", "s3_throttles", "s3_errors", "s3_resumed", "s3_bytes",
-            "s3_prefetch_hits")
+COUNTERS = ("s3_requests", "s3_retries", "s3_throttles", "s3_errors", "s3_resumed", "s3_bytes", "s3_prefetch_hits")
 """Counters every S3 read reports: GETs/HEADs/LISTs sent (first attempts), retries made by botocore
 and by our body resumption, throttled attempts (503 SlowDown, 429 ...), failed attempts of any kind,
 body reads resumed after they broke off, bytes received, prefetched objects or ranges that were used."""
 
-THROTTLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
-                            "TooManyRequests", "TooManyRequestsException", "RequestThrottled",
-                            "ProvisionedThroughputExceededException", "503", "429"})
+THROTTLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "ProvisionedThroughputExceededException",
+        "503",
+        "429",
+    }
+)
 
 MiB = 1 << 20
 JOB_THREADS = 16  # requests in flight per DataLoader (split among its workers) unless concurrency is set
@@ -110,8 +120,10 @@ class S3Config:
         if self.max_pool_connections is not None:
             check_positive("max_pool_connections", self.max_pool_connections)
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
-            raise ConfigError("give both aws_access_key_id and aws_secret_access_key, or neither "
-                              "(to use the standard AWS credential chain)")
+            raise ConfigError(
+                "give both aws_access_key_id and aws_secret_access_key, or neither "
+                "(to use the standard AWS credential chain)"
+            )
         if self.endpoint_url is not None and "://" not in self.endpoint_url:
             raise ConfigError(f"endpoint_url={self.endpoint_url!r} needs a scheme, like 'http://host:port'")
 
@@ -131,8 +143,12 @@ class S3Config:
     @property
     def endpoint(self) -> str:
         """The endpoint requests go to, for messages: the explicit one, the environment's, or AWS."""
-        return self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
-            "AWS_ENDPOINT_URL") or "the AWS default endpoint"
+        return (
+            self.endpoint_url
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or "the AWS default endpoint"
+        )
 
     @classmethod
     def from_options(cls, config: S3Config | None = None, **options: Any) -> S3Config:
@@ -148,11 +164,21 @@ class S3Config:
 
 def _env_key() -> tuple[str | None, ...]:
     """The environment the chain reads, so a client built under other settings is not reused."""
-    return tuple(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
-                                             "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID"))
+    return tuple(
+        os.environ.get(k)
+        for k in (
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_S3",
+            "AWS_PROFILE",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_ACCESS_KEY_ID",
+        )
+    )
 
 
 # -- counters ------------------------------------------------------------------------------------------
+
 
 class CounterSink(Protocol):
     counters: tuple[str, ...]
@@ -230,7 +256,8 @@ def error_code(response: dict[str, Any] | None) -> str:
     if not response:
         return ""
     return str(response.get("Error", {}).get("Code", "")) or str(
-        response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+        response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+    )
 
 
 def _on_attempt(response: Any = None, caught_exception: Any = None, **_: Any) -> None:
@@ -257,8 +284,15 @@ def _on_attempt(response: Any = None, caught_exception: Any = None, **_: Any) ->
 _secrets: set[str] = set()
 _TOKEN_HEADER = re.compile(r"(?i)(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)([^'\"\s,;}]+)")
 # botocore logs every request's headers and canonical request at DEBUG, session token included
-_HEADER_LOGGERS = ("botocore.endpoint", "botocore.auth", "botocore.parsers", "botocore.hooks",
-                   "botocore.retries.standard", "botocore.httpchecksum", "urllib3.connectionpool")
+_HEADER_LOGGERS = (
+    "botocore.endpoint",
+    "botocore.auth",
+    "botocore.parsers",
+    "botocore.hooks",
+    "botocore.retries.standard",
+    "botocore.httpchecksum",
+    "urllib3.connectionpool",
+)
 
 
 class _Redact(logging.Filter):
@@ -324,8 +358,12 @@ def build_client(key: tuple[S3Config, tuple[str | None, ...]]) -> Any:
     )
     region = cfg.region_name or session.get_config_variable("region") or "us-east-1"
     s3 = session.create_client(
-        "s3", region_name=region, endpoint_url=cfg.endpoint_url, config=botocore_config,
-        aws_access_key_id=cfg.aws_access_key_id, aws_secret_access_key=cfg.aws_secret_access_key,
+        "s3",
+        region_name=region,
+        endpoint_url=cfg.endpoint_url,
+        config=botocore_config,
+        aws_access_key_id=cfg.aws_access_key_id,
+        aws_secret_access_key=cfg.aws_secret_access_key,
         aws_session_token=cfg.aws_session_token,
     )
     s3.meta.events.register("needs-retry.s3", _on_attempt, unique_id="fastdata-count-attempts")
@@ -339,7 +377,8 @@ def _close_client(s3: Any) -> None:
 # Process-local: a forked child starts with none and builds its own (the parent's are closed in the
 # child, which only drops the child's copies of their socket descriptors).
 _clients: HandleCache[tuple[S3Config, tuple[str | None, ...]], Any] = HandleCache(
-    build_client, _close_client, max_open=8)
+    build_client, _close_client, max_open=8
+)
 
 
 def client(config: S3Config) -> Any:

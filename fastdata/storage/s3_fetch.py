@@ -25,8 +25,19 @@ CHUNK = 1 << 20  # bytes per body read: progress is kept at this granularity whe
 _jitter = random.SystemRandom()  # never the user's seeded stream, and different in every worker
 
 NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
-DENIED = frozenset({"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
-                    "ExpiredToken", "InvalidToken", "AccountProblem", "InvalidObjectState"})
+DENIED = frozenset(
+    {
+        "AccessDenied",
+        "403",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AllAccessDisabled",
+        "ExpiredToken",
+        "InvalidToken",
+        "AccountProblem",
+        "InvalidObjectState",
+    }
+)
 
 
 class S3Unavailable(FastdataError, ConnectionError):
@@ -60,8 +71,15 @@ def _body_errors() -> tuple[type[BaseException], ...]:
     )
     from urllib3.exceptions import HTTPError as Urllib3Error
 
-    return (ResponseStreamingError, IncompleteReadError, ReadTimeoutError, ConnectionClosedError,
-            Urllib3Error, ConnectionError, TimeoutError)
+    return (
+        ResponseStreamingError,
+        IncompleteReadError,
+        ReadTimeoutError,
+        ConnectionClosedError,
+        Urllib3Error,
+        ConnectionError,
+        TimeoutError,
+    )
 
 
 def translate(e: BaseException, url: str, config: S3Config, attempts: int = 0) -> Exception:
@@ -75,40 +93,52 @@ def translate(e: BaseException, url: str, config: S3Config, attempts: int = 0) -
 def _translate(e: BaseException, url: str, config: S3Config, attempts: int) -> Exception:
     from botocore.exceptions import ClientError, NoCredentialsError
 
-    bucket = url[len("s3://"):].split("/", 1)[0]
+    bucket = url[len("s3://") :].split("/", 1)[0]
     if isinstance(e, NoCredentialsError):
-        return SourceUnreadable(f"{url}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
-                                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or pass aws_access_key_id=... "
-                                "(anonymous=True for a public bucket)")
+        return SourceUnreadable(
+            f"{url}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or pass aws_access_key_id=... "
+            "(anonymous=True for a public bucket)"
+        )
     if isinstance(e, ClientError):
         code = error_code(e.response)
         meta = e.response.get("ResponseMetadata", {})
         tries = f" after {meta.get('RetryAttempts', 0) + 1} attempt(s)"
         if code in NOT_FOUND:
-            return SourceNotFound(f"{url}: no such key; check the prefix, or list it with "
-                                  f"'fastdata inspect s3://{bucket}/'")
+            return SourceNotFound(
+                f"{url}: no such key; check the prefix, or list it with 'fastdata inspect s3://{bucket}/'"
+            )
         if code == "NoSuchBucket":
-            return SourceNotFound(f"s3://{bucket}: no such bucket (reading {url}); check the bucket name "
-                                  f"and the endpoint ({config.endpoint})")
+            return SourceNotFound(
+                f"s3://{bucket}: no such bucket (reading {url}); check the bucket name "
+                f"and the endpoint ({config.endpoint})"
+            )
         if code in DENIED:
-            return SourceUnreadable(f"{url}: access denied ({code}); check that the credentials in use "
-                                    "(explicit, AWS_PROFILE or the environment) may read here "
-                                    "(s3:GetObject; s3:ListBucket to list) (not retried)")
+            return SourceUnreadable(
+                f"{url}: access denied ({code}); check that the credentials in use "
+                "(explicit, AWS_PROFILE or the environment) may read here "
+                "(s3:GetObject; s3:ListBucket to list) (not retried)"
+            )
         if code in ("PreconditionFailed", "412"):
-            return ObjectChanged(f"{url}: the object changed while it was being read; read it again "
-                                 "once it is no longer being written")
+            return ObjectChanged(
+                f"{url}: the object changed while it was being read; read it again once it is no longer being written"
+            )
         status = int(meta.get("HTTPStatusCode", 0) or 0)
         if status >= 500 or status == 429 or code in ("SlowDown", "Throttling", "RequestTimeout"):
-            return S3Unavailable(f"{url}: the store kept failing ({code}){tries}; it is throttling or down: "
-                                 "lower the request rate (fewer workers or a smaller concurrency) or raise "
-                                 "max_attempts")
+            return S3Unavailable(
+                f"{url}: the store kept failing ({code}){tries}; it is throttling or down: "
+                "lower the request rate (fewer workers or a smaller concurrency) or raise "
+                "max_attempts"
+            )
         message = e.response.get("Error", {}).get("Message", "")
         return SourceUnreadable(f"{url}: {code}: {message}")
     if isinstance(e, (*_body_errors(), OSError)):
         more = f" after {attempts} resumption(s)" if attempts else ""
-        return S3Unavailable(f"{url}: {type(e).__name__} talking to {config.endpoint}{more} "
-                             f"(connect_timeout={config.connect_timeout}s, read_timeout={config.read_timeout}s); "
-                             "check the endpoint and the network, or raise the timeouts")
+        return S3Unavailable(
+            f"{url}: {type(e).__name__} talking to {config.endpoint}{more} "
+            f"(connect_timeout={config.connect_timeout}s, read_timeout={config.read_timeout}s); "
+            "check the endpoint and the network, or raise the timeouts"
+        )
     return e if isinstance(e, Exception) else RuntimeError(str(e))
 
 
@@ -141,8 +171,16 @@ def _total_size(response: dict[str, Any]) -> int:
     return int(response["ContentLength"])
 
 
-def get(config: S3Config, stats: Stats, url: str, start: int = 0, length: int | None = None, *,
-        etag: str | None = None, size: int | None = None) -> Fetched:
+def get(
+    config: S3Config,
+    stats: Stats,
+    url: str,
+    start: int = 0,
+    length: int | None = None,
+    *,
+    etag: str | None = None,
+    size: int | None = None,
+) -> Fetched:
     """``length`` bytes of ``url`` from ``start`` (the rest of the object when None), resumed from the
     byte reached whenever the body breaks off, up to ``config.resume_attempts`` times.
 
@@ -160,7 +198,7 @@ def get(config: S3Config, stats: Stats, url: str, start: int = 0, length: int | 
     """
     if length is not None and length <= 0:
         raise ValueError(f"{url}: length={length}; ask for at least one byte")
-    bucket, key = url[len("s3://"):].split("/", 1)
+    bucket, key = url[len("s3://") :].split("/", 1)
     parts: list[bytes] = []
     got = 0
     want = length  # bytes still to read once the object's size is known; None: up to the end
@@ -179,8 +217,10 @@ def get(config: S3Config, stats: Stats, url: str, start: int = 0, length: int | 
         etag = etag or response.get("ETag")
         reported = _total_size(response)
         if total is not None and reported != total:
-            changed = ObjectChanged(f"{url}: the object has {reported} bytes, {total} were expected (it was "
-                                    "replaced since it was listed or opened); list or open it again")
+            changed = ObjectChanged(
+                f"{url}: the object has {reported} bytes, {total} were expected (it was "
+                "replaced since it was listed or opened); list or open it again"
+            )
             changed.source = url  # type: ignore[attr-defined]
             raise changed
         total = reported
@@ -215,8 +255,13 @@ def get(config: S3Config, stats: Stats, url: str, start: int = 0, length: int | 
             raise translate(cause, url, config, resumed - 1) from cause
         stats.add("s3_resumed")
         stats.add("s3_retries")
-        log.debug("%s: body broke off after %d of %d bytes (%s); resuming", url, got, want,
-                  type(error).__name__ if error else "short body")
+        log.debug(
+            "%s: body broke off after %d of %d bytes (%s); resuming",
+            url,
+            got,
+            want,
+            type(error).__name__ if error else "short body",
+        )
         time.sleep(backoff(resumed, config))
 
 

@@ -29,8 +29,9 @@ FORMAT = "fastdata-s3-objects"
 MANIFEST_SUFFIXES = (".json", ".txt")
 
 
-def list_prefix(url: str, config: S3Config, stats: Stats, *, page_size: int = 1000,
-                progress: bool | None = None) -> tuple[list[str], list[int]]:
+def list_prefix(
+    url: str, config: S3Config, stats: Stats, *, page_size: int = 1000, progress: bool | None = None
+) -> tuple[list[str], list[int]]:
     """Every object under ``s3://bucket/prefix`` (recursively, in key order) and its size in bytes.
 
     Keys ending in ``/`` (folder markers made by consoles) are left out.
@@ -71,8 +72,9 @@ def list_prefix(url: str, config: S3Config, stats: Stats, *, page_size: int = 10
         if bar is not None:
             bar.close()
     if not urls:
-        raise SourceNotFound(f"{url}: no objects under this prefix; check the bucket, the prefix and the "
-                             f"endpoint ({config.endpoint})")
+        raise SourceNotFound(
+            f"{url}: no objects under this prefix; check the bucket, the prefix and the endpoint ({config.endpoint})"
+        )
     return urls, sizes
 
 
@@ -98,8 +100,9 @@ def read_object_list(path: str, config: S3Config, stats: Stats) -> tuple[list[st
     try:
         data = json.loads(text)
     except ValueError as e:
-        raise FastdataError(f"{path}: not valid JSON ({e}); expected a list of s3:// URLs or "
-                            f"{{'urls': [...], 'sizes': [...]}}") from None
+        raise FastdataError(
+            f"{path}: not valid JSON ({e}); expected a list of s3:// URLs or {{'urls': [...], 'sizes': [...]}}"
+        ) from None
     if isinstance(data, list):
         return check_urls(data, path), [-1] * len(data), None
     if not isinstance(data, dict) or not isinstance(data.get("urls"), list):
@@ -138,8 +141,15 @@ def write_object_list(path: str | os.PathLike[str], urls: list[str], sizes: list
         raise
 
 
-def resolve(source: Any, config: S3Config, stats: Stats, *, cache: str | os.PathLike[str] | None = None,
-            page_size: int = 1000, progress: bool | None = None) -> tuple[list[str], list[int]]:
+def resolve(
+    source: Any,
+    config: S3Config,
+    stats: Stats,
+    *,
+    cache: str | os.PathLike[str] | None = None,
+    page_size: int = 1000,
+    progress: bool | None = None,
+) -> tuple[list[str], list[int]]:
     """The objects of an S3 dataset's ``source``: a prefix (listed, or read from ``cache`` when that
     file lists the same prefix), a manifest file (``.json``/``.txt``), or a list of URLs."""
     if isinstance(source, (str, os.PathLike)):
@@ -148,8 +158,10 @@ def resolve(source: Any, config: S3Config, stats: Stats, *, cache: str | os.Path
             urls, sizes, _ = read_object_list(spec, config, stats)
             return urls, sizes
         if scheme(spec) != "s3":
-            raise ConfigError(f"{spec!r}: give an s3://bucket/prefix/, a list of s3:// URLs, or a manifest "
-                              f"file ending in {' or '.join(MANIFEST_SUFFIXES)}")
+            raise ConfigError(
+                f"{spec!r}: give an s3://bucket/prefix/, a list of s3:// URLs, or a manifest "
+                f"file ending in {' or '.join(MANIFEST_SUFFIXES)}"
+            )
         parse_url(spec)
         if cache is not None and Path(cache).exists():
             urls, sizes, listed = read_object_list(os.fspath(cache), config, stats)

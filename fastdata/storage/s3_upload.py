@@ -36,8 +36,12 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 def _transfer_config(config: S3Config, multipart_threshold: int, part_size: int) -> Any:
     from boto3.s3.transfer import TransferConfig
 
-    return TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=part_size,
-                          max_concurrency=config.threads, use_threads=True)
+    return TransferConfig(
+        multipart_threshold=multipart_threshold,
+        multipart_chunksize=part_size,
+        max_concurrency=config.threads,
+        use_threads=True,
+    )
 
 
 def _remote(config: S3Config, stats: Stats, url: str) -> dict[str, Any] | None:
@@ -55,14 +59,17 @@ def _verify(config: S3Config, stats: Stats, url: str, size: int, sha256: str) ->
     head = _remote(config, stats, url)
     if head is None or int(head["ContentLength"]) != size or head.get("Metadata", {}).get(SHA256_KEY) != sha256:
         got = "missing" if head is None else f"{head['ContentLength']} bytes"
-        raise UploadFailed(f"{url}: after the upload the object is {got}, the file has {size} bytes "
-                           "(or another sha256); upload it again")
+        raise UploadFailed(
+            f"{url}: after the upload the object is {got}, the file has {size} bytes "
+            "(or another sha256); upload it again"
+        )
 
 
 def _existing_matches(config: S3Config, stats: Stats, url: str, size: int, sha256: str) -> bool:
     head = _remote(config, stats, url)
-    return (head is not None and int(head["ContentLength"]) == size
-            and head.get("Metadata", {}).get(SHA256_KEY) == sha256)
+    return (
+        head is not None and int(head["ContentLength"]) == size and head.get("Metadata", {}).get(SHA256_KEY) == sha256
+    )
 
 
 def upload_file(
@@ -110,9 +117,17 @@ def upload_file(
     return True
 
 
-def _start(path: str | os.PathLike[str], url: str, config: S3Config, stats: Stats, sha256: str | None,
-           skip_existing: bool, multipart_threshold: int, part_size: int,
-           manager: Any = None) -> tuple[Any, int, str]:
+def _start(
+    path: str | os.PathLike[str],
+    url: str,
+    config: S3Config,
+    stats: Stats,
+    sha256: str | None,
+    skip_existing: bool,
+    multipart_threshold: int,
+    part_size: int,
+    manager: Any = None,
+) -> tuple[Any, int, str]:
     if not os.path.isfile(path):
         raise SourceNotFound(f"{os.fspath(path)}: no such file to upload")
     bucket, key = parse_url(url)
@@ -125,8 +140,9 @@ def _start(path: str | os.PathLike[str], url: str, config: S3Config, stats: Stat
     from boto3.s3.transfer import create_transfer_manager
 
     own = manager is None
-    manager = manager or create_transfer_manager(client(config), _transfer_config(config, multipart_threshold,
-                                                                                  part_size))
+    manager = manager or create_transfer_manager(
+        client(config), _transfer_config(config, multipart_threshold, part_size)
+    )
     stats.add("s3_requests")
     future = manager.upload(os.fspath(path), bucket, key, extra_args={"Metadata": {SHA256_KEY: digest}})
     if own:

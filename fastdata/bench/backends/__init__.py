@@ -79,6 +79,7 @@ def public_options(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` as they may be written to a report: JSON values as they are, any other object as its
     ``repr`` (never taken apart: ``dataclasses.asdict`` on a report would expose an ``S3Config``'s
     credentials, which its repr hides)."""
+
     def plain(v: Any) -> bool:
         if v is None or isinstance(v, (str, int, float, bool)):
             return True
@@ -174,8 +175,9 @@ def _load(module: str) -> Backend:
     for needed in ("detect", "open", "demo"):
         if not callable(getattr(mod, needed, None)):
             return Backend(getattr(mod, "NAME", short), module, error=f"{module} has no {needed}() function")
-    return Backend(getattr(mod, "NAME", short), module, int(getattr(mod, "PRIORITY", 50)), None,
-                   getattr(mod, "EXTRA", None), mod)
+    return Backend(
+        getattr(mod, "NAME", short), module, int(getattr(mod, "PRIORITY", 50)), None, getattr(mod, "EXTRA", None), mod
+    )
 
 
 def backends() -> list[Backend]:
@@ -210,5 +212,14 @@ def detect(spec: str) -> Backend:
     raise ConfigError(f"{spec}: cannot tell its format; pass --format (one of {names})")
 
 
-__all__ = ["ENTRY_POINTS", "Backend", "DemoData", "DemoUnavailable", "backends", "detect", "get", "public_options",
-           "require"]
+__all__ = [
+    "ENTRY_POINTS",
+    "Backend",
+    "DemoData",
+    "DemoUnavailable",
+    "backends",
+    "detect",
+    "get",
+    "public_options",
+    "require",
+]

@@ -118,8 +118,9 @@ def open(spec: str, **options: Any) -> Any:
 
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise ConfigError(f"hdf5 backend: unknown option(s) {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(sorted(_OPTIONS))}")
+        raise ConfigError(
+            f"hdf5 backend: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_OPTIONS))}"
+        )
     paths = _paths(spec)
     fields = options.pop("fields", None)
     if isinstance(fields, str):
@@ -132,8 +133,9 @@ def open(spec: str, **options: Any) -> Any:
     return fd.HDF5Dataset(paths, tuple(fields), **options)
 
 
-def write_demo_file(path: Path, *, samples: int = DEMO_SAMPLES, shape: tuple[int, ...] = DEMO_SHAPE,
-                    seed: int = 0) -> str:
+def write_demo_file(
+    path: Path, *, samples: int = DEMO_SAMPLES, shape: tuple[int, ...] = DEMO_SHAPE, seed: int = 0
+) -> str:
     """One HDF5 file of ``samples`` uint8 images of ``shape`` and int64 labels, in the layout
     ``fastdata convert --format hdf5 --decode`` writes (uncompressed chunks of about 1 MiB)."""
     import h5py

@@ -79,8 +79,7 @@ def _prefix_holds_shards(url: str, config: Any) -> bool:
 
     bucket, prefix = parse_url(url)
     try:
-        page = call(config, Stats(), url,
-                    lambda s3: s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000))
+        page = call(config, Stats(), url, lambda s3: s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000))
     finally:
         release(config)  # the parent keeps no connection open into the DataLoader's fork
     keys = [o["Key"] for o in page.get("Contents", []) if not o["Key"].endswith("/")]
@@ -102,13 +101,16 @@ def _shard_urls(url: str, config: Any) -> list[str]:
 def _check(options: dict[str, Any], allowed: set[str], what: str) -> None:
     secrets = sorted(SECRETS & set(options))
     if secrets:
-        raise ConfigError(f"s3 backend: {', '.join(secrets)} cannot be an option (options are written to the "
-                          "report); use the AWS chain (AWS_ACCESS_KEY_ID ..., AWS_PROFILE) or, from Python, "
-                          "config=S3Config(...), whose repr hides them")
+        raise ConfigError(
+            f"s3 backend: {', '.join(secrets)} cannot be an option (options are written to the "
+            "report); use the AWS chain (AWS_ACCESS_KEY_ID ..., AWS_PROFILE) or, from Python, "
+            "config=S3Config(...), whose repr hides them"
+        )
     unknown = set(options) - allowed
     if unknown:
-        raise ConfigError(f"s3 backend ({what}): unknown option(s) {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(sorted(allowed))}")
+        raise ConfigError(
+            f"s3 backend ({what}): unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(allowed))}"
+        )
 
 
 def open(spec: str, **options: Any) -> Any:
@@ -118,8 +120,9 @@ def open(spec: str, **options: Any) -> Any:
 
     s3_fields = _config_fields()
     _check(options, _COMMON | _OBJECTS | _SHARDS | _READER | s3_fields, "any SPEC")
-    config = S3Config.from_options(options.pop("config", None),
-                                   **{k: options.pop(k) for k in list(options) if k in s3_fields})
+    config = S3Config.from_options(
+        options.pop("config", None), **{k: options.pop(k) for k in list(options) if k in s3_fields}
+    )
     shards = options.pop("shards", None)
     first = next(iter(braceexpand(spec)), spec)
     if shards is None:
@@ -145,8 +148,15 @@ def open(spec: str, **options: Any) -> Any:
     return fd.TarShardDataset(urls, storage_options=storage, **options)
 
 
-def upload_demo_objects(client: Any, bucket: str, prefix: str, *, objects: int = DEMO_OBJECTS,
-                        size: tuple[int, int] = DEMO_SIZE, seed: int = 0) -> list[str]:
+def upload_demo_objects(
+    client: Any,
+    bucket: str,
+    prefix: str,
+    *,
+    objects: int = DEMO_OBJECTS,
+    size: tuple[int, int] = DEMO_SIZE,
+    seed: int = 0,
+) -> list[str]:
     """``objects`` photo-like JPEGs (``prefix/NNNNNN.jpg``) put into ``bucket`` by a few threads;
     returns their URLs."""
     from fastdata.bench.backends.tar import DemoImages
@@ -186,5 +196,7 @@ def demo(folder: Path, scale: float = 1.0) -> Iterator[tuple[str, dict[str, Any]
             upload_demo_objects(client, DEMO_BUCKET, "images/", objects=max(32, round(DEMO_OBJECTS * scale)))
         finally:
             client.close()
-        yield f"s3://{DEMO_BUCKET}/images/", {"config": S3Config(**server.options()),
-                                              "cache": str(folder / "listing.json")}
+        yield (
+            f"s3://{DEMO_BUCKET}/images/",
+            {"config": S3Config(**server.options()), "cache": str(folder / "listing.json")},
+        )

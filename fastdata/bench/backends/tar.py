@@ -67,8 +67,9 @@ def open(spec: str, **options: Any) -> Any:
 
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise ConfigError(f"tar backend: unknown option(s) {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(sorted(_OPTIONS))}")
+        raise ConfigError(
+            f"tar backend: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_OPTIONS))}"
+        )
     indexed = bool(options.pop("indexed", False))
     urls = _urls(spec)
     if indexed:
@@ -99,8 +100,14 @@ class DemoImages:
         return buf.getvalue()
 
 
-def write_demo_shards(folder: Path, *, shards: int = DEMO_SHARDS, per_shard: int = DEMO_PER_SHARD,
-                      size: tuple[int, int] = DEMO_SIZE, seed: int = 0) -> str:
+def write_demo_shards(
+    folder: Path,
+    *,
+    shards: int = DEMO_SHARDS,
+    per_shard: int = DEMO_PER_SHARD,
+    size: tuple[int, int] = DEMO_SIZE,
+    seed: int = 0,
+) -> str:
     """Shards of small JPEGs with class labels; returns their brace pattern."""
     rng = np.random.default_rng(seed)
     images = DemoImages(rng, size)

@@ -39,9 +39,23 @@ DEMO_GOP = 25  # a keyframe every second, as cameras and web encoders commonly w
 # entries looked at in a folder (and in each of its first subfolders) before deciding it holds no videos
 DETECT_ENTRIES = 1000
 
-_OPTIONS = {"clip_len", "frame_stride", "clips_per_video", "clip_step", "clip_sampling", "size", "decoder",
-            "stagger", "stagger_each_open", "max_open", "decode_threads", "decode_timeout", "on_error",
-            "index_cache", "seed"}
+_OPTIONS = {
+    "clip_len",
+    "frame_stride",
+    "clips_per_video",
+    "clip_step",
+    "clip_sampling",
+    "size",
+    "decoder",
+    "stagger",
+    "stagger_each_open",
+    "max_open",
+    "decode_threads",
+    "decode_timeout",
+    "on_error",
+    "index_cache",
+    "seed",
+}
 
 
 def _extensions() -> frozenset[str]:
@@ -63,8 +77,10 @@ def _holds_videos(folder: str) -> bool:
                 subfolders.append(entry.path)
     for sub in subfolders[:8]:
         with os.scandir(sub) as it:
-            if any(e.is_file() and os.path.splitext(e.name)[1].lower() in exts
-                   for e in itertools.islice(it, DETECT_ENTRIES)):
+            if any(
+                e.is_file() and os.path.splitext(e.name)[1].lower() in exts
+                for e in itertools.islice(it, DETECT_ENTRIES)
+            ):
                 return True
     return False
 
@@ -85,8 +101,9 @@ def open(spec: str, **options: Any) -> Any:
 
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise ConfigError(f"video backend: unknown option(s) {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(sorted(_OPTIONS))}")
+        raise ConfigError(
+            f"video backend: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_OPTIONS))}"
+        )
     for name in ("size", "stagger"):  # JSON lists from -o size=[224,224]
         if isinstance(options.get(name), list):
             options[name] = tuple(options[name])
@@ -103,8 +120,15 @@ def demo_frames(video: int, n: int, size: tuple[int, int], rng: np.random.Genera
         yield np.ascontiguousarray(np.roll(texture, 2 * i, axis=1)[:, :w])
 
 
-def write_demo_videos(folder: Path, *, videos: int = DEMO_VIDEOS, frames: int = DEMO_FRAMES,
-                      size: tuple[int, int] = DEMO_SIZE, gop: int = DEMO_GOP, seed: int = 0) -> list[str]:
+def write_demo_videos(
+    folder: Path,
+    *,
+    videos: int = DEMO_VIDEOS,
+    frames: int = DEMO_FRAMES,
+    size: tuple[int, int] = DEMO_SIZE,
+    gop: int = DEMO_GOP,
+    seed: int = 0,
+) -> list[str]:
     """``videos`` H.264 videos (``folder/vNNN.mp4``, 25 fps, yuv420p) of ``frames`` frames each."""
     import av
 

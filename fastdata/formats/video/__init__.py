@@ -33,8 +33,9 @@ from fastdata.formats.video.base import (
 
 DecoderName = Literal["pyav", "decord", "opencv", "torchcodec"]
 
-VIDEO_EXTENSIONS = frozenset({".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts", ".flv",
-                              ".wmv", ".3gp"})
+VIDEO_EXTENSIONS = frozenset(
+    {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts", ".flv", ".wmv", ".3gp"}
+)
 """File suffixes taken for videos when a folder is searched (by the dataset and by ``fastdata inspect``)."""
 
 # name -> (module, class, the extra that installs its library)
@@ -67,13 +68,20 @@ def reader_class(decoder: str | type[VideoReader]) -> type[VideoReader]:
         importlib.import_module(library)
     except ImportError as e:
         hint = " and Debian's ffmpeg package (apt-get install ffmpeg)" if decoder == "torchcodec" else ""
-        raise ImportError(f"decoder={decoder!r} needs {library} ({e}); install it with "
-                          f"pip install 'fastdata[{extra}]'{hint}") from e
+        raise ImportError(
+            f"decoder={decoder!r} needs {library} ({e}); install it with pip install 'fastdata[{extra}]'{hint}"
+        ) from e
     return cls
 
 
-def open_video(path: str, decoder: str | type[VideoReader] = "pyav", *, threads: int = 1,
-               size: Size | None = None, meta: VideoMeta | None = None) -> VideoReader:
+def open_video(
+    path: str,
+    decoder: str | type[VideoReader] = "pyav",
+    *,
+    threads: int = 1,
+    size: Size | None = None,
+    meta: VideoMeta | None = None,
+) -> VideoReader:
     """Open one video with the named decoder; see :class:`VideoReader`."""
     return reader_class(decoder)(path, threads=threads, size=size, meta=meta)
 

@@ -57,13 +57,17 @@ class VideoMeta:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"frames": self.frames, "fps": self.fps, "height": self.height, "width": self.width,
-                "extra": self.extra}
+        return {"frames": self.frames, "fps": self.fps, "height": self.height, "width": self.width, "extra": self.extra}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VideoMeta:
-        return cls(int(data["frames"]), float(data["fps"]), int(data["height"]), int(data["width"]),
-                   dict(data.get("extra") or {}))
+        return cls(
+            int(data["frames"]),
+            float(data["fps"]),
+            int(data["height"]),
+            int(data["width"]),
+            dict(data.get("extra") or {}),
+        )
 
 
 def check_exists(path: str) -> None:
@@ -93,12 +97,15 @@ def unreadable(path: str, backend: str, error: BaseException) -> VideoUnreadable
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             return TooManyOpenFiles(
                 f"{path}: cannot open: too many open files in this process (ulimit -n is {soft}); lower "
-                "max_open (readers kept open per worker) or num_workers, or raise the limit (ulimit -n)")
+                "max_open (readers kept open per worker) or num_workers, or raise the limit (ulimit -n)"
+            )
     else:
         os.close(fd)
     return VideoUnreadable(
         f"{path}: {backend} cannot open it as a video ({type(error).__name__}: {error}); the file is "
-        "truncated, damaged or not a video: check it with ffprobe, or pass on_error='skip'", path)
+        "truncated, damaged or not a video: check it with ffprobe, or pass on_error='skip'",
+        path,
+    )
 
 
 class VideoReader(ABC):
@@ -118,8 +125,7 @@ class VideoReader(ABC):
 
     name: ClassVar[str] = "?"
 
-    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None,
-                 meta: VideoMeta | None = None) -> None:
+    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None, meta: VideoMeta | None = None) -> None:
         self.path = path
         self.threads = threads
         self.size = size
@@ -191,7 +197,9 @@ class VideoReader(ABC):
         return FramesMissing(
             f"{self.path}: frames {list(wanted)} could not be decoded ({self.name} produced {seen}; the "
             f"container announces {self.frame_count}){detail}; the file is damaged or its frame count is "
-            "over-reported: re-encode it, or pass on_error='skip'", self.path)
+            "over-reported: re-encode it, or pass on_error='skip'",
+            self.path,
+        )
 
     def __enter__(self) -> VideoReader:
         return self

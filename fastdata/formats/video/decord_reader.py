@@ -36,8 +36,7 @@ class DecordReader(VideoReader):
 
     name = "decord"
 
-    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None,
-                 meta: VideoMeta | None = None) -> None:
+    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None, meta: VideoMeta | None = None) -> None:
         super().__init__(path, threads=threads, size=size, meta=meta)
         import decord
 
@@ -68,9 +67,12 @@ class DecordReader(VideoReader):
         try:
             return self._vr.get_batch(indices).asnumpy()  # type: ignore[no-any-return]
         except Exception as e:
-            raise DecodeFailed(f"{self.path}: decord cannot decode frames {indices[0]}..{indices[-1]} "
-                               f"({type(e).__name__}: {str(e).strip()[:300]}); the file is damaged: re-encode "
-                               "it, or pass on_error='skip'", self.path) from e
+            raise DecodeFailed(
+                f"{self.path}: decord cannot decode frames {indices[0]}..{indices[-1]} "
+                f"({type(e).__name__}: {str(e).strip()[:300]}); the file is damaged: re-encode "
+                "it, or pass on_error='skip'",
+                self.path,
+            ) from e
         finally:
             self._park()
 

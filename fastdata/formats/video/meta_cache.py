@@ -92,13 +92,13 @@ class VideoIndex:
                 continue
             entry = self._entries.get(os.path.abspath(path))
             if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
-                out[path] = (VideoUnreadable(entry["error"], path) if "error" in entry
-                             else VideoMeta.from_json(entry["meta"]))
+                out[path] = (
+                    VideoUnreadable(entry["error"], path) if "error" in entry else VideoMeta.from_json(entry["meta"])
+                )
             else:
                 todo.append((path, st))
         self.probed = len(todo)
-        for path, st in tqdm(todo, desc="fastdata: indexing videos", unit="video", disable=len(todo) < 50,
-                             leave=False):
+        for path, st in tqdm(todo, desc="fastdata: indexing videos", unit="video", disable=len(todo) < 50, leave=False):
             record: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
             try:
                 meta = probe(path)
@@ -128,5 +128,8 @@ class VideoIndex:
         except OSError as e:
             with contextlib.suppress(OSError, UnboundLocalError):
                 os.unlink(tmp)
-            warnings.warn(f"{self.file}: cannot write the video index ({e}); the next start will probe "
-                          "the videos again (pass index_cache=PATH to put it somewhere writable)", stacklevel=3)
+            warnings.warn(
+                f"{self.file}: cannot write the video index ({e}); the next start will probe "
+                "the videos again (pass index_cache=PATH to put it somewhere writable)",
+                stacklevel=3,
+            )

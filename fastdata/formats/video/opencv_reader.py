@@ -27,8 +27,7 @@ class OpenCVReader(VideoReader):
 
     name = "opencv"
 
-    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None,
-                 meta: VideoMeta | None = None) -> None:
+    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None, meta: VideoMeta | None = None) -> None:
         super().__init__(path, threads=threads, size=size, meta=meta)
         import cv2
 

@@ -79,15 +79,24 @@ class ReaderPool:
         before_open (Callable[[], object] | None): called before each reader is opened (stagger).
     """
 
-    def __init__(self, decoder: str | type[VideoReader], *, threads: int, size: Size | None,
-                 max_open: int | None, timeout: float | None, metas: dict[str, VideoMeta] | None = None,
-                 before_open: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self,
+        decoder: str | type[VideoReader],
+        *,
+        threads: int,
+        size: Size | None,
+        max_open: int | None,
+        timeout: float | None,
+        metas: dict[str, VideoMeta] | None = None,
+        before_open: Callable[[], object] | None = None,
+    ) -> None:
         self.decoder = decoder
         self.threads, self.size, self.timeout = threads, size, timeout
         self.metas = metas or {}
         self.before_open = before_open
         self._readers: HandleCache[str, VideoReader] = HandleCache(
-            self._open, _close_reader, max_open=max_open, close_inherited=False)
+            self._open, _close_reader, max_open=max_open, close_inherited=False
+        )
         self.watchdog = Watchdog(timeout)
         self._busy = threading.Lock()  # held while this process reads; see close_idle
         _pools.add(self)
@@ -111,8 +120,15 @@ class ReaderPool:
         cls = reader_class(self.decoder)
         if self.before_open is not None:
             self.before_open()
-        return self.watchdog.call(cls, path, threads=self.threads, size=self.size, meta=self.metas.get(path),
-                                  what="opening the video", source=path)
+        return self.watchdog.call(
+            cls,
+            path,
+            threads=self.threads,
+            size=self.size,
+            meta=self.metas.get(path),
+            what="opening the video",
+            source=path,
+        )
 
     def probe(self, path: str) -> VideoMeta:
         """The file's :class:`VideoMeta`, found by opening it under the watchdog (then closing it)."""
@@ -136,8 +152,14 @@ class ReaderPool:
             reader = self._readers.get(path)
             t = stages.lap("fetch", t)  # opening the file and its container, when not open yet
             try:
-                clip = self.watchdog.call(_get_frames, reader, frames, pause, source=path,
-                                          what=f"decoding frames {min(frames)}..{max(frames)}")
+                clip = self.watchdog.call(
+                    _get_frames,
+                    reader,
+                    frames,
+                    pause,
+                    source=path,
+                    what=f"decoding frames {min(frames)}..{max(frames)}",
+                )
                 stages.lap("decode", t)  # demuxing and decoding (the packets' bytes come from a local file)
                 return clip
             except DecodeTimeout:

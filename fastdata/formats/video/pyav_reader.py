@@ -103,8 +103,7 @@ class PyAVReader(VideoReader):
 
     name = "pyav"
 
-    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None,
-                 meta: VideoMeta | None = None) -> None:
+    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None, meta: VideoMeta | None = None) -> None:
         super().__init__(path, threads=threads, size=size, meta=meta)
         import av
 
@@ -128,8 +127,11 @@ class PyAVReader(VideoReader):
                 self._table = FrameTable.scan(self._container, self._stream)
             if self._table.n == 0:
                 raise ValueError("no video frames")
-            self._meta = meta if meta is not None and "pts" in extra else VideoMeta(
-                self._table.n, self._rate(), codec.height, codec.width, self._table.to_json())
+            self._meta = (
+                meta
+                if meta is not None and "pts" in extra
+                else VideoMeta(self._table.n, self._rate(), codec.height, codec.width, self._table.to_json())
+            )
         except Exception as e:
             self._container.close()
             raise unreadable(path, "PyAV", e) from e
@@ -200,17 +202,21 @@ class PyAVReader(VideoReader):
                     return first_seen, seen
         except Exception as e:
             self._frames, self._next = None, -1
-            raise DecodeFailed(f"{self.path}: PyAV cannot decode frames {sorted(slot)} "
-                               f"({type(e).__name__}: {e}); the file is damaged: re-encode it, or pass "
-                               "on_error='skip'", self.path) from e
+            raise DecodeFailed(
+                f"{self.path}: PyAV cannot decode frames {sorted(slot)} "
+                f"({type(e).__name__}: {e}); the file is damaged: re-encode it, or pass "
+                "on_error='skip'",
+                self.path,
+            ) from e
         self._frames, self._next = None, -1  # end of stream: the next read seeks
         return (first_seen, seen) if seen >= 0 else None
 
     def _convert(self, frame: Any, out: np.ndarray) -> None:
         h, w = out.shape[:2]
         resize = (h, w) != (frame.height, frame.width)
-        rgb = _reformatter().reformat(frame, format="rgb24", width=w, height=h, threads=self.threads,
-                                         interpolation="AREA" if resize else None)
+        rgb = _reformatter().reformat(
+            frame, format="rgb24", width=w, height=h, threads=self.threads, interpolation="AREA" if resize else None
+        )
         out[...] = rgb.to_ndarray()
 
     def close(self) -> None:

@@ -21,15 +21,13 @@ class TorchCodecReader(VideoReader):
 
     name = "torchcodec"
 
-    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None,
-                 meta: VideoMeta | None = None) -> None:
+    def __init__(self, path: str, *, threads: int = 1, size: Size | None = None, meta: VideoMeta | None = None) -> None:
         super().__init__(path, threads=threads, size=size, meta=meta)
         from torchcodec.decoders import VideoDecoder
 
         check_exists(path)
         try:
-            self._dec: Any = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=threads,
-                                          seek_mode="exact")
+            self._dec: Any = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=threads, seek_mode="exact")
             info = self._dec.metadata
             frames = int(info.num_frames or 0)
             if frames < 1:
@@ -37,8 +35,9 @@ class TorchCodecReader(VideoReader):
         except Exception as e:
             self._dec = None
             raise unreadable(path, "torchcodec", e) from e
-        self._meta = meta or VideoMeta(frames, float(info.average_fps or 0.0), int(info.height or 0),
-                                       int(info.width or 0))
+        self._meta = meta or VideoMeta(
+            frames, float(info.average_fps or 0.0), int(info.height or 0), int(info.width or 0)
+        )
 
     @property
     def meta(self) -> VideoMeta:
@@ -48,9 +47,12 @@ class TorchCodecReader(VideoReader):
         try:
             frames = self._dec.get_frames_at(wanted).data.numpy()
         except Exception as e:
-            raise DecodeFailed(f"{self.path}: torchcodec cannot decode frames {wanted[0]}..{wanted[-1]} "
-                               f"({type(e).__name__}: {e}); the file is damaged: re-encode it, or pass "
-                               "on_error='skip'", self.path) from e
+            raise DecodeFailed(
+                f"{self.path}: torchcodec cannot decode frames {wanted[0]}..{wanted[-1]} "
+                f"({type(e).__name__}: {e}); the file is damaged: re-encode it, or pass "
+                "on_error='skip'",
+                self.path,
+            ) from e
         if self.size is not None and frames.shape[1:3] != self.size:
             out = np.empty((len(wanted), *self.size, 3), np.uint8)
             for k in range(len(wanted)):

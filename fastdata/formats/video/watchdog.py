@@ -161,7 +161,8 @@ class Watchdog:
         if len(stuck) >= self.max_stuck:
             raise FastdataError(
                 f"{len(stuck)} decoder calls are stuck in this process (the latest: {source}); the storage "
-                "is probably unavailable: check it, then restart the job")
+                "is probably unavailable: check it, then restart the job"
+            )
         job = _Job(fn, args, kwargs)
         helpers.queue_for_this_thread().put(job)
         if not job.done.wait(self.timeout) and job.abandon():
@@ -169,5 +170,6 @@ class Watchdog:
             raise DecodeTimeout(
                 f"{source}: {what} took longer than {self.timeout:g} s and was abandoned; the file is "
                 "damaged or its storage stalled: check it, pass on_error='skip', or raise decode_timeout",
-                source)
+                source,
+            )
         return job.outcome()  # type: ignore[no-any-return]
