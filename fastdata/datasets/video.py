@@ -293,8 +293,8 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
                 "video": video,
                 "path": path,
                 "frames": torch.tensor(frames, dtype=torch.int64),
-                "fps": self.metas[video].fps,
-            }  # type: ignore[union-attr]
+                "fps": self.metas[video].fps,  # type: ignore[union-attr]
+            }
             if self.transform is not None:
                 t = stages.clock()  # the pool times fetch and decode; 0.0 unless `fastdata bench` probes
                 sample = self.transform(sample)
