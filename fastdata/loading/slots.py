@@ -1,0 +1,373 @@
+"""Reused batch slots in shared memory: the worker's ring and the main process's side of it.
+
+Each DataLoader worker owns a :class:`WorkerRing`: up to ``slots`` preallocated slots of shared memory
+(torch shared tensors, so torch's own machinery maps them into the main process under ``fork`` and
+``spawn``, and the kernel frees them when both processes have let go: nothing is left in ``/dev/shm``
+even when a worker is killed), sized from the first batches (a quarter more than the batch that made
+the slot) and bounded by ``max_bytes``. A control array in shared memory holds one word per slot: 0 when
+the slot is free, else the ticket of the batch in it.
+
+In the worker, :meth:`WorkerRing.pack` writes a collated batch into a free slot (see
+:mod:`fastdata.loading.slot_layout`), marks it with the batch's ticket and returns a :class:`SlotBatch`,
+which pickles to a small descriptor: the slot's tensor and the control array travel only the first time.
+In the main process, unpickling it (:func:`_receive`) maps the slot once, builds the batch as views of it,
+and sets a ``weakref.finalize`` on the array they all share: when the user has dropped the last of them
+(or ``hold`` later batches have arrived, or at once with ``copy=True``), the main process writes 0 into
+the slot's control word, if it still holds this batch's ticket, and the worker may reuse the slot.
+
+Each control word has one writer at a time (the worker writes a ticket only into a 0, the main process a
+0 only over its own ticket), so no lock crosses processes. A worker that finds no free slot waits up to
+``wait_s`` for one, then sends that batch the stock way (:class:`PipeBatch`: correct, only slower), and
+stops waiting until a slot is free again: a consumer that keeps every batch never blocks its workers.
+
+Steady state: no page is touched for the first time per batch (slots are written over and mapped once)
+and no payload is pickled. Written by hand because torch shares a fresh tensor per batch and no library
+hands a DataLoader reusable shared buffers.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import warnings
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastdata.core import process
+from fastdata.core.errors import FastdataError
+from fastdata.loading import pinning, slot_layout
+from fastdata.loading.slot_layout import BytesAs
+
+
+class SlotLost(FastdataError, RuntimeError):
+    """A descriptor names a slot whose memory never reached this process."""
+
+
+def _round_up(n: int, to: int = 64 << 10) -> int:
+    return max(to, -(-n // to) * to)
+
+
+class _WorkerSlot:
+    __slots__ = ("array", "nbytes", "sent", "tensor", "uid", "view")
+
+    def __init__(self, uid: int, nbytes: int) -> None:
+        # share_memory_ copies the (uninitialised) tensor into fresh shared memory: every page of the
+        # slot is touched once here, in the worker, and never again for the first time
+        self.tensor = torch.empty(nbytes, dtype=torch.uint8).share_memory_()
+        self.array = self.tensor.numpy()
+        self.view = memoryview(self.array)
+        self.uid, self.nbytes, self.sent = uid, nbytes, False
+
+
+class SlotBatch:
+    """A batch written into a slot, as a worker returns it: pickles to a small descriptor, and unpickles
+    in the main process into the batch itself (views of the slot)."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        self.args = args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_receive, self.args)
+
+
+class PipeBatch:
+    """A batch that found no free slot: it travels the stock way (torch shares its tensors, pickle the
+    rest) and is counted in :func:`stats` as ``"pipe"``."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_receive_pipe, (self.batch,))
+
+
+class WorkerRing:
+    """One worker's slots (see the module doc).
+
+    Args:
+        slots (int): most slots at once.
+        max_bytes (int): most bytes of slots at once.
+    """
+
+    def __init__(self, slots: int, max_bytes: int) -> None:
+        self.token = int.from_bytes(os.urandom(8), "little") >> 1  # names this ring across processes
+        self.pid = process.pid()
+        self.control = torch.zeros(slots, dtype=torch.int64).share_memory_()
+        self.state = self.control.numpy()
+        self.slots: list[_WorkerSlot | None] = [None] * slots
+        self.max_bytes = max_bytes
+        self.ticket = 0
+        self._uid = 0
+        self._control_sent = False
+        self._starved = False  # the last wait timed out: do not wait again until a slot is found free
+        self._warned_size = False
+
+    def mapped_bytes(self) -> int:
+        return sum(s.nbytes for s in self.slots if s is not None)
+
+    def _take(self, nbytes: int) -> tuple[int, _WorkerSlot] | None:
+        state = self.state
+        best: tuple[int, _WorkerSlot] | None = None
+        for pos, slot in enumerate(self.slots):
+            if slot is None or slot.nbytes < nbytes or state[pos] != 0:
+                continue
+            if best is None or slot.nbytes < best[1].nbytes:
+                best = (pos, slot)
+        if best is not None:
+            return best
+        size, used = _round_up(nbytes + nbytes // 4), self.mapped_bytes()
+        for pos, slot in enumerate(self.slots):
+            if slot is None and used + size <= self.max_bytes:
+                return pos, self._new(pos, size)
+        for pos, slot in enumerate(self.slots):  # a free slot too small for this batch: make it larger
+            if slot is not None and state[pos] == 0 and used - slot.nbytes + size <= self.max_bytes:
+                self.slots[pos] = None
+                return pos, self._new(pos, size)
+        return None
+
+    def _new(self, pos: int, nbytes: int) -> _WorkerSlot:
+        self._uid += 1
+        slot = self.slots[pos] = _WorkerSlot(self._uid, nbytes)
+        return slot
+
+    def acquire(self, nbytes: int, wait_s: float) -> tuple[int, _WorkerSlot] | None:
+        """A free slot of at least ``nbytes`` (made if the budget allows), waiting up to ``wait_s`` for
+        the main process to free one; None when there is none."""
+        if _round_up(nbytes + nbytes // 4) > self.max_bytes:
+            if not self._warned_size:
+                self._warned_size = True
+                warnings.warn(
+                    f"a batch of {nbytes} bytes does not fit in max_bytes={self.max_bytes} of slots: such "
+                    "batches travel the stock way; raise max_bytes",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return None
+        deadline, pause = 0.0, 50e-6
+        while True:
+            got = self._take(nbytes)
+            if got is not None:
+                self._starved = False
+                return got
+            if self._starved or wait_s <= 0:
+                return None
+            now = time.monotonic()
+            deadline = deadline or now + wait_s
+            if now >= deadline:
+                self._starved = True
+                return None
+            time.sleep(pause)  # the main process frees slots as the user drops batches
+            pause = min(2 * pause, 2e-3)
+
+    def pack(self, batch: Any, wait_s: float, options: tuple[Any, ...]) -> SlotBatch | PipeBatch:
+        """``batch`` written into a slot, as a :class:`SlotBatch`; a :class:`PipeBatch` when no slot is free."""
+        plan = slot_layout.plan(batch)
+        if plan.nbytes == 0:
+            return PipeBatch(plan.skeleton)  # nothing worth a slot (no tensor, array or long bytes)
+        got = self.acquire(plan.nbytes, wait_s)
+        if got is None:
+            return PipeBatch(slot_layout.materialise(batch))
+        pos, slot = got
+        slot_layout.write(plan, slot.tensor, slot.array, slot.view)
+        self.ticket += 1
+        self.state[pos] = self.ticket
+        control = None if self._control_sent else self.control
+        tensor = None if slot.sent else slot.tensor
+        self._control_sent = slot.sent = True
+        return SlotBatch(
+            (self.token, self.pid, control, pos, slot.uid, tensor, self.ticket, plan.nbytes, plan.skeleton, options)
+        )
+
+
+# ---- the main process's side -------------------------------------------------------------------------
+
+
+class _MainSlot:
+    __slots__ = ("array", "pinned", "tensor", "uid", "view")
+
+    def __init__(self, uid: int, tensor: torch.Tensor, pin: bool) -> None:
+        self.uid, self.tensor = uid, tensor
+        self.array = tensor.numpy()
+        self.view = self.array.data  # a memoryview: the base of every batch's array: keeps the mapping alive
+        self.pinned = False
+        if pin and pinning.available():
+            ptr = pinning.register(tensor)
+            if ptr is not None:
+                self.pinned = True
+                # undone when the last batch viewing this mapping is gone, just before the unmapping
+                weakref.finalize(self.array, pinning.unregister, ptr, process.pid()).atexit = False
+
+
+class _MainRing:
+    __slots__ = ("pid", "slots", "state")
+
+    def __init__(self, pid: int, control: torch.Tensor) -> None:
+        self.pid = pid
+        self.state = control.numpy()
+        self.slots: dict[int, _MainSlot] = {}
+
+
+class _Free:
+    """Give slot ``pos`` back to its worker, if it still holds batch ``ticket`` (called once the batch is
+    dropped; only in the process that received it: a forked child must not free its parent's slots)."""
+
+    __slots__ = ("owner", "pinned", "pos", "state", "ticket")
+
+    def __init__(self, state: np.ndarray, pos: int, ticket: int, pinned: bool) -> None:
+        self.state, self.pos, self.ticket, self.pinned = state, pos, ticket, pinned
+        self.owner = process.pid()
+
+    def __call__(self) -> None:
+        if process.pid() != self.owner:
+            return
+        if self.pinned:
+            _pending().add(self.release)
+        else:
+            self.release()
+
+    def release(self) -> None:
+        if self.state[self.pos] == self.ticket:
+            self.state[self.pos] = 0
+
+
+_lock = threading.Lock()  # the registry is used by the pin-memory thread and by finalizers in any thread
+_rings: dict[int, _MainRing] = {}  # by ring token
+_held: collections.deque[weakref.finalize[Any, Any]] = collections.deque()  # for hold=
+_counts = {"slots": 0, "pipe": 0}
+_pending_frees: pinning.PendingFrees | None = None
+
+
+def _pending() -> pinning.PendingFrees:
+    global _pending_frees
+    if _pending_frees is None:
+        _pending_frees = pinning.PendingFrees()
+    return _pending_frees
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prune() -> None:
+    for token in [t for t, r in _rings.items() if not _alive(r.pid)]:
+        del _rings[token]  # the batches still viewing its slots keep their memory
+
+
+def _receive(
+    token: int,
+    pid: int,
+    control: torch.Tensor | None,
+    pos: int,
+    uid: int,
+    tensor: torch.Tensor | None,
+    ticket: int,
+    used: int,
+    skeleton: Any,
+    options: tuple[BytesAs, bool, bool, int | None],
+) -> Any:
+    bytes_as, copy, pin, hold = options
+    with _lock:
+        ring = _rings.get(token)
+        if ring is None:
+            if control is None:
+                raise SlotLost(
+                    f"a batch from worker pid {pid} names a ring this process never received (its first "
+                    "batch was lost); pass the worker's batches to one process, or use copy=True"
+                )
+            _prune()  # new workers: rings of exited ones can go
+            ring = _rings[token] = _MainRing(pid, control)
+        if tensor is not None:
+            ring.slots[pos] = _MainSlot(uid, tensor, pin)
+        slot = ring.slots.get(pos)
+        if slot is None or slot.uid != uid:
+            raise SlotLost(
+                f"a batch from worker pid {pid} names slot {pos} (#{uid}), whose memory never reached this "
+                "process; pass the worker's batches to one process, or use copy=True"
+            )
+        _counts["slots"] += 1
+    if _pending_frees is not None:
+        _pending_frees.poll()
+    flat = np.frombuffer(slot.view, np.uint8, count=used)
+    batch = slot_layout.rebuild(skeleton, flat, bytes_as, copy)
+    free = _Free(ring.state, pos, ticket, slot.pinned)
+    if copy:
+        free()
+        return batch
+    fin = weakref.finalize(flat, free)
+    fin.atexit = False
+    if hold is not None:
+        with _lock:
+            _held.append(fin)
+            early = [_held.popleft() for _ in range(len(_held) - hold)]
+        for f in early:
+            f()  # documented: a batch held past ``hold`` later batches may be overwritten
+    return batch
+
+
+def _receive_pipe(batch: Any) -> Any:
+    with _lock:
+        _counts["pipe"] += 1
+    return batch
+
+
+def stats() -> dict[str, int]:
+    """This process's counts: batches received through slots (``"slots"``) and the stock way
+    (``"pipe"``), rings and slots mapped, their bytes, and how many of those bytes are pinned."""
+    with _lock:
+        slots = [s for r in _rings.values() for s in r.slots.values()]
+        return {
+            **_counts,
+            "rings": len(_rings),
+            "mapped_slots": len(slots),
+            "mapped_bytes": sum(s.array.nbytes for s in slots),
+            "pinned_bytes": sum(s.array.nbytes for s in slots if s.pinned),
+        }
+
+
+def release(everything: bool = False) -> None:
+    """Let go of the slots of workers that have exited (all slots with ``everything``); batches still
+    held keep their memory until dropped. Call it after a DataLoader's workers stop, to return their
+    shared memory at once rather than when the next loader's workers start."""
+    with _lock:
+        if everything:
+            _rings.clear()
+            _held.clear()
+        else:
+            _prune()
+
+
+def reset_counts() -> None:
+    """Zero the ``"slots"`` and ``"pipe"`` counts of :func:`stats`."""
+    with _lock:
+        _counts.update(slots=0, pipe=0)
+
+
+def _forget_in_child() -> None:
+    # a forked worker inherits the parent's registry: drop it (finalizers check the pid and do nothing
+    # here), and a lock that another thread may have held at the fork
+    global _lock
+    _lock = threading.Lock()
+    _rings.clear()
+    _held.clear()
+    if _pending_frees is not None:
+        _pending_frees.clear()
+
+
+process.at_fork(after_in_child=_forget_in_child)
+
+__all__ = ["PipeBatch", "SlotBatch", "SlotLost", "WorkerRing", "release", "reset_counts", "stats"]
