@@ -243,3 +243,50 @@ def test_a_killed_worker_or_an_early_stop_neither_hangs_nor_leaks_shared_memory(
     # torch names shared memory after the creating process; none of ours may outlive the run
     left = [n for n in set(os.listdir("/dev/shm")) - before if any(f"_{p}_" in n for p in pids)]
     assert not left, left
+
+
+class Columns(Dataset[Any]):
+    """A dataset that reads whole batches into arrays from a pool, as HDF5Dataset does."""
+
+    def __init__(self, pool: Any, n: int = 160) -> None:
+        self.pool, self.n = pool, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitems__(self, indices: list[int]) -> dict[str, Any]:
+        image = self.pool.empty((len(indices), 3, 32, 32), np.uint8)
+        image[:] = np.asarray(indices, dtype=np.uint8)[:, None, None, None]
+        label = self.pool.empty((len(indices),), np.int64)
+        label[:] = indices
+        ring = slots._current  # whether the pool handed out memory of a reserved slot
+        reserved = ring is not None and ring._arena is not None
+        return {"image": torch.from_numpy(image), "label": torch.from_numpy(label), "reserved": reserved}
+
+
+def direct(batch: dict[str, Any]) -> dict[str, Any]:
+    return batch  # the batch is collated already (by __getitems__)
+
+
+def test_a_slot_pool_lets_the_dataset_read_straight_into_the_next_slot() -> None:
+    from fastdata.loading.slots import SlotPool
+
+    slots.reset_counts()
+    ds = Columns(SlotPool())
+    got = list(load(ds, SlotCollate(direct, slots=12), persistent_workers=False))  # 10 per worker, all kept
+    assert len(got) == 20 and slots.stats()["slots"] == 20
+    assert sum(b["reserved"] for b in got) == 18  # all but each worker's first batch, which sizes the slots
+    for j, b in enumerate(got):  # all kept: the batches written in place were not overwritten
+        want = torch.arange(8 * j, 8 * j + 8)
+        assert torch.equal(b["label"], want) and torch.equal(b["image"][:, 0, 0, 0], want.to(torch.uint8))
+    # in place: the worker's arrays lay in the slot, so packing wrote nothing for them
+    from fastdata.loading import slot_layout
+    from fastdata.loading.slots import WorkerRing
+
+    ring = WorkerRing(2, 1 << 20)
+    ring.pack({"x": torch.zeros(1000)}, 0.0, ("bytes", False, False, None))  # sizes the slots
+    image = torch.from_numpy(np.frombuffer(ring.reserve(4000, 0.0), np.float32))  # type: ignore[arg-type]
+    arena = ring._arena
+    assert arena is not None
+    p = slot_layout.plan({"x": image}, (arena[1].tensor.data_ptr(), arena[1].nbytes, arena[2]))
+    assert p.writes == [] and p.skeleton["x"].offset == 0

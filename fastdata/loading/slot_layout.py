@@ -179,7 +179,7 @@ def _atoms(values: list[Any]) -> bool:
     return all(isinstance(v, _ATOMS) for v in values)
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
@@ -200,13 +200,36 @@ class Plan:
     def place(self, nbytes: int, source: Any) -> int:
         at = self.nbytes
         self.writes.append((at, source))
-        self.nbytes = _aligned(at + nbytes)
+        self.nbytes = aligned(at + nbytes)
         return at
 
 
-def plan(batch: Any) -> Plan:
-    """Where each payload of ``batch`` will lie in a slot (see the module doc)."""
+def _address(leaf: np.ndarray | torch.Tensor) -> int | None:
+    """Where a C-contiguous array's or tensor's bytes start in memory; None if they are not contiguous."""
+    if isinstance(leaf, torch.Tensor):
+        return leaf.data_ptr() if leaf.is_contiguous() else None
+    return int(leaf.__array_interface__["data"][0]) if leaf.flags.c_contiguous else None
+
+
+def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
+    """Where each payload of ``batch`` will lie in a slot (see the module doc).
+
+    Args:
+        batch: the collated batch.
+        arena ((int, int, int) | None): ``(address, size, used)`` of the slot that arrays of this batch
+            were allocated in already (:class:`fastdata.loading.slots.SlotPool`): a contiguous array or
+            tensor lying inside it is referenced where it is, not copied; the other payloads go after
+            its first ``used`` bytes.
+    """
     p = Plan()
+    lo = hi = 0
+    if arena is not None:
+        lo, size, p.nbytes = arena
+        hi = lo + size
+
+    def in_place(leaf: np.ndarray | torch.Tensor, n: int) -> int | None:
+        at = _address(leaf) if hi else None
+        return at - lo if at is not None and lo <= at and at + n <= hi and n else None
 
     def take(leaf: Any) -> Any:
         if isinstance(leaf, list):
@@ -235,11 +258,13 @@ def plan(batch: Any) -> Plan:
             if not _slot_tensor(leaf):
                 return leaf
             n = leaf.numel() * leaf.element_size()
-            return ArrayRef(p.place(n, leaf), leaf.dtype, tuple(leaf.shape), False)
+            at = in_place(leaf, n)
+            return ArrayRef(p.place(n, leaf) if at is None else at, leaf.dtype, tuple(leaf.shape), False)
         if isinstance(leaf, np.ndarray):
             if leaf.dtype.hasobject:
                 return leaf
-            return ArrayRef(p.place(leaf.nbytes, leaf), leaf.dtype, leaf.shape, True)
+            at = in_place(leaf, leaf.nbytes)
+            return ArrayRef(p.place(leaf.nbytes, leaf) if at is None else at, leaf.dtype, leaf.shape, True)
         if isinstance(leaf, (bytes, bytearray)) and len(leaf) >= INLINE_BELOW:
             return BytesRef(p.place(len(leaf), leaf), len(leaf))
         return leaf

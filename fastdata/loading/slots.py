@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from fastdata.core import process
+from fastdata.core.bufferpool import BufferPool
 from fastdata.core.errors import FastdataError
 from fastdata.loading import pinning, slot_layout
 from fastdata.loading.slot_layout import BytesAs
@@ -110,6 +111,10 @@ class WorkerRing:
         self._control_sent = False
         self._starved = False  # the last wait timed out: do not wait again until a slot is found free
         self._warned_size = False
+        self._expected = 0  # the largest batch packed so far, in bytes: what a reserved slot must hold
+        self._arena: list[Any] | None = None  # [position, slot, bytes used] reserved by SlotPool.empty
+        global _current
+        _current = self
 
     def mapped_bytes(self) -> int:
         return sum(s.nbytes for s in self.slots if s is not None)
@@ -168,15 +173,45 @@ class WorkerRing:
             time.sleep(pause)  # the main process frees slots as the user drops batches
             pause = min(2 * pause, 2e-3)
 
+    def reserve(self, nbytes: int, wait_s: float) -> np.ndarray | None:
+        """``nbytes`` of the slot that the next packed batch will use (see :class:`SlotPool`), or None when
+        no slot is known to be large enough yet (the first batch) or the reserved one is full."""
+        if self._arena is None:
+            if not self._expected or nbytes > self._expected:
+                return None
+            got = self.acquire(self._expected, wait_s)
+            if got is None:
+                return None
+            self.state[got[0]] = -1  # reserved: neither free (0) nor a batch's ticket
+            self._arena = [got[0], got[1], 0]
+        _, slot, used = self._arena
+        if used + nbytes > slot.nbytes:
+            return None
+        self._arena[2] = slot_layout.aligned(used + nbytes)
+        return slot.array[used : used + nbytes]
+
     def pack(self, batch: Any, wait_s: float, options: tuple[Any, ...]) -> SlotBatch | PipeBatch:
         """``batch`` written into a slot, as a :class:`SlotBatch`; a :class:`PipeBatch` when no slot is free."""
-        plan = slot_layout.plan(batch)
-        if plan.nbytes == 0:
-            return PipeBatch(plan.skeleton)  # nothing worth a slot (no tensor, array or long bytes)
-        got = self.acquire(plan.nbytes, wait_s)
-        if got is None:
-            return PipeBatch(slot_layout.materialise(batch))
-        pos, slot = got
+        global _current
+        _current = self
+        arena, self._arena = self._arena, None
+        plan = None
+        if arena is not None:
+            pos, slot, used = arena
+            plan = slot_layout.plan(batch, (slot.tensor.data_ptr(), slot.nbytes, used))
+            if plan.nbytes > slot.nbytes:  # more than the reserved slot holds: lay it out afresh
+                plan = None
+            if plan is None:
+                self.state[pos] = 0
+        if plan is None:
+            plan = slot_layout.plan(batch)
+            if plan.nbytes == 0:
+                return PipeBatch(plan.skeleton)  # nothing worth a slot (no tensor, array or long bytes)
+            got = self.acquire(plan.nbytes, wait_s)
+            if got is None:
+                return PipeBatch(slot_layout.materialise(batch))
+            pos, slot = got
+        self._expected = max(self._expected, plan.nbytes)
         slot_layout.write(plan, slot.tensor, slot.array, slot.view)
         self.ticket += 1
         self.state[pos] = self.ticket
@@ -186,6 +221,47 @@ class WorkerRing:
         return SlotBatch(
             (self.token, self.pid, control, pos, slot.uid, tensor, self.ticket, plan.nbytes, plan.skeleton, options)
         )
+
+
+_current: WorkerRing | None = None  # this worker's ring (the latest one made or used in this process)
+
+
+class SlotPool:
+    """Batch arrays allocated straight in the worker's next slot, so a dataset reads into shared memory
+    and packing the batch copies nothing: pass it where a dataset takes a
+    :class:`~fastdata.core.bufferpool.BufferPool` (it has the same ``empty``).
+
+    In a DataLoader worker whose batches go through :class:`~fastdata.loading.transport.SlotCollate`
+    (from its second batch on, once a slot's size is known), :meth:`empty` returns memory of the slot
+    that the worker's next batch will be packed into; anywhere else, or when that slot is full, it
+    falls back to the :class:`~fastdata.core.bufferpool.BufferPool`. The arrays belong to that batch:
+    the slot is reused once the main process has dropped it, whatever the worker still holds, so a
+    dataset must not keep them past returning the batch.
+
+    Args:
+        wait_s (float): how long to wait for a free slot, in seconds. Defaults to 0.05.
+    """
+
+    def __init__(self, wait_s: float = 0.05) -> None:
+        self.wait_s = wait_s
+        self._fallback = BufferPool()
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised C-contiguous array, in the next slot where there is one."""
+        dtype = np.dtype(dtype)
+        ring = _current
+        if ring is not None and ring.pid == process.pid() and not dtype.hasobject:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            memory = ring.reserve(nbytes, self.wait_s) if nbytes else None
+            if memory is not None:
+                return memory.view(dtype).reshape(shape)
+        return self._fallback.empty(shape, dtype)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"wait_s": self.wait_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["wait_s"])  # type: ignore[misc]
 
 
 # ---- the main process's side -------------------------------------------------------------------------
@@ -370,4 +446,4 @@ def _forget_in_child() -> None:
 
 process.at_fork(after_in_child=_forget_in_child)
 
-__all__ = ["PipeBatch", "SlotBatch", "SlotLost", "WorkerRing", "release", "reset_counts", "stats"]
+__all__ = ["PipeBatch", "SlotBatch", "SlotLost", "SlotPool", "WorkerRing", "release", "reset_counts", "stats"]
