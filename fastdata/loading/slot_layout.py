@@ -258,13 +258,13 @@ def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
             if not _slot_tensor(leaf):
                 return leaf
             n = leaf.numel() * leaf.element_size()
-            at = in_place(leaf, n)
-            return ArrayRef(p.place(n, leaf) if at is None else at, leaf.dtype, tuple(leaf.shape), False)
+            here = in_place(leaf, n)
+            return ArrayRef(p.place(n, leaf) if here is None else here, leaf.dtype, tuple(leaf.shape), False)
         if isinstance(leaf, np.ndarray):
             if leaf.dtype.hasobject:
                 return leaf
-            at = in_place(leaf, leaf.nbytes)
-            return ArrayRef(p.place(leaf.nbytes, leaf) if at is None else at, leaf.dtype, leaf.shape, True)
+            here = in_place(leaf, leaf.nbytes)
+            return ArrayRef(p.place(leaf.nbytes, leaf) if here is None else here, leaf.dtype, leaf.shape, True)
         if isinstance(leaf, (bytes, bytearray)) and len(leaf) >= INLINE_BELOW:
             return BytesRef(p.place(len(leaf), leaf), len(leaf))
         return leaf
