@@ -204,6 +204,9 @@ def main(mode, context):
     pids = sorted({{int(p) for p in first["pid"]}} | {{w.pid for w in it._workers}}) + [os.getpid()]
     print("PIDS", *pids, flush=True)
     if mode == "kill":
+        # without the DataLoader's SIGCHLD handler, which raises at any bytecode (even in an except
+        # clause), it must find the dead worker by itself: its liveness check or the failed fd fetch
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
         os.kill(pids[0], signal.SIGKILL)
         try:
             for batch in it:

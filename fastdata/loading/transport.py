@@ -30,7 +30,14 @@ Pinned once: with ``pin=True`` (set for you by :func:`slot_dataloader` and :func
 ``pin_memory=True``) the main process page-locks each slot once, where CUDA is available, so the
 DataLoader's pin-memory step costs nothing per batch (see :mod:`fastdata.loading.pinning`).
 
-In the main process (``num_workers=0``) the collate function is applied unchanged.
+Straight into the slot: with ``collate_fn=None`` samples' tensors are stacked straight into the slot;
+a dataset that reads whole batches can allocate them in the slot with
+:class:`fastdata.loading.slots.SlotPool` (the ``BufferPool.empty`` interface), and then packing copies
+nothing at all.
+
+In the main process (``num_workers=0``) the collate function is applied unchanged. A DataLoader builder
+(``fd.Loader``) passes :func:`slot_collate_for` as its ``collate_fn`` when it has workers, and calls
+:func:`fastdata.loading.slots.release` when it closes them.
 """
 
 from __future__ import annotations
