@@ -44,7 +44,8 @@ def available() -> bool:
 def register(tensor: torch.Tensor) -> int | None:
     """Page-lock the memory of ``tensor`` (a mapped slot); its address, or None when CUDA refused."""
     ptr, nbytes = tensor.data_ptr(), tensor.numel() * tensor.element_size()
-    err = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 0)
+    # 1 = cudaHostRegisterPortable: pinned for every CUDA context, as torch's own _pin_memory_utils does
+    err = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 1)
     if int(err) != 0:
         warnings.warn(
             f"cudaHostRegister of a {nbytes}-byte slot failed (cudaError {int(err)}); this slot is not "
