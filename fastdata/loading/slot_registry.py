@@ -158,10 +158,10 @@ def _receive(
     return batch
 
 
-def _receive_pipe(batch: Any) -> Any:
+def _receive_pipe(batch: Any, bytes_as: BytesAs) -> Any:
     with _lock:
         _counts["pipe"] += 1
-    return batch
+    return slot_layout.packed_lists(batch) if bytes_as == "packed" else batch
 
 
 def stats() -> dict[str, int]:

@@ -71,15 +71,16 @@ class SlotBatch:
 
 class PipeBatch:
     """A batch that found no free slot: it travels the stock way (torch shares its tensors, pickle the
-    rest) and is counted in :func:`stats` as ``"pipe"``."""
+    rest) and is counted in :func:`stats` as ``"pipe"``; with ``bytes_as="packed"`` its lists of bytes
+    still arrive as ``PackedBytes``."""
 
-    __slots__ = ("batch",)
+    __slots__ = ("batch", "bytes_as")
 
-    def __init__(self, batch: Any) -> None:
-        self.batch = batch
+    def __init__(self, batch: Any, bytes_as: str) -> None:
+        self.batch, self.bytes_as = batch, bytes_as
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_receive_pipe, (self.batch,))
+        return (_receive_pipe, (self.batch, self.bytes_as))
 
 
 class WorkerRing:
@@ -197,10 +198,10 @@ class WorkerRing:
         if plan is None:
             plan = slot_layout.plan(batch)
             if plan.nbytes == 0:
-                return PipeBatch(plan.skeleton)  # nothing worth a slot (no tensor, array or long bytes)
+                return PipeBatch(plan.skeleton, options[0])  # nothing worth a slot (no tensor, array or long bytes)
             got = self.acquire(plan.nbytes, wait_s)
             if got is None:
-                return PipeBatch(slot_layout.materialise(batch))
+                return PipeBatch(slot_layout.materialise(batch), options[0])
             pos, slot = got
         self._expected = max(self._expected, plan.nbytes)
         slot_layout.write(plan, slot.tensor, slot.array, slot.view)

@@ -53,7 +53,7 @@ from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from fastdata.core import process
 from fastdata.core.errors import ConfigError, check_choice, check_positive
-from fastdata.loading.slot_layout import BytesAs, PackedBytes, Stack
+from fastdata.loading.slot_layout import BytesAs, PackedBytes, Stack, packed_lists
 from fastdata.loading.slots import PipeBatch, SlotBatch, WorkerRing, release, reset_counts, stats
 
 
@@ -160,7 +160,8 @@ class SlotCollate:
 
     def __call__(self, samples: Any) -> Any:
         if get_worker_info() is None:
-            return (self.collate_fn or default_collate)(samples)
+            batch = (self.collate_fn or default_collate)(samples)
+            return packed_lists(batch) if self.options.bytes_as == "packed" else batch
         batch = self.collate_fn(samples) if self.collate_fn is not None else slot_default_collate(samples)
         ring = self._ring
         if ring is None or ring.pid != process.pid():
