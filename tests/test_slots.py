@@ -208,7 +208,7 @@ def main(mode, context):
     if mode == "kill":
         # without the DataLoader's SIGCHLD handler, which raises at any bytecode (even in an except
         # clause), it must find the dead worker by itself: its liveness check or the failed fd fetch
-        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.kill(pids[0], signal.SIGKILL)
         try:
             for batch in it:
