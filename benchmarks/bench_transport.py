@@ -182,9 +182,9 @@ def tar_loaders(urls: list[str], workers: int) -> dict[str, Callable[[], DataLoa
     return {
         "in_process": lambda: DataLoader(ds, collate_fn=batch_as_is, **common),
         "stock": lambda: DataLoader(ds, collate_fn=batch_as_is, **common, **many),
-        "slots": lambda: DataLoader(ds, collate_fn=SlotCollate(batched=True), **common, **many),
+        "slots": lambda: DataLoader(ds, collate_fn=SlotCollate(prebatched=True), **common, **many),
         "slots_packed": lambda: DataLoader(
-            ds, collate_fn=SlotCollate(batched=True, bytes_as="packed"), **common, **many
+            ds, collate_fn=SlotCollate(prebatched=True, bytes_as="packed"), **common, **many
         ),
     }
 

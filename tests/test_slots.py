@@ -182,10 +182,12 @@ def test_pin_registers_slots_where_cuda_is() -> None:
 
 def test_slot_dataloader_wraps_the_collate_and_passes_batches_through() -> None:
     ds = Rich(32)
-    loader = slot_dataloader(ds, batch_size=8, num_workers=2, collate_fn=default_collate)
-    assert isinstance(loader.collate_fn, SlotCollate) and loader.collate_fn.collate_fn is default_collate
+    loader = slot_dataloader(ds, batch_size=8, num_workers=2, collate_fn=direct)  # a list of sample dicts
+    assert isinstance(loader.collate_fn, SlotCollate) and loader.collate_fn.collate_fn is direct
     slots.reset_counts()
-    assert len(list(loader)) == 4 and slots.stats()["slots"] == 4
+    got = list(loader)
+    assert len(got) == 4 and slots.stats()["slots"] == 4
+    assert torch.equal(got[1][0]["image"], ds[8]["image"]) and got[1][0]["blob"] == ds[8]["blob"]
     assert not isinstance(slot_dataloader(ds, batch_size=8).collate_fn, SlotCollate)  # no workers: plain
 
 
@@ -304,3 +306,13 @@ def test_packed_bytes_also_come_from_batches_that_took_the_pipe() -> None:
     assert slots.stats()["pipe"] >= 4
     for j, b in enumerate(kept):
         assert isinstance(b["blob"], PackedBytes) and b["blob"] == [ds[8 * j + k]["blob"] for k in range(8)]
+
+
+def test_slot_collate_for_turns_default_collate_into_stacking_in_the_slot() -> None:
+    from fastdata.loading.transport import batch_as_is, slot_collate_for
+
+    assert slot_collate_for(default_collate).collate_fn is None  # slot_default_collate in the worker
+    assert slot_collate_for(None, prebatched=True).collate_fn is batch_as_is
+    mine = SlotCollate(bytes_as="packed")
+    assert slot_collate_for(mine) is mine
+    assert slot_collate_for(mine, pin_memory=True).options.pin and not mine.options.pin

@@ -16,7 +16,7 @@ with a plain DataLoader (or :func:`slot_dataloader`)::
     loader = DataLoader(ds, batch_size=64, sampler=ds.sampler(), num_workers=4,
                         collate_fn=SlotCollate(ds.collate))           # map-style
     loader = DataLoader(tar_ds, batch_size=None, num_workers=4,
-                        collate_fn=SlotCollate(batched=True))          # TarShardDataset(batch_size=64)
+                        collate_fn=SlotCollate(prebatched=True))          # TarShardDataset(batch_size=64)
     loader = slot_dataloader(ds, batch_size=64, num_workers=4)         # the same, wrapped for you
 
 When is a slot reused? Once the user has dropped every tensor, array and ``PackedBytes`` of its batch
@@ -121,8 +121,9 @@ class SlotCollate:
 
     Args:
         collate_fn (Callable | None): builds the batch in the worker. Defaults to ``default_collate``
-            (stacking straight into the slot), or to passing the item on with ``batched=True``.
-        batched (bool): the DataLoader's items are finished batches (``batch_size=None``). Defaults to False.
+            (stacking straight into the slot), or to passing the item on with ``prebatched=True``.
+        prebatched (bool): the DataLoader's items are finished batches (``batch_size=None`` over a dataset
+            that batches itself). Defaults to False.
         options (SlotOptions | None): sizes and reuse; or pass its fields as keywords.
         **fields: :class:`SlotOptions` fields (``slots``, ``max_bytes``, ``bytes_as``, ``copy``, ``hold``,
             ``pin``, ``wait_s``).
@@ -135,7 +136,7 @@ class SlotCollate:
         self,
         collate_fn: Callable[[Any], Any] | None = None,
         *,
-        batched: bool = False,
+        prebatched: bool = False,
         options: SlotOptions | None = None,
         **fields: Any,
     ) -> None:
@@ -146,7 +147,7 @@ class SlotCollate:
         except TypeError as e:  # an unknown keyword
             names = ", ".join(f.name for f in dataclasses.fields(SlotOptions))
             raise ConfigError(f"SlotCollate: {e}; the options are {names}") from None
-        if batched and collate_fn is None:
+        if prebatched and collate_fn is None:
             collate_fn = batch_as_is
         self.collate_fn = collate_fn
         o = self.options
@@ -201,22 +202,29 @@ class SharedMemoryCollate(SlotCollate):
 def slot_collate_for(
     collate_fn: Callable[[Any], Any] | None,
     *,
-    batched: bool,
+    prebatched: bool = False,
     pin_memory: bool = False,
     transport: SlotCollate | None = None,
 ) -> SlotCollate:
     """The ``collate_fn`` a DataLoader builder passes to move its batches through slots.
 
+    ``default_collate`` (or None) becomes :func:`slot_default_collate`, which stacks straight into the
+    slot (in a worker ``default_collate`` stacks into fresh shared memory, the cost slots remove); a
+    :class:`SlotCollate` is kept (pinned if ``pin_memory``); anything else is wrapped.
+
     Args:
         collate_fn (Callable | None): the user's (or the dataset's) collate function, or None.
-        batched (bool): the DataLoader's items are finished batches (``batch_size=None``).
+        prebatched (bool): the DataLoader's items are finished batches (``batch_size=None`` over a
+            dataset that batches itself) and ``collate_fn`` is None: pass them on as they are.
         pin_memory (bool): the DataLoader pins memory: pin the slots once instead.
         transport (SlotCollate | None): options to start from. Defaults to ``SlotCollate()``.
     """
-    base = transport or SlotCollate()
     if isinstance(collate_fn, SlotCollate):  # the user chose already
         return collate_fn.replace(pin=True) if pin_memory and not collate_fn.options.pin else collate_fn
-    if collate_fn is None and batched:
+    base = transport or SlotCollate()
+    if collate_fn is default_collate:
+        collate_fn = None
+    if collate_fn is None and prebatched:
         collate_fn = batch_as_is
     changes: dict[str, Any] = {"collate_fn": collate_fn if collate_fn is not None else base.collate_fn}
     if pin_memory:
@@ -238,13 +246,13 @@ def slot_dataloader(dataset: Any, *, transport: SlotCollate | None = None, **dat
     """
     kwargs = dict(dataloader_kwargs)
     if kwargs.get("num_workers", 0):
-        batched = "batch_size" in kwargs and kwargs["batch_size"] is None and "batch_sampler" not in kwargs
+        prebatched = "batch_size" in kwargs and kwargs["batch_size"] is None and "batch_sampler" not in kwargs
         own = getattr(dataset, "batch_size", None)
-        if isinstance(dataset, IterableDataset) and not batched and own:
+        if isinstance(dataset, IterableDataset) and not prebatched and own:
             raise ConfigError(f"{type(dataset).__name__} batches itself (batch_size={own}): pass batch_size=None")
         kwargs["collate_fn"] = slot_collate_for(
             kwargs.get("collate_fn"),
-            batched=batched,
+            prebatched=prebatched,
             pin_memory=bool(kwargs.get("pin_memory")),
             transport=transport,
         )
