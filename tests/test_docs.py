@@ -92,6 +92,21 @@ def test_module_paths_and_files_named_exist(page: Path) -> None:
     assert not missing, f"{page.name} names what is not in the repository: {missing}"
 
 
+def test_files_cite_only_documents_in_the_repository() -> None:
+    # notes kept outside the repository (a design note, a list of measurements) mean nothing to a reader
+    # of a clone: a docstring or comment states the fact, or cites a docs page or benchmark script
+    sources = [*ROOT.glob("*.md"), *ROOT.glob("*.toml"), *ROOT.glob("*.py"), *ROOT.glob("docs/*.md")]
+    for folder in ("fastdata", "benchmarks", "tools", "tests", ".ci"):
+        sources += [p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in (".py", ".md", "")]
+    cited = {
+        (path.relative_to(ROOT).as_posix(), name)
+        for path in sources
+        for name in re.findall(r"(?<![\w/.-])[A-Z][A-Z_]+\.md\b", path.read_text(encoding="utf-8", errors="replace"))
+    }
+    missing = sorted(f"{where} cites {name}" for where, name in cited if not (ROOT / name).exists())
+    assert not missing, missing
+
+
 def _commands(page: Path) -> list[tuple[int, list[str]]]:
     """(line, words) of each command the page shows in a shell block or after a ``$`` prompt."""
     out = []
