@@ -1,4 +1,4 @@
-"""The conformance suite every fastdata backend passes (DESIGN.md, house style 7).
+"""The conformance suite every fastdata backend passes: one contract, the same test for every backend.
 
 A backend's test module subclasses :class:`Conformance` and provides a ``backend`` fixture returning a
 :class:`Backend`. The suite then checks, through real DataLoader worker processes under ``fork`` and

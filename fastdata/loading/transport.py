@@ -3,7 +3,7 @@
 A DataLoader worker hands each batch to the main process through a pipe: the batch is pickled (a copy),
 written to the pipe and read back (two more copies, and a system call per 64 KiB), and unpickled (a
 fourth copy). For batches of raw ~30 KB samples this, not reading, caps what workers deliver
-(MEASURED.md: ~330-420 MB/s on two cores). :class:`SharedMemoryCollate` takes the bytes out of the pipe:
+(~330-420 MB/s on two cores; costs: docs/tar.md). :class:`SharedMemoryCollate` takes the bytes out of the pipe:
 
 * each worker owns a ring buffer in shared memory (a torch shared tensor, so torch's own machinery
   maps it into the main process and frees it when both sides are done, under ``fork`` and ``spawn``);
