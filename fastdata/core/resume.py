@@ -18,6 +18,10 @@ through JSON and ``torch.load(weights_only=True)`` unchanged::
   state saved under another plan names other samples, so loading it is refused, naming the key.
 - ``worker`` and ``num_workers`` appear only in a state saved inside a DataLoader worker (what torchdata's
   ``StatefulDataLoader`` collects from ``TarShardDataset``): that state resumes that worker only.
+
+The states fastdata saved before this schema load too, and so serve as short hand-written forms:
+``{"epoch": e, "batches": k}`` (a Loader's or ``TarShardDataset``'s, with ``batch_size``, ``world_size``,
+``samples`` and ``seed`` checked when present) and ``{"epoch": e, "consumed": n}`` (a sampler's).
 """
 
 from __future__ import annotations
