@@ -331,6 +331,16 @@ def test_loader_checks_a_map_style_setup(data: dict) -> None:
         fd.Loader(ds, batch_size=BATCH, sampler=SequentialSampler(ds))
     with pytest.raises(ConfigError, match="sampler you built"):
         fd.Loader(ds, batch_size=BATCH, sampler=ds.sampler(), shuffle=False)
+    h5 = make_dataset("hdf5", data["hdf5"])
+    with pytest.raises(ConfigError, match="yields whole batches: pass it as batch_sampler="):
+        fd.Loader(h5, batch_size=BATCH, sampler=h5.chunk_sampler(BATCH))
+    for kwargs, word in (
+        ({"batch_size": BATCH + 1}, "differs from the batch sampler's 4"),
+        ({"shuffle": False}, "to the batch sampler you built"),
+        ({"sampler": h5.sampler()}, "not both"),
+    ):
+        with pytest.raises(ConfigError, match=word):
+            fd.Loader(h5, batch_sampler=h5.chunk_sampler(BATCH), **kwargs)
 
 
 def test_loader_runs_the_users_worker_init_after_fastdatas(data: dict) -> None:

@@ -23,7 +23,7 @@ from fastdata.core.errors import ConfigError
 from fastdata.core.seeding import WorkerInit, compose_worker_init
 from fastdata.core.seeding import worker_init_fn as default_worker_init
 from fastdata.core.sharding import Remainder
-from fastdata.loading.protocol import BatchingDataset, Collating, MapDataset
+from fastdata.loading.protocol import BatchingDataset, Collating, MapDataset, ResumableBatchSampler
 
 Collate = Callable[[Any], Any]
 WorkerInitFn = Callable[[int], object]
@@ -135,6 +135,8 @@ def build_dataloader(
         batched = True
         default = dataset.collate if isinstance(dataset, Collating) else default_collate
     else:
+        if isinstance(sampler, ResumableBatchSampler):
+            raise ConfigError(f"{type(sampler).__name__} yields whole batches: pass it as batch_sampler=")
         if sampler is None and isinstance(dataset, MapDataset):
             sampler = dataset.sampler(shuffle=shuffle, remainder=remainder or "drop")
         if sampler is not None:

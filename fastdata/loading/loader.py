@@ -219,6 +219,8 @@ class Loader:
             return self.dataset.sampler(shuffle=True if shuffle is None else shuffle, remainder=remainder or "drop")
         if shuffle is not None or remainder is not None:
             raise ConfigError("pass shuffle/remainder to the sampler you built, not to the Loader")
+        if isinstance(sampler, ResumableBatchSampler):
+            raise ConfigError(f"{type(sampler).__name__} yields whole batches: pass it as batch_sampler=")
         if not isinstance(sampler, ResumableSampler):
             raise ConfigError(
                 f"sampler {type(sampler).__name__} cannot resume (it needs epoch, set_epoch, state_dict and "
