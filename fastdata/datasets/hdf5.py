@@ -12,19 +12,20 @@ from tqdm import tqdm
 
 from fastdata.core import stages
 from fastdata.core.bufferpool import BufferPool
-from fastdata.core.errors import BadSample, ConfigError, DecodeFailed, OnError, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable
 from fastdata.core.handles import HandleCache
 from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.sharding import Remainder
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.hdf5_batch import Sample, SampleBatch, collate
-from fastdata.formats.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, DecodeMode, Decoder
+from fastdata.formats.decode import DecodeMode, Decoder
 from fastdata.formats.hdf5 import (
     DEFAULT_RDCC_NBYTES,
     DEFAULT_RDCC_NSLOTS,
     DEFAULT_RDCC_W0,
     BadLayout,
     ChunkCache,
+    FieldDecoder,
     FieldInfo,
     FileInfo,
     describe,
@@ -33,8 +34,6 @@ from fastdata.formats.hdf5_rows import H5Handle, corrupt, read_field
 from fastdata.loading.chunk_sampler import ChunkBatchSampler
 from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls, scheme
-
-_KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
 
 
 class HDF5Dataset(DatasetBase, Dataset[Any]):
@@ -363,41 +362,6 @@ def _check_same_rows(first: FileInfo, info: FileInfo) -> None:
                 "a field must have the same row shape and type in every file",
                 info.path,
             )
-
-
-class FieldDecoder:
-    """Decodes the variable-length byte fields of an HDF5 sample by extension: a field named ``meta.json``
-    as JSON, ``caption.txt`` as text, and one without a known extension as an image. A sample decoder
-    for :class:`~fastdata.core.pipeline.SamplePipeline`; fixed-size fields are left as they are.
-
-    Args:
-        decoder (Decoder): decodes one member's bytes (:meth:`Decoder.decode_member`).
-        fields (tuple[str, ...]): the byte fields.
-        paths (list[str]): the dataset's files, and ``starts`` (np.ndarray): each one's first dataset
-            index (then the total), to name the file and row of a sample that fails.
-    """
-
-    def __init__(self, decoder: Decoder, fields: tuple[str, ...], paths: list[str], starts: np.ndarray) -> None:
-        self.decoder, self.paths, self.starts = decoder, paths, starts
-        exts = (name.rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower() for name in fields)
-        self.fields = tuple((name, ext if ext in _KNOWN_EXTS else "jpg") for name, ext in zip(fields, exts))
-
-    def __call__(self, sample: Sample) -> Sample:
-        decode = self.decoder.decode_member
-        for name, ext in self.fields:
-            try:
-                sample[name] = decode(ext, sample[name])
-            except Exception as e:
-                i = sample["__index__"]
-                file = int(np.searchsorted(self.starts, i, side="right")) - 1
-                path, row = self.paths[file], i - int(self.starts[file])
-                raise DecodeFailed(
-                    f"{path}: field {name!r}, row {row} (dataset index {i}): cannot decode "
-                    f"({type(e).__name__}: {e}); the bytes are damaged or not an image, or pass "
-                    "decode='raw' to get the bytes",
-                    path,
-                ) from e
-        return sample
 
 
 def _decoders(decode: Any) -> tuple[Decoder | None, Callable[[Sample], Sample] | None]:
