@@ -8,7 +8,7 @@ and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import Sampler
@@ -29,6 +29,9 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.sharding.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones (``torch.distributed``, ``RANK``).
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
+        publish (Callable[[int, np.ndarray], None] | None): called with ``(epoch, order)`` at the start of
+            each iteration, with the epoch's whole order (before any resume skip): how a dataset's workers
+            learn what comes next (see :class:`fastdata.core.shared.SharedPlan`). Defaults to None.
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         rank: int | None = None,
         world_size: int | None = None,
         shared: SharedState | None = None,
+        publish: Callable[[int, Any], None] | None = None,
     ) -> None:
         detected = current_rank()
         self.rank = detected[0] if rank is None else rank
@@ -48,6 +52,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         self.n, self.shuffle, self.seed, self.remainder = n, shuffle, seed, remainder
         _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
         self._shared = shared if shared is not None else SharedState(())
+        self._publish = publish
         self._resume: tuple[int, int] | None = None
         self._position: list[int] | None = None
 
@@ -65,6 +70,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         order = self.indices()
+        if self._publish is not None:
+            self._publish(self.epoch, order)
         start = 0
         if self._resume is not None and self._resume[0] == self.epoch:
             start = self._resume[1]
