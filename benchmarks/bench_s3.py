@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--json", type=Path, help="write the results here")
     args = p.parse_args(argv)
     args.workers = [int(w) for w in args.workers.split(",")]
-    torch.set_num_threads(1)  # MEASURED.md: collate stalls with 2 intra-op threads on a busy machine
+    torch.set_num_threads(1)  # collate stalls with 2 intra-op threads on a busy machine (docs/bench.md)
     rng = np.random.default_rng(args.seed)
     t_start = time.time()
     results: dict[str, Any] = {}

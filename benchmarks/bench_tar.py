@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="JSON results (default: WORKDIR/bench_tar.json)")
     p.add_argument("--markdown", default=None, help="markdown table (default: WORKDIR/bench_tar.md)")
     args = p.parse_args(argv)
-    torch.set_num_threads(1)  # collate's torch.stack stalls when another program holds a core (MEASURED.md)
+    torch.set_num_threads(1)  # collate's torch.stack stalls when another program holds a core (docs/bench.md)
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # 4 workers on 2 cores: on purpose
     work = Path(args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The conformance suite every fastdata backend passes (DESIGN.md, house style 7).
+"""The conformance suite every fastdata backend passes: one contract, the same test for every backend.
 
 A backend's test module subclasses :class:`Conformance` and provides a ``backend`` fixture returning a
 :class:`Backend`. The suite then checks, through real DataLoader worker processes under ``fork`` and
@@ -9,16 +9,16 @@ and that a dataset touched in the parent before the workers start is still read 
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from fastdata.core.handles import open_files
+from fastdata.loading.builder import build_dataloader
 
 
 @dataclass
@@ -30,7 +30,8 @@ class Backend:
         expected: the identities of every sample in the data.
         keys_of: identities of the samples in one batch from the DataLoader.
         iterable: True for an IterableDataset (batched by the dataset: ``batch_size``), False for
-            map-style (batched by the DataLoader through ``dataset.sampler()``).
+            map-style (batched by the DataLoader through ``dataset.sampler()``); checked against the
+            dataset, since the builder decides by the dataset itself.
         batch_size: the batch size to use.
     """
 
@@ -42,15 +43,14 @@ class Backend:
 
 
 def loader(backend: Backend, ds: Any, num_workers: int, context: str | None = None) -> DataLoader:
-    ctx = multiprocessing.get_context(context) if num_workers and context else None
-    if backend.iterable:
-        return DataLoader(ds, batch_size=None, num_workers=num_workers, multiprocessing_context=ctx)
-    return DataLoader(
+    """The DataLoader fastdata builds for ``ds`` (the one :class:`fastdata.Loader` and the harness use)."""
+    assert isinstance(ds, IterableDataset) == backend.iterable, "Backend.iterable does not match the dataset"
+    return build_dataloader(
         ds,
         batch_size=backend.batch_size,
-        sampler=ds.sampler(shuffle=ds_shuffle(ds)),
         num_workers=num_workers,
-        multiprocessing_context=ctx,
+        shuffle=ds_shuffle(ds),
+        multiprocessing_context=context,
     )
 
 

@@ -272,16 +272,19 @@ def make_stateful(
     batch_size: int = BATCH,
     **kwargs: Any,
 ) -> Any:
-    """A ``torchdata`` ``StatefulDataLoader`` over ``ds``, built the way fastdata's docs say."""
+    """A ``torchdata`` ``StatefulDataLoader`` over ``ds``, built by fastdata's builder (as ``fd.Loader``
+    builds its DataLoader). ``batch_sampler=`` in ``kwargs`` replaces the dataset's ``sampler()``."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    if BACKENDS[name].iterable:
-        return StatefulDataLoader(ds, batch_size=None, num_workers=num_workers, **kwargs)
-    return StatefulDataLoader(
+    from fastdata.loading.builder import build_dataloader
+
+    batching = {} if "batch_sampler" in kwargs else {"batch_size": batch_size, "remainder": remainder}
+    return build_dataloader(
         ds,
-        batch_size=batch_size,
-        sampler=ds.sampler(shuffle=shuffle, remainder=remainder),
         num_workers=num_workers,
+        shuffle=shuffle,
+        dataloader_class=StatefulDataLoader,
+        **batching,
         **kwargs,
     )
 

@@ -157,4 +157,5 @@ def test_resume_in_new_process_continues_exactly(runs: dict[str, Any], name: str
         assert [r["epochs"] for r in rest] == [[1], [1]]
         states = [s["state"] for s in stop]
         assert states[0] == states[1], "the saved state differs between ranks"
-        assert states[0]["epoch"] == 1 and states[0]["batches"] == STOP and states[0]["batch_size"] == BATCH
+        assert (states[0]["epoch"], states[0]["unit"], states[0]["position"]) == (1, "batches", STOP)
+        assert states[0]["plan"]["batch_size"] == BATCH

@@ -125,6 +125,23 @@ def test_collate_equals_default_collate_without_copying(files: tuple[list[str], 
     assert ours["image"].data_ptr() == batch.columns["image"].__array_interface__["data"][0]
 
 
+def test_collate_returns_what_the_transform_made(tmp_path: Any) -> None:
+    rng = np.random.default_rng(6)
+    path = str(tmp_path / "labelled.h5")
+    with h5py.File(path, "w") as f:
+        f["label"] = np.arange(5, dtype=np.int64)
+        jpg = f.create_dataset("jpg", (5,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(5):
+            jpg[i] = np.frombuffer(jpeg_bytes(rng), dtype=np.uint8)
+    ds = fd.HDF5Dataset(path, ("label", "jpg"), transform=lambda s: {**s, "label": s["label"] + 100})
+    batch = ds.__getitems__([3, 1, 4])
+    assert batch.columns is None  # the rows read are not what the samples hold any more
+    assert collate(batch)["label"].tolist() == [103, 101, 104]
+    decoded = fd.HDF5Dataset(path, ("label", "jpg"), decode="torch")  # decoding touches byte fields only
+    batch = decoded.__getitems__([3, 1])
+    assert batch.columns is not None and collate(batch)["jpg"].shape[0] == 2
+
+
 def test_decode_turns_encoded_images_into_arrays(tmp_path: Any) -> None:
     rng = np.random.default_rng(2)
     blobs = [jpeg_bytes(rng) for _ in range(6)]

@@ -88,15 +88,15 @@ def test_resume_mid_epoch_continues_with_the_next_batch() -> None:
     sampler.set_epoch(2)
     full = list(sampler)
     state = sampler.state_dict(consumed=12)
-    assert state == {"epoch": 2, "consumed": 12}
+    assert (state["epoch"], state["unit"], state["position"]) == (2, "samples", 12)
     resumed = ChunkBatchSampler(STARTS, N, 4, seed=5, rank=0, world_size=1)
     resumed.load_state_dict(state)
     assert list(resumed) == full[3:]
     assert list(resumed) == full  # only the first iteration after loading skips
     with pytest.raises(ConfigError, match="not a whole number of batches"):
-        resumed.load_state_dict({"epoch": 2, "consumed": 5})
+        resumed.load_state_dict({**state, "position": 5})
     with pytest.raises(ConfigError, match="outside this rank's epoch"):
-        resumed.load_state_dict({"epoch": 2, "consumed": 51})
+        resumed.load_state_dict({**state, "position": 51})
 
 
 def test_drop_last_and_bad_arguments() -> None:

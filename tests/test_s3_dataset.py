@@ -170,3 +170,93 @@ def test_threads_and_connections_are_sized_per_worker(
     assert sizes == {(8, 12)}  # two workers share the 16
     fixed = S3Config.from_options(concurrency=3, **s3_options)
     assert fd.S3Dataset(url, config=fixed, transform=partial(_pool_sizes, fixed))[0] == (3, 7)
+
+
+def test_each_object_costs_one_get(
+    prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any], objects_of_every_size: dict[str, bytes]
+) -> None:
+    url, files = prefix
+    listed = fd.S3Dataset(url, lookahead=0, **s3_options)  # sizes from the listing
+    before = listed.counters()["s3_requests"]
+    assert [payload(s) for s in listed.__getitems__(list(range(len(listed))))] == [files[u] for u in listed.urls]
+    assert listed.counters()["s3_requests"] - before == len(listed)
+    # sizes unknown (a list of URLs): one GET for an object under 256 KiB, a second for the rest of a larger one
+    urls = sorted(objects_of_every_size)
+    unlisted = fd.S3Dataset(urls, lookahead=0, **s3_options)
+    assert [payload(s) for s in unlisted.__getitems__(list(range(len(urls))))] == [
+        objects_of_every_size[u] for u in urls
+    ]
+    large = sum(len(objects_of_every_size[u]) > 256 * 1024 for u in urls)
+    assert large == 2 and unlisted.counters()["s3_requests"] == len(urls) + large
+
+
+@pytest.fixture
+def objects_of_every_size(s3_server: MotoServer, s3_bucket: str) -> dict[str, bytes]:
+    """Objects of 1 byte, just under, at and over the first GET's 256 KiB, and of 5 MiB."""
+    rng = np.random.default_rng(3)
+    sizes = {"a": 1, "b": 256 * 1024 - 1, "c": 256 * 1024, "d": 256 * 1024 + 1, "e": 5 << 20}
+    files = {f"sized/{k}.bin": rng.bytes(n) for k, n in sizes.items()}
+    upload_files(s3_server.client(), s3_bucket, files)
+    return {f"s3://{s3_bucket}/{k}": v for k, v in files.items()}
+
+
+def _epoch_long_arrays(batch: list[dict[str, Any]]) -> tuple[list[str], bool, list[bytes]]:
+    """Run as the collate_fn, in the worker: every array or tensor reachable from the worker's dataset
+    that is as long as the dataset and not in shared memory (the listing's sizes aside), whether the
+    dataset's plan is shared memory, and the batch's payloads."""
+    import gc
+
+    import torch
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    assert info is not None
+    ds = info.dataset
+    n, private, seen, todo = len(ds), [], {id(ds)}, [ds]
+
+    def shared(a: Any) -> bool:
+        while isinstance(a, np.ndarray):
+            a = a.base
+        return isinstance(a, torch.Tensor) and a.is_shared()
+
+    while todo and len(seen) < 200_000:
+        obj = todo.pop()
+        if obj is ds.sizes or isinstance(obj, (type, type(gc), type(_epoch_long_arrays))):
+            continue
+        if isinstance(obj, (np.ndarray, torch.Tensor)):
+            if obj.ndim and len(obj) >= n and not shared(obj):
+                private.append(f"{type(obj).__name__}[{len(obj)}]")
+            continue
+        for ref in gc.get_referents(obj):
+            if id(ref) not in seen:
+                seen.add(id(ref))
+                todo.append(ref)
+    return private, ds._plan._tensor.is_shared(), [payload(s) for s in batch]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_read_ahead_from_one_shared_plan(
+    prefix: tuple[str, dict[str, bytes]], s3_options: dict[str, Any], context: str
+) -> None:
+    url, files = prefix
+    ds = fd.S3Dataset(url, **s3_options)
+    loader = DataLoader(
+        ds,
+        batch_size=3,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=2,
+        multiprocessing_context=multiprocessing.get_context(context),
+        collate_fn=_epoch_long_arrays,
+        persistent_workers=True,  # the workers keep the dataset they started with: the plan must follow
+    )
+    got = []
+    for private, plan_shared, payloads in loader:
+        assert private == [] and plan_shared  # no worker holds an order of its own
+        got += payloads
+    assert sorted(got) == sorted(files.values())
+    hits = ds.counters()["s3_prefetch_hits"]
+    assert hits > 0  # the workers did learn the order: from the shared plan
+    ds.set_epoch(1)  # a new epoch: the plan of epoch 0 must not be used, the new one must
+    again = [p for _, _, payloads in loader for p in payloads]
+    assert sorted(again) == sorted(got) and again != got
+    assert ds.counters()["s3_prefetch_hits"] > hits

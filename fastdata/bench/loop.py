@@ -13,8 +13,8 @@ otherwise look free. Each restart is also timed on its own (``restart_s``).
 
 from __future__ import annotations
 
+import functools
 import gc
-import multiprocessing
 import statistics
 import time
 import warnings
@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
+from torch.utils.data import DataLoader
 
 from fastdata.bench.probes import ProbedCollate, ProbeInit, StageTable, SystemProbe, leading_dim
 from fastdata.bench.result import Config, Point, Window
 from fastdata.core import stages
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.loading.builder import build_dataloader
 
 StepFn = Callable[[Any], object]
 
@@ -69,33 +70,23 @@ def make_loader(
     multiprocessing_context: Any = None,
     table: StageTable | None = None,
 ) -> DataLoader[Any]:
-    """The DataLoader of one configuration, probed when ``table`` is given."""
-    batched = config.batch_size is not None
-    own_collate = getattr(ds, "collate", None) if batched and not isinstance(ds, IterableDataset) else None
-    # a fastdata dataset's own collate (HDF5Dataset hands its whole-batch arrays to torch without a
-    # second copy), as its docs tell users to pass; like its sampler() below
-    user_collate = (
-        collate_fn
-        or (own_collate if callable(own_collate) else None)
-        or (default_collate if batched else default_convert)
-    )
-    kwargs: dict[str, Any] = dict(config.loader_kwargs())
+    """The DataLoader of one configuration, built as :class:`fastdata.Loader` builds it
+    (:func:`~fastdata.loading.builder.build_dataloader`), and probed when ``table`` is given: the probes
+    wrap the collate function and ``worker_init_fn`` the builder chooses."""
+    hooks: dict[str, Any] = {}
     if table is not None:
-        kwargs["collate_fn"] = ProbedCollate(user_collate, batched)
-        kwargs["worker_init_fn"] = ProbeInit(table, worker_init_fn) if config.num_workers else worker_init_fn
-    else:
-        kwargs["collate_fn"] = user_collate
-        kwargs["worker_init_fn"] = worker_init_fn
-    if config.num_workers:
-        ctx = multiprocessing_context
-        kwargs["multiprocessing_context"] = multiprocessing.get_context(ctx) if isinstance(ctx, str) else ctx
-    if not isinstance(ds, IterableDataset):
-        make_sampler = getattr(ds, "sampler", None)
-        if callable(make_sampler):
-            kwargs["sampler"] = make_sampler(shuffle=shuffle)  # a fastdata dataset: its rank-aware sampler
-        else:
-            kwargs["shuffle"] = shuffle
-    return DataLoader(ds, **kwargs)
+        hooks["wrap_collate"] = ProbedCollate  # ProbedCollate(collate, batched)
+        if config.num_workers:
+            hooks["wrap_worker_init"] = functools.partial(ProbeInit, table)  # attach first, then fastdata's
+    return build_dataloader(
+        ds,
+        shuffle=shuffle,
+        collate_fn=collate_fn,
+        worker_init_fn=worker_init_fn,
+        multiprocessing_context=multiprocessing_context,
+        **hooks,
+        **config.loader_kwargs(),
+    )
 
 
 class _Feed:

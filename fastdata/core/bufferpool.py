@@ -1,7 +1,7 @@
 """Large batch buffers, reused once nothing refers to them any more.
 
 Memory that a process touches for the first time fills at about 0.5 GB/s on these machines, memory it
-reuses at about 6 GB/s (MEASURED.md): a loader that allocates a fresh multi-megabyte array for every
+reuses at about 6 GB/s (measured here): a loader that allocates a fresh multi-megabyte array for every
 batch spends most of its time in page faults once the allocator hands pages back to the system, which
 glibc does as soon as a couple of batches are alive at once. The pool keeps the buffers of batches that
 were dropped and hands them out again.

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from fastdata.core.protocol import Warmable, WorkerAware
 from fastdata.core.world import World
 
 
@@ -57,17 +58,15 @@ class WorkerInit:
 
         info = get_worker_info()
         dataset = info.dataset if info is not None else None
-        world_of = getattr(dataset, "worker_world", None)
-        if callable(world_of):
-            world = world_of()
+        if isinstance(dataset, WorkerAware):
+            world = dataset.worker_world()
             seed_process(world)
             _reseed_each_epoch, _seeded_epoch = True, world.epoch
         elif info is not None:
             # not a fastdata dataset: torch already seeded random and torch; give numpy a stream too
             np.random.seed(info.seed % (1 << 32))
-        warm = getattr(dataset, "warm", None)
-        if callable(warm):
-            warm()
+        if isinstance(dataset, Warmable):
+            dataset.warm()
         for fn in self.then:
             fn(worker_id)
 

@@ -12,18 +12,20 @@ from tqdm import tqdm
 
 from fastdata.core import stages
 from fastdata.core.bufferpool import BufferPool
-from fastdata.core.errors import BadSample, ConfigError, DecodeFailed, OnError, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable
 from fastdata.core.handles import HandleCache
+from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.sharding import Remainder
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.hdf5_batch import Sample, SampleBatch, collate
-from fastdata.formats.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, DecodeMode, Decoder
+from fastdata.formats.decode import DecodeMode, Decoder
 from fastdata.formats.hdf5 import (
     DEFAULT_RDCC_NBYTES,
     DEFAULT_RDCC_NSLOTS,
     DEFAULT_RDCC_W0,
     BadLayout,
     ChunkCache,
+    FieldDecoder,
     FieldInfo,
     FileInfo,
     describe,
@@ -32,8 +34,6 @@ from fastdata.formats.hdf5_rows import H5Handle, corrupt, read_field
 from fastdata.loading.chunk_sampler import ChunkBatchSampler
 from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls, scheme
-
-_KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
 
 
 class HDF5Dataset(DatasetBase, Dataset[Any]):
@@ -96,8 +96,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size)
         self.fields = _check_fields(fields)
         self.cache = ChunkCache(rdcc_nbytes, rdcc_nslots, rdcc_w0)
-        self.transform = transform
-        self._field_decoder, self._sample_decoder = _decoders(decode)
+        field_decoder, sample_decoder = _decoders(decode)  # a bad ``decode`` fails before any file is read
         self.paths = expand_urls(paths)
         for path in self.paths:
             if scheme(path):
@@ -114,8 +113,21 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
             first = first or self.infos[-1]
         self._fields: tuple[FieldInfo, ...] = next((i.fields for i in self.infos if i is not None), ())
         self._starts = np.concatenate([[0], np.cumsum([i.length if i else 0 for i in self.infos])]).astype(np.int64)
+        if field_decoder is not None:
+            byte_fields = tuple(f.name for f in self._fields if f.kind == "bytes")
+            sample_decoder = FieldDecoder(field_decoder, byte_fields, self.paths, self._starts) if byte_fields else None
+        self.pipeline = SamplePipeline(sample_decoder, transform, self._policy)
         self._handles: HandleCache[int, H5Handle] = HandleCache(self._open, max_open=max_open, close_inherited=True)
         self._pool = BufferPool()
+
+    @property
+    def transform(self) -> Callable[[Sample], Any] | None:
+        """The user's function applied to each (decoded) sample (may be replaced)."""
+        return self.pipeline.transform
+
+    @transform.setter
+    def transform(self, transform: Callable[[Sample], Any] | None) -> None:
+        self.pipeline.transform = transform
 
     def _describe(self, path: str, first: FileInfo | None) -> FileInfo | None:
         try:
@@ -191,15 +203,22 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
                 pos = np.flatnonzero(files == k)
                 self._read_file(k, pos, rows[pos], idx, columns, objects, bad)
         keys = (*self.fields, "__index__")
-        if self.transform is None and self._sample_decoder is None and self._field_decoder is None:
+        pipeline = self.pipeline
+        if pipeline.passthrough:
             stages.lap("fetch", t, m)
             if bad.any():
                 keep = np.flatnonzero(~bad)
                 return SampleBatch(keys, idx[keep], None, lambda: self._samples(idx, keep, columns, objects))
             return SampleBatch(keys, idx, columns, lambda: self._samples(idx, None, columns, objects))
-        raw = self._samples(idx, np.flatnonzero(~bad), columns, objects)
-        samples = self._decoded(raw, bad, stages.lap("fetch", t, m))
-        return SampleBatch(keys, idx[~bad], None if bad.any() else columns, lambda: samples)
+        good = np.flatnonzero(~bad)
+        samples, kept = pipeline.batch_kept(self._samples(idx, good, columns, objects), stages.lap("fetch", t, m))
+        if len(kept) < len(good):
+            dropped = np.ones(len(good), dtype=bool)
+            dropped[kept] = False
+            bad[good[dropped]] = True
+        # the whole-batch columns stand for the samples only when nothing but byte fields changed
+        same = pipeline.transform is None and isinstance(pipeline.decoder, FieldDecoder) and not bad.any()
+        return SampleBatch(keys, idx[~bad], columns if same else None, lambda: samples)
 
     def _read_file(
         self,
@@ -246,50 +265,6 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         positions = range(len(idx)) if keep is None else keep.tolist()
         index = idx.tolist()
         return [{**{name: src[j] for name, src in sources}, "__index__": index[j]} for j in positions]
-
-    def _decoded(self, samples: list[Sample], bad: np.ndarray, t: float) -> list[Any]:
-        """Decode and transform ``samples`` (the good ones of a batch, in order); a sample whose decoding
-        fails is handled by the policy and marked in ``bad``. ``t``: the stage clock (see
-        :mod:`fastdata.core.stages`)."""
-        field_decoder, sample_decoder, transform = self._field_decoder, self._sample_decoder, self.transform
-        decoding = field_decoder is not None or sample_decoder is not None
-        good = np.flatnonzero(~bad).tolist()
-        out = []
-        for j, sample in zip(good, samples):
-            try:
-                if field_decoder is not None:
-                    self._decode_fields(sample, field_decoder)
-                if sample_decoder is not None:
-                    sample = sample_decoder(sample)
-            except BadSample as e:
-                bad[j] = True
-                self._policy.handle(e)
-                continue
-            if decoding:
-                t = stages.lap("decode", t)
-            if transform is not None:
-                sample = transform(sample)
-                t = stages.lap("transform", t)
-            out.append(sample)
-        return out
-
-    def _decode_fields(self, sample: Sample, decoder: Decoder) -> None:
-        for f in self._fields:
-            if f.kind != "bytes":
-                continue
-            ext = f.name.rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower()
-            try:
-                sample[f.name] = decoder.decode_member(ext if ext in _KNOWN_EXTS else "jpg", sample[f.name])
-            except Exception as e:
-                i = sample["__index__"]
-                file, row = self.locate(i)
-                path = self.paths[file]
-                raise DecodeFailed(
-                    f"{path}: field {f.name!r}, row {row} (dataset index {i}): cannot decode "
-                    f"({type(e).__name__}: {e}); the bytes are damaged or not an image, or pass "
-                    "decode='raw' to get the bytes",
-                    path,
-                ) from e
 
     @staticmethod
     def collate(samples: Sequence[Sample]) -> Any:

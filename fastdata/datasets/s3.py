@@ -22,15 +22,18 @@ from fastdata.core.errors import (
     check_positive,
 )
 from fastdata.core.handles import ProcessLocal
-from fastdata.core.sharding import Remainder, rank_indices
+from fastdata.core.pipeline import SKIP, SamplePipeline
+from fastdata.core.sharding import Remainder
+from fastdata.core.shared import SharedPlan
 from fastdata.core.world import current_worker
 from fastdata.datasets.base import DatasetBase
 from fastdata.formats.decode import DecodeMode, Decoder, make_decoder
 from fastdata.formats.tar import split_key
 from fastdata.loading.sampler import EpochSampler
+from fastdata.storage import open_reader
 from fastdata.storage.s3 import S3Config, Stats, executor
 from fastdata.storage.s3_client import COUNTERS, client, release
-from fastdata.storage.s3_fetch import ObjectChanged, S3Unavailable, get
+from fastdata.storage.s3_fetch import ObjectChanged, S3Unavailable
 from fastdata.storage.s3_list import resolve
 
 Sample = dict[str, Any]
@@ -45,14 +48,20 @@ def sample_key(url: str) -> tuple[str, str]:
     return (key, ext) if key != name else (name, "data")
 
 
+# The first GET of an object of unknown size (a URL list or a manifest without sizes): a smaller object
+# costs that one request, a larger one a second for the rest.
+OPEN_BYTES = 256 * 1024
+# The largest single GET of one object's reader: its reads never split into parts on the process's
+# thread pool, because they already run on that pool (a fetch waiting on parts queued behind other
+# waiting fetches would never finish).
+WHOLE = 1 << 62
+
+
 class _Lookahead:
-    """One process's fetches started ahead of need (by index), and the epoch order they come from."""
+    """One process's fetches started ahead of need, by index."""
 
     def __init__(self) -> None:
         self.futures: dict[int, Future[bytes]] = {}
-        self.epoch = -1
-        self.order: np.ndarray | None = None
-        self.position: np.ndarray | None = None
 
     def drop(self, keep: frozenset[int] = frozenset()) -> list[Future[bytes]]:
         """Forget every pending fetch not in ``keep``; returns those forgotten that are still running."""
@@ -79,8 +88,9 @@ class S3Dataset(DatasetBase, Dataset[Any]):
     file. Each worker process builds its own client on first use. A batch's objects are fetched
     concurrently (``concurrency`` threads per process, see :class:`~fastdata.storage.s3.S3Config`) and
     decoded as they arrive; with ``lookahead``, while a batch is decoded and handed over, the objects of
-    the batches this worker will be given next (known from :meth:`sampler`'s order) are already being
-    fetched.
+    the batches this worker will be given next are already being fetched: :meth:`sampler` publishes each
+    epoch's order once, in shared memory (:class:`~fastdata.core.shared.SharedPlan`), and a worker looks
+    up where the batch it was given sits in it.
 
     Use :meth:`sampler` for a rank-aware, resumable order. Under ``on_missing="skip"`` / ``on_error="skip"``
     a missing or unreadable object is left out of its batch and counted in :attr:`skipped` (fetched
@@ -136,13 +146,29 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=COUNTERS)
         self._missing = ErrorPolicy(on_missing, self._shared)
         self.stats = Stats(self._shared)
-        self.decoder = make_decoder(decode)
-        self.transform = transform
+        self.pipeline = SamplePipeline(make_decoder(decode), transform, self._policy)
         self.lookahead = lookahead
         self.urls, sizes = resolve(source, self.config, self.stats, cache=cache, page_size=page_size, progress=progress)
         self.sizes = np.asarray(sizes, dtype=np.int64)
-        self._plan: tuple[bool, Remainder] | None = None  # the order of sampler(), for lookahead
+        # the order of sampler(), shared with the workers, for lookahead: made with the dataset (like its
+        # shared state), so its one shared-memory file is there before any loader, and every sampler of
+        # this dataset writes to the same one
+        self._plan = SharedPlan(len(self.urls)) if lookahead else None
         self._ahead: ProcessLocal[_Lookahead] = ProcessLocal(_Lookahead, _close_lookahead, close_inherited=False)
+
+    @property
+    def decoder(self) -> Callable[[Sample], Sample] | None:
+        """What decodes each sample (from ``decode``); None for raw bytes."""
+        return self.pipeline.decoder
+
+    @property
+    def transform(self) -> Callable[[Sample], Any] | None:
+        """The user's function applied to each decoded sample (may be replaced)."""
+        return self.pipeline.transform
+
+    @transform.setter
+    def transform(self, transform: Callable[[Sample], Any] | None) -> None:
+        self.pipeline.transform = transform
 
     @property
     def on_missing(self) -> OnMissing:
@@ -153,44 +179,47 @@ class S3Dataset(DatasetBase, Dataset[Any]):
 
     # -- fetching --------------------------------------------------------------------------------------
     def fetch(self, i: int) -> bytes:
-        """The bytes of object ``i`` (retried, resumed, length checked against the listing)."""
-        size = int(self.sizes[i])
-        return get(self.config, self.stats, self.urls[i], size=size if size >= 0 else None).data
+        """The bytes of object ``i`` (retried, resumed, length checked against the listing), read through
+        an :class:`~fastdata.storage.s3.S3Reader`: one GET when the listing gave the size or the object is
+        under 256 KiB (an empty one takes a GET and a HEAD: S3 has no byte range of nothing)."""
+        url, listed = self.urls[i], int(self.sizes[i])
+        first = listed if listed > 0 else OPEN_BYTES
+        reader = open_reader(
+            url,
+            config=self.config,
+            stats=self.stats,
+            open_bytes=first,
+            part_size=WHOLE,
+            prefetch=False,  # a whole object is read at once: nothing to read ahead within it
+        )
+        try:
+            size = reader.size
+            if listed >= 0 and size != listed:
+                changed = ObjectChanged(
+                    f"{url}: the object has {size} bytes, {listed} were expected (it was "
+                    "replaced since it was listed); list it again"
+                )
+                changed.source = url  # type: ignore[attr-defined]  # what the policy warns about, once per object
+                raise changed
+            if size <= first:
+                return reader.read(0, size)  # what the first GET brought: no copy
+            return reader.read(0, first) + reader.read(first, size - first)
+        finally:
+            reader.close()
 
     def _sample(self, i: int, data: bytes) -> Sample:
         url = self.urls[i]
         key, ext = sample_key(url)
         return {"__key__": key, "__url__": url, ext: data}
 
-    def _next_batches(self, indices: Sequence[int], ahead: _Lookahead) -> list[int]:
+    def _next_batches(self, indices: Sequence[int]) -> list[int]:
         """The indices this worker will most likely be asked for in its next ``lookahead`` batches: the
         DataLoader deals the sampler's batches to its workers in turn, so those are ``num_workers``,
-        ``2 * num_workers`` ... batches further on in the sampler's order."""
-        if self._plan is None or not indices or not self.lookahead:
+        ``2 * num_workers`` ... batches further on in the sampler's order (read from the shared plan)."""
+        plan = self._plan
+        if plan is None or not indices or not self.lookahead:
             return []
-        if ahead.epoch != self.epoch or ahead.order is None:
-            shuffle, remainder = self._plan
-            ahead.order = rank_indices(
-                len(self),
-                rank=self.rank,
-                world_size=self.world_size,
-                shuffle=shuffle,
-                seed=self.seed,
-                epoch=self.epoch,
-                remainder=remainder,
-            )
-            ahead.position = np.full(len(self), -1, dtype=np.int64)
-            ahead.position[ahead.order] = np.arange(len(ahead.order))
-            ahead.epoch = self.epoch
-        order, position = ahead.order, ahead.position
-        assert position is not None
-        first = int(indices[0])
-        p = int(position[first]) if 0 <= first < len(position) else -1
-        n = len(indices)
-        if p < 0 or not np.array_equal(order[p : p + n], np.asarray(indices)):
-            return []  # not the order of our sampler: do not guess
-        stride = current_worker()[1] * n
-        return [int(j) for k in range(1, self.lookahead + 1) for j in order[p + k * stride : p + k * stride + n]]
+        return plan.following(self.epoch, indices, current_worker()[1] * len(indices), self.lookahead)
 
     def _read(self, indices: Sequence[int]) -> list[Any]:
         """The samples ``indices``, fetched concurrently and decoded in order; bad ones handled by the
@@ -208,7 +237,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             else:
                 hits += 1
             futures.append(f)
-        upcoming = self._next_batches(indices, ahead)
+        upcoming = self._next_batches(indices)
         ahead.drop(frozenset(upcoming))  # guesses that did not come true
         if hits:
             self.stats.add("s3_prefetch_hits", hits)
@@ -216,6 +245,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             if j not in ahead.futures:
                 ahead.futures[j] = pool.submit(self.fetch, j)
         out: list[Any] = []
+        pipeline = self.pipeline
         try:
             for i, f in zip(indices, futures):
                 try:
@@ -227,18 +257,9 @@ class S3Dataset(DatasetBase, Dataset[Any]):
                     self._policy.handle(e)  # type: ignore[arg-type]
                     continue
                 t = stages.lap("fetch", t)  # waiting for the object (fetched by the pool's threads)
-                sample = self._sample(i, data)
-                if self.decoder is not None:
-                    try:
-                        sample = self.decoder(sample)
-                    except BadSample as e:
-                        self._policy.handle(e)
-                        continue
-                    t = stages.lap("decode", t)
-                if self.transform is not None:
-                    sample = self.transform(sample)
-                    t = stages.lap("transform", t)
-                out.append(sample)
+                sample, t = pipeline(self._sample(i, data), t)
+                if sample is not SKIP:
+                    out.append(sample)
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -264,9 +285,11 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         return out
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
-        """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``; its order
-        also tells ``lookahead`` which objects each worker reads next."""
-        sampler = EpochSampler(
+        """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``. It publishes
+        each epoch's order to a plan in shared memory that the workers read (the order last iterated),
+        which tells ``lookahead`` which objects each worker reads next."""
+        plan = self._plan
+        return EpochSampler(
             len(self),
             shuffle=shuffle,
             seed=self.seed,
@@ -274,9 +297,8 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             rank=self.rank,
             world_size=self.world_size,
             shared=self._shared,
+            publish=None if plan is None else plan.publish,
         )
-        self._plan = (shuffle, remainder)
-        return sampler
 
     def warm(self) -> None:
         """Build this process's client and threads before the first batch is asked for."""

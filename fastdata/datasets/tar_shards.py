@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ from torch.utils.data import IterableDataset, default_collate
 
 from fastdata.core import process
 from fastdata.core.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
+from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.seeding import on_epoch
 from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
 from fastdata.core.world import World
@@ -229,18 +230,26 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         shards, _ = locate(offsets, order, (start + shuffled.positions(lo, hi)) % self.total)
         return [self.urls[i] for i in dict.fromkeys(shards.tolist())]
 
-    def state_dict(self, batches: int | None = None) -> dict[str, int]:
-        """Where to resume: the epoch, and how many batches of it the rank has consumed.
+    def _plan(self) -> dict[str, int]:
+        plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed}
+        if self.batch_size is not None:
+            plan["batch_size"] = self.batch_size
+        return plan
+
+    def state_dict(self, batches: int | None = None) -> dict[str, Any]:
+        """Where to resume: a :class:`~fastdata.core.resume.ResumeState` (as a dict) counting the batches of
+        the current epoch the rank has consumed.
 
         Args:
             batches (int | None): batches of this epoch the rank has consumed (what
                 :class:`fastdata.Loader` passes). Defaults to this process's own position: in the main
                 process (no workers), the batches it has yielded; in a DataLoader worker, that worker's next
-                batch (keys ``worker``/``num_workers`` added), which is what ``torchdata``'s
-                ``StatefulDataLoader`` collects from each worker.
+                batch (``worker``/``num_workers`` set), which is what ``torchdata``'s ``StatefulDataLoader``
+                collects from each worker.
         """
+        plan = self._plan()
         if batches is not None:
-            return {"epoch": self.epoch, "batches": batches}
+            return ResumeState(self.epoch, batches, "batches", plan).to_dict()
         if self._resume is not None and self._resume[0] == self.epoch:
             epoch, batches, worker, workers = self._resume
         elif self._progress is not None and self._progress[:2] == (process.pid(), self.epoch):
@@ -248,36 +257,33 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             if workers == 1:
                 worker = None
         else:
-            return {"epoch": self.epoch, "batches": 0}
-        state = {"epoch": epoch, "batches": batches}
-        if worker is not None and workers is not None:
-            state.update(worker=worker, num_workers=workers)
-        return state
+            return ResumeState(self.epoch, 0, "batches", plan).to_dict()
+        if worker is None:
+            workers = None
+        return ResumeState(epoch, batches, "batches", plan, worker, workers).to_dict()
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Make the next pass over ``state["epoch"]`` start after ``state["batches"]`` batches.
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next pass over the state's epoch start after the batches it counts.
 
         Needs ``batch_size`` (so that a batch means the same samples for any number of workers). A state
         with ``worker``/``num_workers`` (one worker's, as ``StatefulDataLoader`` saves) resumes that worker
         and needs the same ``num_workers``; one without resumes the whole rank, with any ``num_workers``.
+        Reads the ``{"epoch", "batches"}`` states older fastdata versions saved too.
+
+        Raises:
+            ConfigError: when the state lies outside this rank's epoch, was saved for another plan (batch
+                size, dataset size, world size, seed), or resumes mid-epoch without ``batch_size``.
         """
-        batches = int(state.get("batches", 0))
-        if batches and self.batch_size is None:
+        s = load_state(
+            state, into="TarShardDataset", unit="batches", plan=self._plan(), length=len(self), per_worker=True
+        )
+        if s.position and self.batch_size is None:
             raise ConfigError(
                 "resuming mid-epoch needs TarShardDataset(batch_size=...), so that the "
                 "order of batches does not depend on num_workers"
             )
-        worker, workers = state.get("worker"), state.get("num_workers")
-        limit = len(self) + (int(workers) if workers is not None else 1)  # a worker's next batch may lie past the end
-        if not 0 <= batches < limit:
-            raise ConfigError(f"batches={batches} is outside this rank's epoch of {len(self)} batches")
-        self.set_epoch(int(state["epoch"]))
-        self._resume = (
-            int(state["epoch"]),
-            batches,
-            None if worker is None else int(worker),
-            None if workers is None else int(workers),
-        )
+        self.set_epoch(s.epoch)
+        self._resume = (s.epoch, s.position, s.worker, s.num_workers)
 
     def close(self) -> None:
         self.source.close()

@@ -11,8 +11,9 @@ from typing import Any
 from tqdm import tqdm
 
 from fastdata.core import stages
-from fastdata.core.errors import BadSample, ErrorPolicy, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnreadable
 from fastdata.core.handles import HandleCache
+from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.world import current_worker
 from fastdata.formats.manifest import sample_counts
 from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
@@ -61,7 +62,7 @@ class TarSource:
     Args:
         urls (list[str]): the shards.
         policy (ErrorPolicy): what to do with bad samples and missing shards.
-        decoder, transform: applied to each sample, in that order.
+        decoder, transform: applied to each sample, in that order (see :class:`~fastdata.core.pipeline.SamplePipeline`).
         max_open (int | None): readers open at once per process; see :class:`~fastdata.core.handles.HandleCache`.
         storage_options (dict | None): passed to the reader of remote URLs (for ``s3://``: the fields
             of :class:`~fastdata.storage.s3_client.S3Config` such as ``endpoint_url``, and the
@@ -85,8 +86,7 @@ class TarSource:
     ) -> None:
         self.urls = urls
         self.policy = policy
-        self.decoder = decoder
-        self.transform = transform
+        self.pipeline = SamplePipeline(decoder, transform, policy)
         self._options = dict(storage_options or {})
         self._stats = stats
         self._dealt = dealt
@@ -170,24 +170,7 @@ class TarSource:
                 else:
                     self.policy.handle(problem)
         samples: list[Any] = read_samples(reader, index, good)
-        t = stages.lap("fetch", t, len(samples))
-        decoder, transform = self.decoder, self.transform
-        if decoder is None and transform is None:
-            return samples
-        out = []
-        for sample in samples:
-            if decoder is not None:
-                try:
-                    sample = decoder(sample)
-                except BadSample as e:
-                    self.policy.handle(e)
-                    continue
-                t = stages.lap("decode", t)
-            if transform is not None:
-                sample = transform(sample)
-                t = stages.lap("transform", t)
-            out.append(sample)
-        return out
+        return self.pipeline.batch(samples, stages.lap("fetch", t, len(samples)))
 
     def close(self) -> None:
         """Close every reader this process opened, and the pooled connections of its S3 client."""

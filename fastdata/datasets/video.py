@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from fastdata.core import process, stages
 from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable, check_choice
+from fastdata.core.pipeline import SKIP, SamplePipeline
 from fastdata.core.seeding import derive_seed, stagger
 from fastdata.core.sharding import Remainder
 from fastdata.core.world import current_worker
@@ -28,7 +29,6 @@ from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls, scheme
 
 ClipSampling = Literal["random", "uniform"]
-_SKIPPED = object()
 
 
 def expand_video_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -162,13 +162,14 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
             decode_timeout,
         )
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=("timeouts",))
+        # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
+        self.pipeline = SamplePipeline(None, transform, self._policy)
         self.paths = expand_video_paths(paths)
         self.clip_len, self.frame_stride = clip_len, frame_stride
         self.span = (clip_len - 1) * frame_stride + 1
         self.clips_per_video = clips_per_video
         self.clip_step = clip_step or clip_len * frame_stride
         self.clip_sampling = clip_sampling
-        self.transform = transform
         self.stagger = stagger
         decoder_key = decoder if isinstance(decoder, str) else f"{decoder.__module__}.{decoder.__qualname__}"
         reader_class(decoder)  # an unknown name or a missing library fails now, not in a worker
@@ -190,6 +191,15 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
             )
         self._stagger_pid = -1
         self.stagger_delay = 0.0  # the delay this process waited before its first read, seconds
+
+    @property
+    def transform(self) -> Callable[[dict[str, Any]], Any] | None:
+        """The user's function applied to each clip's sample dict (may be replaced)."""
+        return self.pipeline.transform
+
+    @transform.setter
+    def transform(self, transform: Callable[[dict[str, Any]], Any] | None) -> None:
+        self.pipeline.transform = transform
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -273,7 +283,8 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
     def _read(self, indices: Sequence[int]) -> list[Any]:
         self._begin()
         plan = [self.frames_of(i) for i in indices]
-        out: list[Any] = [_SKIPPED] * len(plan)
+        out: list[Any] = [SKIP] * len(plan)
+        pipeline = self.pipeline
         # video by video, clips in frame order: a reader moving forward through a file need not seek
         order = sorted(range(len(plan)), key=lambda k: (plan[k][0], plan[k][1][0]))
         for n, k in enumerate(order):
@@ -295,12 +306,8 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
                 "frames": torch.tensor(frames, dtype=torch.int64),
                 "fps": self.metas[video].fps,  # type: ignore[union-attr]
             }
-            if self.transform is not None:
-                t = stages.clock()  # the pool times fetch and decode; 0.0 unless `fastdata bench` probes
-                sample = self.transform(sample)
-                stages.lap("transform", t)
-            out[k] = sample
-        return [s for s in out if s is not _SKIPPED]
+            out[k], _ = pipeline(sample, stages.clock())  # 0.0 unless `fastdata bench` probes
+        return [s for s in out if s is not SKIP]
 
     def __getitem__(self, i: int) -> Any:
         got = self._read([i])

@@ -1,4 +1,5 @@
-"""HDF5 files as a sample format: the layout check, and opening a file read-only with a chunk cache.
+"""HDF5 files as a sample format: the layout check, opening a file read-only with a chunk cache, and
+decoding a sample's variable-length byte fields (:class:`FieldDecoder`).
 
 A file holds samples when each *field* is an HDF5 dataset whose first axis runs over the samples and
 all fields have the same length: ``image`` of shape ``(N, H, W, 3)`` and ``label`` of shape ``(N,)``,
@@ -15,6 +16,7 @@ Errors name the file and the field and say what to do: a missing file or field i
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +25,18 @@ import h5py  # imported here so that a missing h5py fails on first use with the 
 import numpy as np
 from h5py import h5d
 
-from fastdata.core.errors import BadSample, ConfigError, CorruptShard, SourceNotFound, SourceUnreadable, check_positive
+from fastdata.core.errors import (
+    BadSample,
+    ConfigError,
+    CorruptShard,
+    DecodeFailed,
+    SourceNotFound,
+    SourceUnreadable,
+    check_positive,
+)
+from fastdata.formats.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, Decoder
+
+_KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
 
 DEFAULT_RDCC_NBYTES = 16 << 20
 """Chunk cache per open file and process, in bytes: 16 MiB. HDF5's own default (1 MiB) is smaller than
@@ -260,3 +273,38 @@ def _list_datasets(group: Any, limit: int = 12) -> str:
         return "no datasets"
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
+
+
+class FieldDecoder:
+    """Decodes the variable-length byte fields of an HDF5 sample by extension: a field named ``meta.json``
+    as JSON, ``caption.txt`` as text, and one without a known extension as an image. A sample decoder
+    for :class:`~fastdata.core.pipeline.SamplePipeline`; fixed-size fields are left as they are.
+
+    Args:
+        decoder (Decoder): decodes one member's bytes (:meth:`Decoder.decode_member`).
+        fields (tuple[str, ...]): the byte fields.
+        paths (Sequence[str]): the dataset's files, and ``starts`` (np.ndarray): each one's first dataset
+            index (then the total), to name the file and row of a sample that fails.
+    """
+
+    def __init__(self, decoder: Decoder, fields: tuple[str, ...], paths: Sequence[str], starts: np.ndarray) -> None:
+        self.decoder, self.paths, self.starts = decoder, paths, starts
+        exts = (name.rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower() for name in fields)
+        self.fields = tuple((name, ext if ext in _KNOWN_EXTS else "jpg") for name, ext in zip(fields, exts))
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        decode = self.decoder.decode_member
+        for name, ext in self.fields:
+            try:
+                sample[name] = decode(ext, sample[name])
+            except Exception as e:
+                i = sample["__index__"]
+                file = int(np.searchsorted(self.starts, i, side="right")) - 1
+                path, row = self.paths[file], i - int(self.starts[file])
+                raise DecodeFailed(
+                    f"{path}: field {name!r}, row {row} (dataset index {i}): cannot decode "
+                    f"({type(e).__name__}: {e}); the bytes are damaged or not an image, or pass "
+                    "decode='raw' to get the bytes",
+                    path,
+                ) from e
+        return sample

@@ -19,13 +19,14 @@ order, raise ``mix`` so that each batch draws from several blocks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Sampler
 
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_span
 from fastdata.core.shared import SharedEpoch, SharedState
 from fastdata.core.world import current_rank
@@ -105,7 +106,8 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         self.drop_last, self.remainder, self.mix = drop_last, remainder, mix
         _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
         self._shared = shared if shared is not None else SharedState(())
-        self._resume: tuple[int, int] | None = None
+        self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) loaded, not yet iterated
+        self._position: list[int] | None = None  # [epoch, batches handed out] of the latest iteration
 
     @property
     def samples(self) -> int:
@@ -119,12 +121,18 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         return seq[(start + np.arange(length)) % self.n]
 
     def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the resume position is taken at the first next(), not at iter(). The DataLoader's
+        # multiprocessing iterator calls iter() on its batch sampler twice (at construction and in its
+        # reset) and draws from the second only; an eager iter() would spend the resume on the first.
         order = self.indices()
         first = 0
         if self._resume is not None and self._resume[0] == self.epoch:
-            first = self._resume[1] // self.batch_size
+            first = -(-self._resume[1] // self.batch_size)  # whole batches, or the whole epoch
             self._resume = None
+        # [epoch, batches handed out]: what state_dict() reports when it is not told what was consumed
+        position = self._position = [self.epoch, first]
         for b in range(first, len(self)):
+            position[1] = b + 1  # before the yield: a state taken right after next() counts this batch
             # sorted: a batch is a set to the model, and rows in file order are read as runs
             yield np.sort(order[b * self.batch_size : (b + 1) * self.batch_size]).tolist()
 
@@ -133,20 +141,41 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
             return self._length // self.batch_size
         return -(-self._length // self.batch_size)
 
-    def state_dict(self, consumed: int = 0) -> dict[str, int]:
-        """The position to resume from: the epoch and the samples of it already consumed (whole batches)."""
-        return {"epoch": self.epoch, "consumed": consumed}
+    def _plan(self) -> dict[str, int]:
+        return {"batch_size": self.batch_size, "size": self.n, "world_size": self.world_size, "seed": self.seed}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Make the next iteration of ``state["epoch"]`` skip the batches holding the first
-        ``state["consumed"]`` samples (a multiple of ``batch_size``, or the whole epoch)."""
-        consumed = int(state.get("consumed", 0))
-        if not 0 <= consumed <= self._length:
-            raise ConfigError(f"consumed={consumed} is outside this rank's epoch of {self._length} samples")
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """The position to resume from: a :class:`~fastdata.core.resume.ResumeState` (as a dict) counting
+        the samples of the current epoch already consumed, in whole batches.
+
+        Args:
+            consumed (int | None): samples of this epoch already consumed (whole batches, or the whole
+                epoch). Defaults to the samples of the batches the latest iteration has handed out, which is
+                right when nothing reads ahead (no DataLoader workers, or ``torchdata``'s
+                ``StatefulDataLoader``, which snapshots this per batch); a plain ``DataLoader`` with workers
+                prefetches, so pass the count, or use :class:`fastdata.Loader`.
+        """
+        if consumed is None:
+            if self._resume is not None and self._resume[0] == self.epoch:
+                consumed = self._resume[1]
+            elif self._position is not None and self._position[0] == self.epoch:
+                consumed = min(self._position[1] * self.batch_size, self._length)
+            else:
+                consumed = 0
+        return ResumeState(self.epoch, consumed, "samples", self._plan()).to_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next iteration of the state's epoch skip the batches holding the samples it counts as
+        consumed (a multiple of ``batch_size``, or the whole epoch). Reads the ``{"epoch", "consumed"}``
+        states older fastdata versions saved too.
+
+        Raises:
+            ConfigError: when the state is not a whole number of batches, lies outside this rank's epoch,
+                or was saved for another batch size, dataset size, world size or seed.
+        """
+        s = load_state(state, into="ChunkBatchSampler", unit="samples", plan=self._plan(), length=self._length)
+        consumed = s.position
         if consumed % self.batch_size and consumed != self._length:
             raise ConfigError(f"consumed={consumed} is not a whole number of batches of {self.batch_size}")
-        self.set_epoch(int(state["epoch"]))
-        self._resume = (
-            int(state["epoch"]),
-            consumed if consumed % self.batch_size == 0 else len(self) * self.batch_size,
-        )
+        self.set_epoch(s.epoch)
+        self._resume = (s.epoch, consumed)

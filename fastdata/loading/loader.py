@@ -1,8 +1,9 @@
 """``Loader``: the DataLoader a fastdata dataset needs, which can stop mid-epoch and resume exactly.
 
-It builds the ``torch.utils.data.DataLoader`` the right way for each kind of dataset (an iterable
-dataset batches itself, so ``batch_size=None``; a map-style one is read through its rank-aware
-``.sampler()``), sets the epoch, counts the batches handed out, and saves that count.
+It builds the ``torch.utils.data.DataLoader`` with :func:`fastdata.loading.builder.build_dataloader` (an
+iterable dataset batches itself, so ``batch_size=None``; a map-style one is read through its rank-aware
+``.sampler()``, or through a resumable batch sampler such as ``HDF5Dataset.chunk_sampler()``), sets the
+epoch, counts the batches handed out, and saves that count as a :class:`~fastdata.core.resume.ResumeState`.
 
 Why a count of batches is enough: for both kinds the rank's sequence of batches depends only on
 (seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.core.sharding`), and
@@ -16,33 +17,28 @@ and samplers also work with) keeps one state per worker and refuses a different 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from fastdata.core.errors import ConfigError, PlanError, check_positive
-from fastdata.core.seeding import WorkerInit, compose_worker_init
-from fastdata.core.seeding import worker_init_fn as default_worker_init
+from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_span
+from fastdata.loading.builder import as_is, build_dataloader, fastdata_worker_init
+from fastdata.loading.protocol import (
+    BatchingDataset,
+    Dataset,
+    MapDataset,
+    RankSampler,
+    ResumableBatchSampler,
+    ResumableSampler,
+)
 
 # DataLoader options the Loader decides itself, and why a user may not pass them.
 _OWNED = {
-    "batch_sampler": "the Loader batches through the dataset's sampler; pass batch_size",
     "shuffle": "pass shuffle= to Loader (map-style) or to the dataset (iterable)",
 }
-# Fields of a saved state that must match the Loader it is loaded into.
-_CHECKED = ("batch_size", "world_size", "samples", "seed")
-
-
-def as_is(batch: Any) -> Any:
-    """The ``collate_fn`` for a dataset that yields finished batches (``TarShardDataset(batch_size=...)``).
-
-    With ``batch_size=None`` the DataLoader otherwise runs ``default_convert`` over every batch: for a
-    batch of 64 dicts of bytes that is ~0.5 ms (8 us a sample, measured here), as much as reading the
-    samples, to redo what the dataset's own collate already did. Pass it to a plain ``DataLoader`` too.
-    """
-    return batch
 
 
 class Loader:
@@ -60,10 +56,11 @@ class Loader:
                 checkpoint = {"loader": loader.state_dict(), ...}
 
     Args:
-        dataset: a fastdata dataset. Iterable ones (``TarShardDataset``) must be built with
-            ``batch_size``; map-style ones need a ``sampler()`` method (all fastdata map-style datasets).
-        batch_size (int | None): samples per batch. Required for map-style datasets; for iterable ones it
-            defaults to the dataset's and must equal it.
+        dataset: a fastdata dataset (:class:`fastdata.loading.protocol.Dataset`). Iterable ones
+            (``TarShardDataset``) must be built with ``batch_size``; map-style ones need a ``sampler()``
+            method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
+        batch_size (int | None): samples per batch. Required for map-style datasets (unless
+            ``batch_sampler`` is given); for iterable ones it defaults to the dataset's and must equal it.
         num_workers (int): DataLoader worker processes. Defaults to 0.
         shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
             dataset, set it on the dataset (it must agree if given here).
@@ -74,6 +71,10 @@ class Loader:
             Iterable: set it on the dataset (it must agree if given here).
         sampler: map-style only: a sampler with ``set_epoch``, ``state_dict`` and ``load_state_dict``
             (an :class:`~fastdata.EpochSampler`) to use instead of ``dataset.sampler()``.
+        batch_sampler: map-style only: a resumable sampler of whole batches,
+            ``HDF5Dataset.chunk_sampler(batch_size, ...)`` (a
+            :class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler`); it sets the batch size, the order
+            and ``drop_last``.
         worker_init_fn (Callable | None): run in each worker after :data:`fastdata.worker_init_fn`, which
             the Loader always installs. Defaults to None.
         **dataloader_kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
@@ -95,6 +96,7 @@ class Loader:
         remainder: Remainder | None = None,
         drop_last: bool | None = None,
         sampler: Any = None,
+        batch_sampler: Any = None,
         worker_init_fn: Any = None,
         **dataloader_kwargs: Any,
     ) -> None:
@@ -106,29 +108,36 @@ class Loader:
                 "in_order=False hands batches out as workers finish them, so a count of consumed "
                 "batches no longer names a point to resume from; leave in_order at True"
             )
-        if not callable(getattr(dataset, "set_epoch", None)):
-            raise ConfigError(f"Loader needs a dataset with set_epoch() (a fastdata dataset), not {type(dataset)}")
-        self.dataset = dataset
+        if not isinstance(dataset, Dataset):
+            raise ConfigError(
+                f"Loader needs a fastdata dataset (rank, world_size, seed, epoch, set_epoch, worker_world, "
+                f"close: see fastdata.loading.protocol.Dataset), not {type(dataset)}"
+            )
+        self.dataset: Any = dataset  # a Dataset, and a MapDataset or a BatchingDataset (checked below)
         self.num_workers = num_workers
         self.iterable = isinstance(dataset, IterableDataset)
+        # the sampler the Loader resumes through (map-style), and whether it hands out whole batches
+        self.sampler: Any = None
+        self._batch_sampler = False
         if self.iterable:
+            if batch_sampler is not None:
+                raise ConfigError(f"{type(dataset).__name__} is iterable and batches itself: pass no batch_sampler")
             self.batch_size = self._check_iterable(
                 batch_size, shuffle, remainder, drop_last, sampler, dataloader_kwargs
             )
-            self.sampler: Any = None
+        elif batch_sampler is not None:
+            self.batch_size = self._check_batch_sampler(
+                batch_sampler, batch_size, shuffle, remainder, drop_last, sampler
+            )
+            self.sampler, self._batch_sampler = batch_sampler, True
         else:
             if batch_size is None:
-                raise ConfigError("Loader needs batch_size= for a map-style dataset")
+                raise ConfigError("Loader needs batch_size= for a map-style dataset (or a batch_sampler=)")
             check_positive("batch_size", batch_size)
             self.batch_size = batch_size
             self.sampler = self._make_sampler(sampler, shuffle, remainder)
         self._drop_last = bool(drop_last)
-        if worker_init_fn is None:
-            self._worker_init = default_worker_init
-        elif isinstance(worker_init_fn, WorkerInit):
-            self._worker_init = worker_init_fn
-        else:
-            self._worker_init = compose_worker_init(worker_init_fn)
+        self._worker_init = fastdata_worker_init(worker_init_fn)
         self._kwargs = dataloader_kwargs
         self._dataloader: DataLoader[Any] | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
@@ -155,46 +164,76 @@ class Loader:
             raise ConfigError(f"{name} is iterable and reads its own part of the epoch: pass no sampler")
         if "collate_fn" in kwargs:
             raise ConfigError(f"{name} batches itself: pass collate_fn to the dataset, not the Loader")
-        own = getattr(ds, "batch_size", None)
-        if own is None or not callable(getattr(ds, "load_state_dict", None)):
+        if not isinstance(ds, BatchingDataset) or ds.batch_size is None:
             raise ConfigError(
                 f"Loader needs {name}(batch_size=...): an iterable dataset batches itself, so that "
                 "its batches do not depend on num_workers and can be resumed"
             )
+        own = ds.batch_size
         if batch_size is not None and batch_size != own:
             raise ConfigError(f"batch_size={batch_size} differs from {name}(batch_size={own}); pass one or the other")
-        for option, given in (("shuffle", shuffle), ("remainder", remainder), ("drop_last", drop_last)):
-            if given is not None and given != getattr(ds, option, given):
+        for option, given, planned in (
+            ("shuffle", shuffle, ds.shuffle),
+            ("remainder", remainder, ds.remainder),
+            ("drop_last", drop_last, ds.drop_last),
+        ):
+            if given is not None and given != planned:
                 raise ConfigError(
-                    f"{option}={given!r} differs from {name}({option}={getattr(ds, option)!r}); "
+                    f"{option}={given!r} differs from {name}({option}={planned!r}); "
                     f"an iterable dataset plans its epoch itself, so set {option} there"
                 )
         return int(own)
 
+    def _check_batch_sampler(
+        self,
+        batch_sampler: Any,
+        batch_size: int | None,
+        shuffle: bool | None,
+        remainder: Remainder | None,
+        drop_last: bool | None,
+        sampler: Any,
+    ) -> int:
+        if not isinstance(batch_sampler, ResumableBatchSampler):
+            raise ConfigError(
+                f"batch_sampler {type(batch_sampler).__name__} cannot resume (it needs set_epoch, state_dict, "
+                "load_state_dict, batch_size and samples); use HDF5Dataset.chunk_sampler(batch_size), or "
+                "pass batch_size= and let the Loader batch"
+            )
+        if sampler is not None:
+            raise ConfigError("pass a sampler or a batch_sampler, not both")
+        if shuffle is not None or remainder is not None or drop_last is not None:
+            raise ConfigError("pass shuffle/remainder/drop_last to the batch sampler you built, not to the Loader")
+        if batch_size is not None and batch_size != batch_sampler.batch_size:
+            raise ConfigError(
+                f"batch_size={batch_size} differs from the batch sampler's {batch_sampler.batch_size}; "
+                "pass one or the other"
+            )
+        return int(batch_sampler.batch_size)
+
     def _make_sampler(self, sampler: Any, shuffle: bool | None, remainder: Remainder | None) -> Any:
         if sampler is None:
-            make = getattr(self.dataset, "sampler", None)
-            if not callable(make):
+            if not isinstance(self.dataset, MapDataset):
                 raise ConfigError(
                     f"Loader needs {type(self.dataset).__name__}.sampler() (a rank-aware sampler), or pass sampler="
                 )
-            return make(shuffle=True if shuffle is None else shuffle, remainder=remainder or "drop")
+            return self.dataset.sampler(shuffle=True if shuffle is None else shuffle, remainder=remainder or "drop")
         if shuffle is not None or remainder is not None:
             raise ConfigError("pass shuffle/remainder to the sampler you built, not to the Loader")
-        for method in ("set_epoch", "state_dict", "load_state_dict"):
-            if not callable(getattr(sampler, method, None)):
-                raise ConfigError(f"sampler {type(sampler).__name__} has no {method}(); use fastdata.EpochSampler")
+        if isinstance(sampler, ResumableBatchSampler):
+            raise ConfigError(f"{type(sampler).__name__} yields whole batches: pass it as batch_sampler=")
+        if not isinstance(sampler, ResumableSampler):
+            raise ConfigError(
+                f"sampler {type(sampler).__name__} cannot resume (it needs epoch, set_epoch, state_dict and "
+                "load_state_dict); use fastdata.EpochSampler"
+            )
         return sampler
 
     def _starves_a_rank(self) -> bool:
         """Whether ``drop_last`` leaves the rank that reads the fewest samples (the last one, under
         ``remainder="uneven"``) without a batch: judged alike on every rank, so all of them refuse it."""
         sampler = self.sampler
-        if (
-            self.iterable
-            or not self._drop_last
-            or not all(hasattr(sampler, a) for a in ("n", "world_size", "remainder"))
-        ):
+        drop_last = sampler.drop_last if self._batch_sampler else self._drop_last
+        if self.iterable or not drop_last or not isinstance(sampler, RankSampler):
             return False
         ws = sampler.world_size
         return rank_span(sampler.n, ws - 1, ws, sampler.remainder)[1] < self.batch_size
@@ -204,16 +243,19 @@ class Loader:
         """The ``torch.utils.data.DataLoader`` underneath (built on first use)."""
         if self._dataloader is None:
             if self.iterable:
-                self._dataloader = DataLoader(
+                self._dataloader = build_dataloader(
+                    self.dataset, num_workers=self.num_workers, worker_init_fn=self._worker_init, **self._kwargs
+                )
+            elif self._batch_sampler:
+                self._dataloader = build_dataloader(
                     self.dataset,
-                    batch_size=None,
+                    batch_sampler=self.sampler,
                     num_workers=self.num_workers,
-                    collate_fn=as_is,
                     worker_init_fn=self._worker_init,
                     **self._kwargs,
                 )
             else:
-                self._dataloader = DataLoader(
+                self._dataloader = build_dataloader(
                     self.dataset,
                     batch_size=self.batch_size,
                     sampler=self.sampler,
@@ -232,7 +274,7 @@ class Loader:
     @property
     def consumed(self) -> int:
         """Batches of the current epoch handed out so far (or loaded by :meth:`load_state_dict`)."""
-        return self.state_dict()["batches"]
+        return self._batches_done()
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``: a new order on every rank. Keeps a loaded state if it is for ``epoch``."""
@@ -253,17 +295,18 @@ class Loader:
             start = self._pending[1]
         self._pending = None
         if self.iterable:
-            self.dataset.load_state_dict({"epoch": epoch, "batches": start})
+            self.dataset.load_state_dict(ResumeState(epoch, start, "batches").to_dict())
         else:
-            # the last batch may be short: k batches are at most the whole epoch
-            consumed = min(start * self.batch_size, len(self.sampler))
-            self.sampler.load_state_dict({"epoch": epoch, "consumed": consumed})
+            # the sampler counts samples; the last batch may be short: k batches are at most the whole epoch
+            samples = self.sampler.samples if self._batch_sampler else len(self.sampler)
+            consumed = min(start * self.batch_size, samples)
+            self.sampler.load_state_dict(ResumeState(epoch, consumed, "samples").to_dict())
         self._position = (epoch, start)
         batches = iter(self.dataloader)
         if self.iterable:
             # the workers took their copy of the resume position when the iterator started them (the main
             # process, without workers, when it took the iterator); ours must not apply to a later pass
-            self.dataset.load_state_dict({"epoch": epoch, "batches": 0})
+            self.dataset.load_state_dict(ResumeState(epoch, 0, "batches").to_dict())
         return self._count(batches, epoch, start)
 
     def _count(self, batches: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
@@ -273,61 +316,55 @@ class Loader:
             self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
             yield batch
 
-    def state_dict(self) -> dict[str, int]:
-        """Where to resume: the epoch, the batches of it consumed, and what they were consumed with.
+    def _batches_done(self) -> int:
+        epoch = self.epoch
+        if self._pending is not None and self._pending[0] == epoch:
+            return self._pending[1]
+        if self._position[0] == epoch:
+            return self._position[1]
+        return 0
+
+    def _plan(self) -> dict[str, int]:
+        """What this rank's batches depend on, besides the epoch: a state saved under another plan
+        names other samples."""
+        ds = self.dataset
+        return {
+            "batch_size": self.batch_size,
+            "world_size": int(ds.world_size),
+            "size": int(ds.total if self.iterable else len(ds)),
+            "seed": int(ds.seed),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where to resume: a :class:`~fastdata.core.resume.ResumeState` (as a dict) counting the batches of
+        the current epoch handed out, with the plan they were consumed under.
 
         The batch count is the batches handed out by this Loader in the current epoch, so save the state
         after the training step of the last batch. It is the same on every rank (except near the end of an
         epoch with ``remainder="uneven"``, where each rank should keep its own).
         """
-        epoch = self.epoch
-        if self._pending is not None and self._pending[0] == epoch:
-            batches = self._pending[1]
-        elif self._position[0] == epoch:
-            batches = self._position[1]
-        else:
-            batches = 0
-        ds = self.dataset
-        samples = int(getattr(ds, "total", len(ds)) if self.iterable else len(ds))
-        return {
-            "epoch": epoch,
-            "batches": batches,
-            "batch_size": self.batch_size,
-            "world_size": int(getattr(ds, "world_size", 1)),
-            "samples": samples,
-            "seed": int(getattr(ds, "seed", 0)),
-        }
+        return ResumeState(self.epoch, self._batches_done(), "batches", self._plan()).to_dict()
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Make the next pass over ``state["epoch"]`` start after ``state["batches"]`` batches.
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next pass over the state's epoch start after its batches.
 
-        Sets the epoch to ``state["epoch"]``. Any ``num_workers`` works. Restarts persistent workers.
+        Sets the epoch to the state's. Any ``num_workers`` works. Restarts persistent workers. Reads the
+        states older fastdata versions saved (``{"epoch", "batches", "batch_size", ...}``) too.
 
         Raises:
             ConfigError: when the state was saved with another batch size, world size, seed or dataset
                 size (it would name other samples), or lies outside the epoch.
         """
-        mine = self.state_dict()
-        for key in _CHECKED:
-            if key in state and int(state[key]) != mine[key]:
-                raise ConfigError(
-                    f"this state was saved with {key}={state[key]}, this Loader has {key}={mine[key]}; "
-                    "a resumed run must use the same batch size, world size, seed and data"
-                )
-        epoch, batches = int(state["epoch"]), int(state["batches"])
-        if not 0 <= batches <= len(self):
-            raise ConfigError(f"batches={batches} is outside this rank's epoch of {len(self)} batches")
+        s = load_state(state, into="Loader", unit="batches", plan=self._plan(), length=len(self))
         self.close()  # persistent workers hold a copy of the dataset from before this state
-        self.set_epoch(epoch)
-        self._pending = (epoch, batches)
+        self.set_epoch(s.epoch)
+        self._pending = (s.epoch, s.position)
 
     def close(self) -> None:
         """Stop the workers (persistent ones too) and close the dataset's handles. Idempotent; the Loader
         can be iterated again afterwards."""
         self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
-        close = getattr(self.dataset, "close", None)
-        if callable(close):
-            close()
+        self.dataset.close()
 
     def __enter__(self) -> Loader:
         return self
@@ -341,3 +378,6 @@ class Loader:
             f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
             f"num_workers={self.num_workers}, epoch={self.epoch})"
         )
+
+
+__all__ = ["Loader", "as_is"]

@@ -8,12 +8,12 @@ and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import Sampler
 
-from fastdata.core.errors import ConfigError
+from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_indices, rank_span
 from fastdata.core.shared import SharedEpoch, SharedState
 from fastdata.core.world import current_rank
@@ -29,6 +29,9 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.sharding.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones (``torch.distributed``, ``RANK``).
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
+        publish (Callable[[int, np.ndarray], None] | None): called with ``(epoch, order)`` at the start of
+            each iteration, with the epoch's whole order (before any resume skip): how a dataset's workers
+            learn what comes next (see :class:`fastdata.core.shared.SharedPlan`). Defaults to None.
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         rank: int | None = None,
         world_size: int | None = None,
         shared: SharedState | None = None,
+        publish: Callable[[int, Any], None] | None = None,
     ) -> None:
         detected = current_rank()
         self.rank = detected[0] if rank is None else rank
@@ -48,6 +52,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         self.n, self.shuffle, self.seed, self.remainder = n, shuffle, seed, remainder
         _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
         self._shared = shared if shared is not None else SharedState(())
+        self._publish = publish
         self._resume: tuple[int, int] | None = None
         self._position: list[int] | None = None
 
@@ -65,6 +70,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         order = self.indices()
+        if self._publish is not None:
+            self._publish(self.epoch, order)
         start = 0
         if self._resume is not None and self._resume[0] == self.epoch:
             start = self._resume[1]
@@ -82,8 +89,12 @@ class EpochSampler(SharedEpoch, Sampler[int]):
     def __len__(self) -> int:
         return self._length
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, int]:
-        """The position to resume from: the epoch and the samples of it already consumed.
+    def _plan(self) -> dict[str, int]:
+        return {"size": self.n, "world_size": self.world_size, "seed": self.seed}
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """The position to resume from: a :class:`~fastdata.core.resume.ResumeState` (as a dict) counting
+        the samples of the current epoch already consumed.
 
         Args:
             consumed (int | None): indices of this epoch already consumed. Defaults to the number the
@@ -99,12 +110,17 @@ class EpochSampler(SharedEpoch, Sampler[int]):
                 consumed = self._position[1]
             else:
                 consumed = 0
-        return {"epoch": self.epoch, "consumed": consumed}
+        return ResumeState(self.epoch, consumed, "samples", self._plan()).to_dict()
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Make the next iteration of ``state["epoch"]`` skip the first ``state["consumed"]`` indices."""
-        consumed = int(state.get("consumed", 0))
-        if not 0 <= consumed <= self._length:
-            raise ConfigError(f"consumed={consumed} is outside this rank's epoch of {self._length} samples")
-        self.set_epoch(int(state["epoch"]))
-        self._resume = (int(state["epoch"]), consumed)
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next iteration of the state's epoch skip the samples it counts as consumed.
+
+        Reads the ``{"epoch", "consumed"}`` states older fastdata versions saved too.
+
+        Raises:
+            ConfigError: when the state lies outside this rank's epoch, or was saved for another dataset
+                size, world size or seed.
+        """
+        s = load_state(state, into="EpochSampler", unit="samples", plan=self._plan(), length=self._length)
+        self.set_epoch(s.epoch)
+        self._resume = (s.epoch, s.position)

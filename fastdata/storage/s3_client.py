@@ -159,6 +159,8 @@ class S3Config:
             raise ConfigError(f"unknown S3 option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         if config is None:
             return cls(**options)
+        if not options:
+            return config  # frozen: nothing to replace (a reader per object asks this for every object)
         return cls(**{**{f.name: getattr(config, f.name) for f in fields(cls)}, **options})
 
 

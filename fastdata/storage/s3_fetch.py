@@ -2,7 +2,7 @@
 
 botocore retries a request that fails before its body arrives, but a connection cut while the body
 is being read surfaces as ``ResponseStreamingError`` (or ``IncompleteReadError``, a read timeout) and
-is not retried (MEASURED.md). :func:`get` keeps every byte already received and reissues a ranged GET
+is not retried (see tests/test_s3_faults.py). :func:`get` keeps every byte already received and reissues a ranged GET
 from the byte reached, pinned to the first response's ETag (``If-Match``) so that an object replaced
 in the meantime fails loudly instead of being spliced from two versions. Waits between resumptions
 use exponential backoff with full jitter. No library does this for botocore, hence this module.
