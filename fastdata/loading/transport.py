@@ -1,201 +1,276 @@
-"""Moving batches of bytes from DataLoader workers to the main process through shared memory.
+"""Handing batches from DataLoader workers to the main process through reused shared-memory slots.
 
-A DataLoader worker hands each batch to the main process through a pipe: the batch is pickled (a copy),
-written to the pipe and read back (two more copies, and a system call per 64 KiB), and unpickled (a
-fourth copy). For batches of raw ~30 KB samples this, not reading, caps what workers deliver
-(~330-420 MB/s on two cores; costs: docs/tar.md). :class:`SharedMemoryCollate` takes the bytes out of the pipe:
+The stock DataLoader moves every batch through freshly allocated shared memory (a new torch shared
+tensor per batch, whose pages are touched for the first time in the worker and mapped anew in the main
+process) and pickles whatever is not a tensor (lists of ``bytes`` go through the pipe, copied four
+times). On the machines this was measured on, fresh pages fill at ~0.5 GB/s against ~6 GB/s for reused
+ones, so that, not reading, is the ceiling of a loader with workers.
 
-* each worker owns a ring buffer in shared memory (a torch shared tensor, so torch's own machinery
-  maps it into the main process and frees it when both sides are done, under ``fork`` and ``spawn``);
-* in the worker, the collated batch's ``bytes`` values are copied into the ring, and what goes
-  through the pipe is the batch with small ``(offset, length)`` markers and a handle to the ring;
-* in the main process, unpickling the batch copies each value out of the ring into ``bytes`` and
-  marks that part of the ring free. Batches are unpickled in the order a worker sent them, so the ring
-  is consumed in order.
+:class:`SlotCollate` is a ``collate_fn`` that writes each batch into a slot that its worker owns and
+reuses (see :mod:`fastdata.loading.slots`), and hands the main process a small descriptor; the batch the
+user gets has tensors and arrays that are views of the slot, so nothing is copied on the way in. Use it
+with a plain DataLoader (or :func:`slot_dataloader`)::
 
-When the ring is full (the main process is behind) the worker waits up to ``wait_s`` for room, then
-sends that value through the pipe as usual: never a deadlock, never a lost sample. Tensors and other
-values travel as the DataLoader sends them anyway. In the main process (``num_workers=0``) the
-collate function is applied unchanged.
+    from fastdata.loading.transport import SlotCollate, slot_dataloader
 
-Written by hand because neither torch nor webdataset moves byte strings between processes without the
-pipe; torch shares tensors, which is the piece used here.
+    loader = DataLoader(ds, batch_size=64, sampler=ds.sampler(), num_workers=4,
+                        collate_fn=SlotCollate(ds.collate))           # map-style
+    loader = DataLoader(tar_ds, batch_size=None, num_workers=4,
+                        collate_fn=SlotCollate(prebatched=True))          # TarShardDataset(batch_size=64)
+    loader = slot_dataloader(ds, batch_size=64, num_workers=4)         # the same, wrapped for you
+
+When is a slot reused? Once the user has dropped every tensor, array and ``PackedBytes`` of its batch
+(views of them included): a kept batch is never overwritten. A worker that finds no free slot (the
+consumer keeps many batches) sends that batch the stock way instead, so keeping batches costs speed,
+never correctness. ``hold=N`` lets a slot be reused once ``N`` later batches have arrived even if its
+batch is still referenced (its tensors then change under you: for loops that never keep a batch but
+hold one by accident); ``copy=True`` hands out private copies (still no pickling, no fresh shared pages).
+
+Pinned once: with ``pin=True`` (set for you by :func:`slot_dataloader` and :func:`slot_collate_for` when
+``pin_memory=True``) the main process page-locks each slot once, where CUDA is available, so the
+DataLoader's pin-memory step costs nothing per batch (see :mod:`fastdata.loading.pinning`).
+
+Straight into the slot: with ``collate_fn=None`` samples' tensors are stacked straight into the slot;
+a dataset that reads whole batches can allocate them in the slot with
+:class:`fastdata.loading.slots.SlotPool` (the ``BufferPool.empty`` interface), and then packing copies
+nothing at all.
+
+In the main process (``num_workers=0``) the collate function is applied unchanged. A DataLoader builder
+(``fd.Loader``) passes :func:`slot_collate_for` as its ``collate_fn`` when it has workers, and calls
+:func:`fastdata.loading.slots.release` when it closes them.
 """
 
 from __future__ import annotations
 
-import os
-import time
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import default_collate, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
+from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from fastdata.core import process
-from fastdata.core.errors import check_positive
-
-_HEADER = 64  # two int64 counters (bytes written, bytes consumed), padded to a cache line
-_rings: dict[int, _Ring] = {}  # this worker's ring, by capacity
-# Rings received in the main process, by worker pid. Holding them keeps torch's cache of shared
-# storages warm (no new mapping, and no fresh pages to fault in, per batch); rings of workers that
-# have exited are let go when a new ring arrives.
-_received: dict[int, torch.Tensor] = {}
+from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.loading.slot_layout import BytesAs, PackedBytes, Stack, packed_lists
+from fastdata.loading.slots import PipeBatch, SlotBatch, WorkerRing, release, reset_counts, stats
 
 
-class _Ring:
-    """A ring of ``capacity`` bytes in shared memory, written by one worker, read by the main process."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.tensor = torch.empty(_HEADER + capacity, dtype=torch.uint8).share_memory_()
-        self.array = self.tensor.numpy()
-        self.counters = self.array[:16].view(np.int64)  # [written, consumed], both ever-growing
-        self.counters[:] = 0
-        self.data = memoryview(self.array)[_HEADER:]
-        self.pid = process.pid()
-
-    def put(self, value: bytes | bytearray | memoryview, wait_s: float) -> tuple[int, int] | None:
-        """Copy ``value`` in; return ``(position, length)``, or None when there is no room in time."""
-        n = len(value)
-        if n > self.capacity:
-            return None
-        written = int(self.counters[0])
-        at = written % self.capacity
-        if at + n > self.capacity:  # keep each value contiguous: skip the ring's tail
-            written += self.capacity - at
-            at = 0
-        deadline = None
-        while written + n - int(self.counters[1]) > self.capacity:
-            now = time.monotonic()
-            deadline = deadline or now + wait_s
-            if now > deadline:
-                return None
-            time.sleep(0.0002)  # the main process frees room as it unpickles earlier batches
-        self.data[at : at + n] = value
-        self.counters[0] = written + n
-        return written, n
-
-
-class _Slot:
-    """Where one value lies in the ring (what travels through the pipe instead of the bytes)."""
-
-    __slots__ = ("length", "position")
-
-    def __init__(self, position: int, length: int) -> None:
-        self.position, self.length = position, length
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Slot, (self.position, self.length))
-
-
-class SharedMemoryBatch:
-    """A batch whose ``bytes`` values wait in a worker's ring; unpickling it gives the plain batch."""
-
-    def __init__(self, ring: torch.Tensor, capacity: int, batch: Any, end: int, pid: int) -> None:
-        self.ring, self.capacity, self.batch, self.end, self.pid = ring, capacity, batch, end, pid
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpack, (self.ring, self.capacity, self.batch, self.end, self.pid))
-
-
-def _map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``value`` with ``leaf`` applied to everything inside its dicts, lists and plain tuples (named
-    tuples are leaves: rebuilding them positionally could fail)."""
-    if isinstance(value, dict):
-        return {k: _map_leaves(v, leaf) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_map_leaves(v, leaf) for v in value]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_map_leaves(v, leaf) for v in value)
-    return leaf(value)
-
-
-def _pack(value: Any, ring: _Ring, wait_s: float) -> Any:
-    def put(leaf: Any) -> Any:
-        if isinstance(leaf, (bytes, bytearray)) and len(leaf) >= 1024:
-            slot = ring.put(leaf, wait_s)
-            return leaf if slot is None else _Slot(*slot)
-        return leaf
-
-    return _map_leaves(value, put)
-
-
-def _copy_out(value: Any, data: np.ndarray, capacity: int) -> Any:
-    def take(leaf: Any) -> Any:
-        if isinstance(leaf, _Slot):
-            at = leaf.position % capacity
-            return data[at : at + leaf.length].tobytes()
-        return leaf
-
-    return _map_leaves(value, take)
-
-
-def _unpack(ring: torch.Tensor, capacity: int, batch: Any, end: int, pid: int) -> Any:
-    if _received.get(pid) is not ring:
-        for old in [p for p in _received if p != pid and not _alive(p)]:
-            del _received[old]
-        _received[pid] = ring
-    array = ring.numpy()
-    out = _copy_out(batch, array[_HEADER:], capacity)
-    counters = array[:16].view(np.int64)
-    counters[1] = max(int(counters[1]), end)  # this worker's earlier batches were unpickled before
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class SharedMemoryCollate:
-    """A ``collate_fn`` that sends the ``bytes`` of each batch through shared memory (see the module).
-
-    Use it where the batch is built in the worker::
-
-        from fastdata.loading.transport import SharedMemoryCollate
-
-        ds = fd.TarShardDataset(urls, batch_size=64, collate_fn=SharedMemoryCollate())
-        loader = DataLoader(ds, batch_size=None, num_workers=4)
-        # or, map-style:
-        loader = DataLoader(ids, batch_size=64, sampler=ids.sampler(), num_workers=4,
-                            collate_fn=SharedMemoryCollate())
+@dataclass(frozen=True)
+class SlotOptions:
+    """How a worker's slots are sized and reused (see the module doc).
 
     Args:
-        collate_fn (Callable | None): builds the batch first. Defaults to
-            ``torch.utils.data.default_collate`` (which keeps ``bytes`` values as lists).
-        capacity (int): ring size per worker, in bytes. Defaults to 32 MiB; hold several batches, as
-            the DataLoader keeps ``prefetch_factor`` batches per worker in flight.
-        wait_s (float): how long a worker waits for room in a full ring before sending a value through
-            the pipe instead, in seconds. Defaults to 0.05.
+        slots (int): slots per worker at most. Defaults to 6: the DataLoader keeps ``prefetch_factor``
+            (2) batches per worker in flight, the user holds one, the pin-memory thread may hold one, and
+            two spare cover a consumer that keeps one or two more.
+        max_bytes (int): bytes of slots per worker at most. Defaults to 1 GiB. Each slot is made a quarter
+            larger than the batch that first needed it; a batch larger than this travels the stock way.
+        bytes_as ("bytes" | "packed"): what a list of ``bytes`` values becomes: ``bytes`` objects copied
+            out of the slot (as through the pipe), or one :class:`~fastdata.loading.slot_layout.PackedBytes`
+            of views (no copy). Defaults to ``"bytes"``.
+        copy (bool): hand out private copies and free the slot at once. Defaults to False.
+        hold (int | None): free a slot at the latest when this many later batches have arrived in the main
+            process, even if its batch is still referenced. Defaults to None (only when dropped).
+        pin (bool): page-lock slots once in the main process, where CUDA is available. Defaults to False.
+        wait_s (float): how long a worker waits for a free slot before sending a batch the stock way, in
+            seconds. Defaults to 0.05.
+    """
+
+    slots: int = 6
+    max_bytes: int = 1 << 30
+    bytes_as: BytesAs = "bytes"
+    copy: bool = False
+    hold: int | None = None
+    pin: bool = False
+    wait_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        check_positive("slots", self.slots)
+        check_positive("max_bytes", self.max_bytes)
+        check_choice("bytes_as", self.bytes_as, BytesAs)
+        check_positive("wait_s", self.wait_s, allow_zero=True)
+        if self.hold is not None:
+            check_positive("hold", self.hold)
+        if self.copy and self.hold is not None:
+            raise ConfigError("copy=True frees every slot at once; hold= has nothing to do with it: pass one")
+
+
+def _stack_later(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> Stack:
+    return Stack(list(batch))
+
+
+_LATER_MAP = {**default_collate_fn_map, torch.Tensor: _stack_later}
+
+
+def slot_default_collate(samples: list[Any]) -> Any:
+    """``default_collate``, except that tensors (and numpy arrays, which it turns into tensors) are left
+    to be stacked straight into the slot: in a worker, ``default_collate`` would stack them into fresh
+    shared memory, the very cost slots avoid."""
+    return collate(samples, collate_fn_map=_LATER_MAP)
+
+
+def batch_as_is(batch: Any) -> Any:
+    """The collate function for items that are finished batches (``TarShardDataset(batch_size=...)``)."""
+    return batch
+
+
+class SlotCollate:
+    """A ``collate_fn`` that hands each batch to the main process through a reused slot (see the module).
+
+    Args:
+        collate_fn (Callable | None): builds the batch in the worker. Defaults to ``default_collate``
+            (stacking straight into the slot), or to passing the item on with ``prebatched=True``.
+        prebatched (bool): the DataLoader's items are finished batches (``batch_size=None`` over a dataset
+            that batches itself). Defaults to False.
+        options (SlotOptions | None): sizes and reuse; or pass its fields as keywords.
+        **fields: :class:`SlotOptions` fields (``slots``, ``max_bytes``, ``bytes_as``, ``copy``, ``hold``,
+            ``pin``, ``wait_s``).
+
+    Raises:
+        ConfigError: a bad option (at construction).
     """
 
     def __init__(
-        self, collate_fn: Callable[[list[Any]], Any] | None = None, *, capacity: int = 32 << 20, wait_s: float = 0.05
+        self,
+        collate_fn: Callable[[Any], Any] | None = None,
+        *,
+        prebatched: bool = False,
+        options: SlotOptions | None = None,
+        **fields: Any,
     ) -> None:
-        check_positive("capacity", capacity)
-        check_positive("wait_s", wait_s, allow_zero=True)
-        self.collate_fn = collate_fn or default_collate
-        self.capacity, self.wait_s = capacity, wait_s
+        if options is not None and fields:
+            raise ConfigError("pass options= or SlotOptions fields as keywords, not both")
+        try:
+            self.options = options or SlotOptions(**fields)
+        except TypeError as e:  # an unknown keyword
+            names = ", ".join(f.name for f in dataclasses.fields(SlotOptions))
+            raise ConfigError(f"SlotCollate: {e}; the options are {names}") from None
+        if prebatched and collate_fn is None:
+            collate_fn = batch_as_is
+        self.collate_fn = collate_fn
+        o = self.options
+        self._wire = (o.bytes_as, o.copy, o.pin, o.hold)
+        self._ring: WorkerRing | None = None
 
-    def __call__(self, samples: list[Any]) -> Any:
-        batch = self.collate_fn(samples)
+    def replace(self, **changes: Any) -> SlotCollate:
+        """A copy with ``collate_fn`` and/or :class:`SlotOptions` fields changed."""
+        collate_fn = changes.pop("collate_fn", self.collate_fn)
+        return SlotCollate(collate_fn, options=dataclasses.replace(self.options, **changes))
+
+    def __call__(self, samples: Any) -> Any:
         if get_worker_info() is None:
-            return batch
-        ring = _rings.get(self.capacity)
+            batch = (self.collate_fn or default_collate)(samples)
+            return packed_lists(batch) if self.options.bytes_as == "packed" else batch
+        batch = self.collate_fn(samples) if self.collate_fn is not None else slot_default_collate(samples)
+        ring = self._ring
         if ring is None or ring.pid != process.pid():
-            ring = _rings[self.capacity] = _Ring(self.capacity)
-        packed = _pack(batch, ring, self.wait_s)
-        return SharedMemoryBatch(ring.tensor, ring.capacity, packed, int(ring.counters[0]), ring.pid)
+            ring = self._ring = WorkerRing(self.options.slots, self.options.max_bytes)
+        return ring.pack(batch, self.options.wait_s, self._wire)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ring": None}  # a ring belongs to one worker process
 
     def __repr__(self) -> str:
-        return f"SharedMemoryCollate({self.collate_fn!r}, capacity={self.capacity})"
+        return f"SlotCollate({self.collate_fn!r}, {self.options})"
 
 
-__all__ = ["SharedMemoryBatch", "SharedMemoryCollate"]
+class SharedMemoryCollate(SlotCollate):
+    """The earlier name and signature of :class:`SlotCollate`, kept working.
+
+    It used to copy the ``bytes`` of each batch through a per-worker byte ring; it now moves the whole
+    batch (tensors too) through reused slots, delivering the same values (``bytes`` stay ``bytes``).
+    Migrate with ``SharedMemoryCollate(fn, capacity=c, wait_s=w)`` -> ``SlotCollate(fn, max_bytes=c,
+    wait_s=w)``.
+
+    Args:
+        collate_fn (Callable | None): Defaults to ``default_collate``.
+        capacity (int | None): bytes of slots per worker. Defaults to :class:`SlotOptions`' ``max_bytes``.
+        wait_s (float): see :class:`SlotOptions`. Defaults to 0.05.
+    """
+
+    def __init__(
+        self, collate_fn: Callable[[Any], Any] | None = None, *, capacity: int | None = None, wait_s: float = 0.05
+    ) -> None:
+        fields: dict[str, Any] = {"wait_s": wait_s}
+        if capacity is not None:
+            fields["max_bytes"] = capacity
+        super().__init__(collate_fn, **fields)
+
+
+def slot_collate_for(
+    collate_fn: Callable[[Any], Any] | None,
+    *,
+    prebatched: bool = False,
+    pin_memory: bool = False,
+    transport: SlotCollate | None = None,
+) -> SlotCollate:
+    """The ``collate_fn`` a DataLoader builder passes to move its batches through slots.
+
+    ``default_collate`` (or None) becomes :func:`slot_default_collate`, which stacks straight into the
+    slot (in a worker ``default_collate`` stacks into fresh shared memory, the cost slots remove); a
+    :class:`SlotCollate` is kept (pinned if ``pin_memory``); anything else is wrapped.
+
+    Args:
+        collate_fn (Callable | None): the user's (or the dataset's) collate function, or None.
+        prebatched (bool): the DataLoader's items are finished batches (``batch_size=None`` over a
+            dataset that batches itself) and ``collate_fn`` is None: pass them on as they are.
+        pin_memory (bool): the DataLoader pins memory: pin the slots once instead.
+        transport (SlotCollate | None): options to start from. Defaults to ``SlotCollate()``.
+    """
+    if isinstance(collate_fn, SlotCollate):  # the user chose already
+        return collate_fn.replace(pin=True) if pin_memory and not collate_fn.options.pin else collate_fn
+    base = transport or SlotCollate()
+    if collate_fn is default_collate:
+        collate_fn = None
+    if collate_fn is None and prebatched:
+        collate_fn = batch_as_is
+    changes: dict[str, Any] = {"collate_fn": collate_fn if collate_fn is not None else base.collate_fn}
+    if pin_memory:
+        changes["pin"] = True
+    return base.replace(**changes)
+
+
+def slot_dataloader(dataset: Any, *, transport: SlotCollate | None = None, **dataloader_kwargs: Any) -> DataLoader[Any]:
+    """A ``DataLoader`` over ``dataset`` whose workers hand batches over through slots.
+
+    ``collate_fn`` (yours, or for an iterable dataset that batches itself with ``batch_size=None``, none)
+    is wrapped in a :class:`SlotCollate`; ``pin_memory=True`` pins the slots once. Everything else goes to
+    the DataLoader as given. With ``num_workers=0`` it is a plain DataLoader.
+
+    Args:
+        dataset: any dataset.
+        transport (SlotCollate | None): slot options to use. Defaults to ``SlotCollate()``.
+        **dataloader_kwargs: for ``torch.utils.data.DataLoader``.
+    """
+    kwargs = dict(dataloader_kwargs)
+    if kwargs.get("num_workers", 0):
+        prebatched = "batch_size" in kwargs and kwargs["batch_size"] is None and "batch_sampler" not in kwargs
+        own = getattr(dataset, "batch_size", None)
+        if isinstance(dataset, IterableDataset) and not prebatched and own:
+            raise ConfigError(f"{type(dataset).__name__} batches itself (batch_size={own}): pass batch_size=None")
+        kwargs["collate_fn"] = slot_collate_for(
+            kwargs.get("collate_fn"),
+            prebatched=prebatched,
+            pin_memory=bool(kwargs.get("pin_memory")),
+            transport=transport,
+        )
+    return DataLoader(dataset, **kwargs)
+
+
+__all__ = [
+    "PackedBytes",
+    "PipeBatch",
+    "SharedMemoryCollate",
+    "SlotBatch",
+    "SlotCollate",
+    "SlotOptions",
+    "batch_as_is",
+    "release",
+    "reset_counts",
+    "slot_collate_for",
+    "slot_dataloader",
+    "slot_default_collate",
+    "stats",
+]
