@@ -106,7 +106,11 @@ def test_keys_are_one_per_file_and_keep_extensions(corpus, converted) -> None:
             members[key] = sorted(m[0] for m in ms)
     # a.v2.jpg and a_v2.jpg would both be 'a_v2': each gets its extension appended (then a number)
     assert members["class_1/a_v2_jpg"] == ["cls", "jpg"] and members["class_1/a_v2_jpg_1"] == ["cls", "jpg"]
-    assert members["class_1/a_jpg"] == ["cls", "jpg"] and members["class_1/a_png"] == ["cls", "png"]
+    # a.png keeps its own key, but is stored under the corpus's one image extension (mixed ones do not batch)
+    assert members["class_1/a_jpg"] == ["cls", "jpg"] and members["class_1/a_png"] == ["cls", "jpg"]
+    assert manifest["image_ext"] == "jpg" and manifest["image_exts"] == {"jpg": 43, "png": 1}
+    renamed = {k: v for s in manifest["shards"] for k, v in s.get("renamed", {}).items()}
+    assert renamed == {"class_1/a_png": "png"}
     assert members["class_1/UPPER"] == ["cls", "jpg"]  # extensions lower-cased, as readers expect
     assert members["class_0/noext"] == ["bin", "cls"]
     assert members["class_0/" + "n" * 120] == ["cls", "jpg"]
