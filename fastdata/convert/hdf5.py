@@ -41,7 +41,7 @@ from fastdata.convert.driver import OnShard, progress_bar, run_shards
 from fastdata.convert.hdf5_task import ROW_OVERHEAD, Hdf5Task, decode_image
 from fastdata.convert.plan import Entry, Plan, brace_pattern, check_prefix, cut, shard_names, split_ext
 from fastdata.convert.resume import open_state, sync_dir
-from fastdata.convert.space import check_space
+from fastdata.convert.space import DiskFull, check_space
 from fastdata.core.errors import ConfigError, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
 from fastdata.formats.manifest import MANIFEST
 from fastdata.formats.tar_writer import write_atomic
@@ -195,7 +195,12 @@ def convert_hdf5(
         need = sum(
             (row * len(plan.shards[i]) if decode else plan.shard_bytes(i)) + 64 * len(plan.shards[i]) for i in todo
         )
-        check_space(out, int(need * 1.05) + (1 << 20) * len(todo), what=f"writing {len(todo)} HDF5 part(s)")
+        try:
+            check_space(out, int(need * 1.05) + (1 << 20) * len(todo), what=f"writing {len(todo)} HDF5 part(s)")
+        except DiskFull:
+            if not resumed:
+                state.forget()
+            raise
         task = Hdf5Task(
             out, list(corpus.classes), decode=decode, size=size, shape=shape, skip_bad=skip_bad, fsync=fsync, seed=seed
         )

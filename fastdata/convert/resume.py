@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,6 +143,13 @@ class ConversionState:
             "Rerun the same command over the same corpus to resume it, or pass --restart "
             "(restart=True) to discard it, or convert into another folder"
         )
+
+    def forget(self) -> None:
+        """Remove the state of a run that stopped before writing anything (and ``out`` if that leaves it
+        empty), so that the folder is as the user left it."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.out)
 
     def clean_temporaries(self) -> int:
         """Delete temporary files that a killed run left behind; return how many."""

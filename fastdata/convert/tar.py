@@ -22,7 +22,7 @@ from fastdata.convert.corpus import Corpus
 from fastdata.convert.driver import Engine, OnShard, progress_bar, run_shards
 from fastdata.convert.plan import Plan, brace_pattern, plan_shards, tar_bytes
 from fastdata.convert.resume import ConversionState, open_state, sync_dir
-from fastdata.convert.space import check_space
+from fastdata.convert.space import DiskFull, check_space
 from fastdata.convert.tar_task import TarTask
 from fastdata.core.errors import ConfigError, FastdataError, check_choice
 from fastdata.formats.manifest import MANIFEST
@@ -176,7 +176,12 @@ def _convert_in(
         need = [shard_need(plan, i, labelled) for i in todo]
         if remote is not None:
             need = sorted(need, reverse=True)[: remote.max_staged]
-        check_space(folder, sum(need), what=f"writing {len(todo)} shard(s)")
+        try:
+            check_space(folder, sum(need), what=f"writing {len(todo)} shard(s)")
+        except DiskFull:
+            if not resumed and remote is None:
+                state.forget()
+            raise
     else:
         assert remote is not None
         remote.remove_stale_manifest()

@@ -236,6 +236,7 @@ class TarShardWriter:
                         if skip is None:
                             raise
                         skip(i, e)
+                        mv, pos = self._mv, self._pos  # the undo may have moved to another buffer
                         continue
                     self._exts.extend(tail_members[i])  # offsets relative to the tail: fixed below
                     self._fix_tail_offsets(len(tail_members[i]), len(tail))
