@@ -7,9 +7,9 @@ resumed by a rerun; a task whose worker is killed mid-shard retried by Ray, noth
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import errno
 import signal
 import threading
 import time
@@ -100,9 +100,8 @@ def test_ray_reads_from_and_writes_to_s3_with_the_same_bytes(
 
 
 def _job_dead() -> bool:
-    from ray._private import state  # no public call tells a dead job without the dashboard
-
     import ray
+    from ray._private import state  # no public call tells a dead job without the dashboard
 
     ours = ray.get_runtime_context().get_job_id()
     return all(j["IsDead"] for j in state.jobs() if j["JobID"] != ours)
@@ -158,7 +157,7 @@ def test_a_task_whose_worker_is_killed_mid_shard_is_retried_and_nothing_is_dupli
     def run() -> None:
         try:
             result["manifest"] = convert_tar(listed, str(out), shard_count=8, engine="ray", fsync=False, progress=False)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread, which asserts on it
             result["error"] = e
 
     driver = threading.Thread(target=run)

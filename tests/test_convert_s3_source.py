@@ -75,7 +75,7 @@ def test_an_s3_prefix_listed_in_pages_and_read_through_faults_converts_every_obj
 def test_an_object_gone_since_the_listing_is_named_or_skipped(
     local_corpus, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], tmp_path
 ) -> None:
-    root, files = local_corpus
+    root, _ = local_corpus
     upload_tree(s3_server, s3_bucket, "src", root)
     corpus = scan_s3(f"s3://{s3_bucket}/src/", s3_options)
     s3_server.client().delete_object(Bucket=s3_bucket, Key="src/class_1/img_0004.jpg")
