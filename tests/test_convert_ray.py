@@ -208,3 +208,18 @@ def _feed(fifo: Path, blob: bytes) -> None:
         os.write(fd, blob)
     finally:
         os.close(fd)
+
+
+def test_an_unreachable_cluster_is_a_clear_error_before_any_work(corpus: Path, tmp_path) -> None:
+    import socket
+
+    from fastdata.core.errors import ConfigError
+
+    with socket.socket() as s:  # a port on which nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConfigError, match=rf"--address 127\.0\.0\.1:{port}: no Ray cluster answers there"):
+        convert(corpus, tmp_path / "out", engine="ray", address=f"127.0.0.1:{port}", progress=False)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="address applies to engine='ray' only"):
+        convert(corpus, tmp_path / "out", address="127.0.0.1:6379", progress=False)

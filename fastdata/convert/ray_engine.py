@@ -24,6 +24,7 @@ Ray is imported only here (``pip install 'fastdata[ray]'``); fastdata must be im
 from __future__ import annotations
 
 import collections
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from fastdata.convert.plan import Entry, Plan
 from fastdata.convert.pool import ShardTask
 from fastdata.core.errors import ConfigError, FastdataError
 
+PROBE_S = 5.0  # seconds to wait for the cluster's port to answer
 MAX_RETRIES = 3
 """Times Ray runs a shard task again after its worker died (a node lost, a process killed)."""
 
@@ -46,6 +48,24 @@ def _ray() -> Any:
     except ModuleNotFoundError as e:
         raise ImportError(f"engine='ray' needs {e.name}; install it with pip install 'fastdata[ray]'") from e
     return ray
+
+
+def check_cluster(address: str | None) -> None:
+    """Fail early, before any work: Ray missing, or nothing listening at ``address`` (``HOST:PORT``; Ray
+    itself retries an unreachable address for minutes). Other address forms (``auto``, ``ray://``) are
+    left to Ray."""
+    _ray()
+    if address is None or "://" in address or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_S):
+            pass
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"--address {address}: no Ray cluster answers there ({e}); start one ('ray start --head "
+            "--port PORT') or give the head's address"
+        ) from None
 
 
 def connect(address: str | None) -> bool:

@@ -86,6 +86,10 @@ def convert_tar(
     See :func:`fastdata.convert.convert` for the options. Returns the manifest written.
     """
     check_choice("engine", engine, Engine)
+    if engine == "ray":
+        from fastdata.convert.ray_engine import check_cluster
+
+        check_cluster(address)
     remote = None
     if scheme(out):
         # imported here: the S3 client brings torch (2 s of start-up) that a local conversion never needs
