@@ -113,9 +113,6 @@ class Hdf5Task:
             return done
         return finisher.submit(publish)
 
-    def run(self, name: str, entries: list[Entry], progress: Progress | None = None) -> dict[str, Any]:
-        return self.write(name, entries, progress).result()
-
     # -- internals ---------------------------------------------------------------------------------
     def _write(self, path: Path, entries: list[Entry], progress: Progress | None) -> tuple[Counter[int], list[str]]:
         n = len(entries)

@@ -76,10 +76,6 @@ class TarTask:
             return done
         return self._write(self.out, name, entries, progress, finisher)
 
-    def run(self, name: str, entries: list[Entry], progress: Progress | None = None) -> dict[str, Any]:
-        """:meth:`write` and wait: the record."""
-        return self.write(name, entries, progress).result()
-
     # -- internals ---------------------------------------------------------------------------------
     def _write(
         self, out: str, name: str, entries: list[Entry], progress: Progress | None, finisher: Executor | None
