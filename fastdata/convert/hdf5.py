@@ -41,7 +41,7 @@ from fastdata.convert.driver import OnShard, progress_bar, run_shards
 from fastdata.convert.hdf5_task import ROW_OVERHEAD, Hdf5Task, decode_image
 from fastdata.convert.plan import Entry, Plan, brace_pattern, check_prefix, cut, shard_names, split_ext
 from fastdata.convert.resume import open_state, sync_dir
-from fastdata.convert.space import DiskFull, check_space
+from fastdata.convert.space import DiskFull, check_space, full_disk_is_an_error
 from fastdata.core.errors import ConfigError, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
 from fastdata.formats.manifest import MANIFEST
 from fastdata.formats.tar_writer import write_atomic
@@ -186,7 +186,7 @@ def convert_hdf5(
         skip_bad=skip_bad,
     )
     os.makedirs(out, exist_ok=True)
-    with open_state(out, fsync=fsync) as state:
+    with full_disk_is_an_error(out), open_state(out, fsync=fsync) as state:
         resumed = state.check_or_start(plan, src=corpus.root, restart=restart)
         state.clean_temporaries()
         records = state.finished(plan)

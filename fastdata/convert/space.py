@@ -5,9 +5,11 @@ part is also checked before each batch it writes).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from fastdata.core.errors import FastdataError
@@ -57,11 +59,22 @@ def is_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in FULL
 
 
+@contextlib.contextmanager
+def full_disk_is_an_error(folder: str, need: int = 0) -> Iterator[None]:
+    """Turn a full disk met inside the block (writing state, records, the manifest) into :class:`DiskFull`."""
+    try:
+        yield
+    except OSError as e:
+        if not is_full(e) or isinstance(e, DiskFull):
+            raise
+        raise disk_full(folder, e, need) from e
+
+
 def disk_full(folder: str, error: OSError, need: int) -> DiskFull:
     """The :class:`DiskFull` to raise for ``error``, met while writing into ``folder``."""
     return DiskFull(
         errno.ENOSPC,
         f"{folder}: the disk filled up while writing ({error.strerror}); the unfinished shard was "
-        f"removed. Free at least {_mb(need + MARGIN)} (what is left to write) and rerun the same "
-        "command: the finished shards are kept",
+        f"removed. Free at least {_mb(need + MARGIN)} and rerun the same command: the finished "
+        "shards are kept",
     )

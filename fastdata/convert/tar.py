@@ -22,7 +22,7 @@ from fastdata.convert.corpus import Corpus
 from fastdata.convert.driver import Engine, OnShard, progress_bar, run_shards
 from fastdata.convert.plan import Plan, brace_pattern, plan_shards, tar_bytes
 from fastdata.convert.resume import ConversionState, open_state, sync_dir
-from fastdata.convert.space import DiskFull, check_space
+from fastdata.convert.space import DiskFull, check_space, full_disk_is_an_error
 from fastdata.convert.tar_task import TarTask
 from fastdata.core.errors import ConfigError, FastdataError, check_choice
 from fastdata.formats.manifest import MANIFEST
@@ -124,6 +124,7 @@ def convert_tar(
     with contextlib.ExitStack() as stack:
         if remote is not None:
             stack.enter_context(remote)  # leaving early cancels the uploads still queued: no manifest
+        stack.enter_context(full_disk_is_an_error(folder))
         state = stack.enter_context(open_state(folder, fsync=fsync))
         manifest = _convert_in(
             state,
