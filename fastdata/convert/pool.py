@@ -123,7 +123,7 @@ def run_parallel(
     outstanding = 0
     ahead = 2 * workers
     seen = [0, 0]
-    clean = False
+    clean = finished = False
     try:
         while left or outstanding:
             while left and outstanding < ahead and (room is None or room()):
@@ -156,15 +156,19 @@ def run_parallel(
             on_record(payload)
         with counter.get_lock():
             progress(counter[0] - seen[0], counter[1] - seen[1])
-        clean = True
+        clean = finished = True
     except (FastdataError, OSError):
         clean = True  # a worker's error: let the others end their shard (or fail) before leaving
         raise
     finally:
-        _stop(procs, tasks, graceful=clean)
+        _stop(procs, tasks, graceful=clean, drain=not finished)
 
 
-def _stop(procs: list[Any], tasks: Any, *, graceful: bool) -> None:
+def _stop(procs: list[Any], tasks: Any, *, graceful: bool, drain: bool = False) -> None:
+    if drain:  # an error stops the run: shards handed out but not begun are not begun at all
+        with contextlib.suppress(queue_module.Empty, OSError, ValueError):
+            while True:
+                tasks.get(timeout=0.05)
     if graceful:
         for _ in procs:
             tasks.put(None)
