@@ -7,10 +7,9 @@ the per-byte work and most of the per-member work:
 * :meth:`TarShardWriter.add_files` takes a batch of planned files (key, extension, path, size, mtime):
   their headers are built together (:func:`~fastdata.formats.tar_headers.heads`), so a member costs an
   ``open``, one ``readv`` straight into the output buffer, a ``close`` and a few slice copies;
-* filled buffers (4 MiB) go to a thread that hashes (SHA-256) then writes each one; both release the
-  GIL, so hashing and writing overlap reading the next files (three buffers rotate). One thread doing
-  both, rather than a thread each, used ~15% less CPU here (the buffer is still in cache for the write),
-  which is what counts with two workers on two cores;
+* filled buffers (4 MiB) go to a thread that hashes (SHA-256) then writes each one
+  (:class:`~fastdata.formats.hashed_output.HashedOutput`), so hashing and writing overlap reading the
+  next files;
 * :meth:`TarShardWriter.close_later` hands the finished shard's ``fsync``, sidecar index and rename to
   an executor, so the next shard is written while the disk flushes the last one.
 
@@ -30,19 +29,24 @@ no split fits), readable by Python's ``tarfile``, GNU tar and ``webdataset.WebDa
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
-
-from fastdata.core.bufferpool import BufferPool
 from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
+from fastdata.formats.hashed_output import HashedOutput
+from fastdata.formats.source_files import (
+    changed,
+    open_error,
+    open_source,
+    read_error,
+    read_planned_rest,
+    readv,
+    write_atomic,
+)
 from fastdata.formats.tar import BLOCK, Member, ShardIndex, index_url, is_safe_name
 from fastdata.formats.tar_headers import heads, member_head
 
@@ -50,8 +54,6 @@ RECORD = 20 * BLOCK  # tar and tarfile pad archives to 10 KiB records; so do we
 _ZEROS = bytes(RECORD + 2 * BLOCK)
 _PADS = [bytes(n) for n in range(BLOCK)]
 _CHECKED_EXTS: set[str] = set()  # extensions already found valid (a handful per corpus)
-_BUFFERS = 3  # one being filled, one being hashed and written, one ready
-_POOL = BufferPool(keep=2 * _BUFFERS)  # buffers outlive a shard: fresh memory fills ~10x slower
 _OPEN = os.O_RDONLY | os.O_CLOEXEC
 
 
@@ -125,15 +127,10 @@ class TarShardWriter:
         self._publish = publish or os.replace
         self._size = buffer_size
         self._fd: int | None = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self._mv = self._new_buffer()
-        self._spare: list[memoryview] = []
-        # buffers handed to the thread (each with its hashing and writing), oldest first
-        self._inflight: collections.deque[tuple[memoryview, Future[Any]]] = collections.deque()
-        self._io: ThreadPoolExecutor | None = None
+        self._out = HashedOutput(self._fd, buffer_size)
+        self._mv = self._out.buffer()
         self._probe = memoryview(bytearray(1))  # one byte past a planned size: did the file grow?
         self._pos = 0  # bytes waiting in the buffer
-        self._flushed = 0  # bytes handed to the threads
-        self._hash = hashlib.sha256()
         self.index = ShardIndex(self.path)
         self._key: str | None = None
         self._exts: list[Member] = []
@@ -144,7 +141,7 @@ class TarShardWriter:
     @property
     def offset(self) -> int:
         """Bytes written so far (where the next header goes)."""
-        return self._flushed + self._pos
+        return self._out.flushed + self._pos
 
     @property
     def samples(self) -> int:
@@ -168,7 +165,7 @@ class TarShardWriter:
             SourceNotFound, SourceUnreadable: the file is gone, cannot be read, or changed size
                 while being read. The shard is unchanged then: the member is added whole or not at all.
         """
-        fd = _open(path)
+        fd = open_source(path)
         try:
             st = os.fstat(fd)
             size = st.st_size
@@ -232,7 +229,7 @@ class TarShardWriter:
                 data_at, end = head_len, head_len + size + pad + len(tail)
                 if end > room:  # bigger than a buffer: the general path, with its undo
                     try:
-                        self._add_read(_open(path), path, key, ext, blob[at[i] : at[i + 1]], size, True, tail)
+                        self._add_read(open_source(path), path, key, ext, blob[at[i] : at[i + 1]], size, True, tail)
                     except (SourceNotFound, SourceUnreadable) as e:
                         if skip is None:
                             raise
@@ -249,13 +246,13 @@ class TarShardWriter:
                 fd = os.open(path, _OPEN)
             except OSError as e:
                 if skip is None:
-                    raise _open_error(path, e) from None
-                skip(i, _open_error(path, e))
+                    raise open_error(path, e) from None
+                skip(i, open_error(path, e))
                 continue
             try:
                 got = os.readv(fd, [mv[data_at : data_at + size], probe])
                 if got != size:
-                    _read_rest(fd, mv[data_at : data_at + size], got, size, path)
+                    read_planned_rest(fd, mv[data_at : data_at + size], got, size, path)
             except (SourceNotFound, SourceUnreadable) as e:
                 if skip is None:
                     raise
@@ -263,8 +260,8 @@ class TarShardWriter:
                 continue
             except OSError as e:
                 if skip is None:
-                    raise _read_error(path, e) from None
-                skip(i, _read_error(path, e))
+                    raise read_error(path, e) from None
+                skip(i, read_error(path, e))
                 continue
             finally:
                 os.close(fd)
@@ -272,7 +269,7 @@ class TarShardWriter:
             tail_at = data_at + size + pad
             mv[data_at + size : tail_at] = pads[pad]
             mv[tail_at:end] = tail
-            base = self._flushed
+            base = self._out.flushed
             members: list[Member] = [(ext, base + data_at, size)]
             members.extend((x, base + tail_at + off, length) for x, off, length in tail_members[i])
             start = base + data_at - BLOCK
@@ -309,9 +306,9 @@ class TarShardWriter:
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
-                self._drain()  # the write that failed may be why we are dropping the shard
+                self._out.drain()  # the write that failed may be why we are dropping the shard
             os.close(fd)
-            self._stop_threads()
+            self._out.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp_path)
 
@@ -446,32 +443,37 @@ class TarShardWriter:
             if self._pos == self._size:
                 self._flush()
             room = min(left, self._size - self._pos)
-            n = _readv(fd, self._mv[self._pos : self._pos + room], path)
+            n = readv(fd, self._mv[self._pos : self._pos + room], path)
             if n == 0:
-                raise _changed(path, size, size - left, planned)
+                raise changed(path, size, size - left, planned)
             self._pos += n
             left -= n
         # bytes appended after the fstat are not read, as with tar; a planned size must be the file's
-        if planned and _readv(fd, self._probe, path):
-            raise _changed(path, size, size + 1, planned)
+        if planned and readv(fd, self._probe, path):
+            raise changed(path, size, size + 1, planned)
 
     def _mark(self, big: bool) -> tuple[Any, ...]:
         hash_copy = None
         if big:  # a member that will be flushed half-way: keep the digest to go back to
-            self._drain()
-            hash_copy = self._hash.copy()
-        return (self._pos, self._flushed, len(self.index.keys), self._key, tuple(self._exts), self._start, hash_copy)
+            self._out.drain()
+            hash_copy = self._out.hash.copy()
+        return (
+            self._pos,
+            self._out.flushed,
+            len(self.index.keys),
+            self._key,
+            tuple(self._exts),
+            self._start,
+            hash_copy,
+        )
 
     def _restore(self, mark: tuple[Any, ...]) -> None:
         """Undo a member that failed half-way (see :meth:`add_file`)."""
         pos, flushed, n_samples, key, exts, start, hash_copy = mark
-        if flushed != self._flushed:
+        if flushed != self._out.flushed:
             # a member too big for the buffer already reached the file: cut it back off
-            assert self._fd is not None and hash_copy is not None
-            self._drain()
-            os.ftruncate(self._fd, flushed)
-            os.lseek(self._fd, flushed, os.SEEK_SET)
-            self._flushed, self._hash = flushed, hash_copy
+            assert hash_copy is not None
+            self._out.truncate(flushed, hash_copy)
         self._pos = pos
         if self._key != key:
             self._keys_seen.discard(self._key)  # type: ignore[arg-type]
@@ -491,12 +493,7 @@ class TarShardWriter:
         if self._pos + n > self._size:
             self._flush()
             if n > self._size:  # too big to gather: write it through
-                self._drain()
-                assert self._fd is not None
-                view = memoryview(data)
-                self._hash.update(view)
-                _write_all(self._fd, view)
-                self._flushed += n
+                self._out.write_through(memoryview(data))
                 return
         self._mv[self._pos : self._pos + n] = data
         self._pos += n
@@ -506,53 +503,11 @@ class TarShardWriter:
         if pad:
             self._put(_PADS[pad])
 
-    def _new_buffer(self) -> memoryview:
-        return memoryview(_POOL.empty((self._size,), np.uint8)).cast("B")  # type: ignore[arg-type]
-
     def _flush(self) -> None:
-        """Hand the filled buffer to the hashing and writing thread, and go on with another."""
-        if not self._pos:
-            return
-        if self._io is None:
-            self._io = ThreadPoolExecutor(1, thread_name_prefix="fastdata-tar-write")
-        assert self._fd is not None
-        view = self._mv[: self._pos]
-        self._inflight.append((self._mv, self._io.submit(self._hash_and_write, self._fd, view)))
-        self._flushed += self._pos
-        self._pos = 0
-        if self._spare:
-            self._mv = self._spare.pop()
-        elif len(self._inflight) < _BUFFERS:
-            self._mv = self._new_buffer()
-        else:
-            self._mv = self._reclaim()
-
-    def _hash_and_write(self, fd: int, view: memoryview) -> None:
-        self._hash.update(view)
-        _write_all(fd, view)
-
-    def _reclaim(self) -> memoryview:
-        """Wait for the oldest buffer in the thread's hands; raise its error (a full disk ...) here."""
-        buf, job = self._inflight.popleft()
-        job.result()
-        return buf
-
-    def _drain(self) -> None:
-        """Wait for every buffer in the thread's hands (all of them, even after an error, then raise it)."""
-        error: BaseException | None = None
-        while self._inflight:
-            try:
-                self._spare.append(self._reclaim())
-            except BaseException as e:  # noqa: BLE001 - raised below, once every buffer is back
-                error = error or e
-        if error is not None:
-            raise error
-
-    def _stop_threads(self) -> None:
-        if self._io is not None:
-            self._io.shutdown(wait=True)
-        self._io = None
-        self._spare, self._mv = [], memoryview(b"")  # buffers back to the pool
+        """Hand the filled buffer over to be hashed and written, and go on with another."""
+        if self._pos:
+            self._mv = self._out.hand_off(self._mv, self._pos)
+            self._pos = 0
 
     # -- finishing -------------------------------------------------------------------------------------
     def _end_writing(self) -> tuple[int, int]:
@@ -567,12 +522,13 @@ class TarShardWriter:
             total += -total % RECORD
             self._put(_ZEROS[: total - end])
             self._flush()
-            self._drain()
+            self._out.drain()
         except BaseException:
             self.abort()
             raise
         fd, self._fd = self._fd, None
-        self._stop_threads()
+        self._out.close()
+        self._mv = memoryview(b"")
         self.index.size = total
         return fd, total
 
@@ -590,66 +546,11 @@ class TarShardWriter:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp_path)
             raise
-        return ShardResult(self.path, len(self.index), total, self._hash.hexdigest(), self.index)
+        return ShardResult(self.path, len(self.index), total, self._out.hash.hexdigest(), self.index)
 
 
 def _sizes(files: Sequence[FileMember]) -> tuple[list[int], list[int]]:
     return [f.size for f in files], [f.mtime for f in files]
-
-
-def _write_all(fd: int, view: memoryview) -> None:
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _open(path: str) -> int:
-    try:
-        return os.open(path, _OPEN)
-    except OSError as e:
-        raise _open_error(path, e) from None
-
-
-def _open_error(path: str, e: OSError) -> FastdataError:
-    if isinstance(e, FileNotFoundError):
-        return SourceNotFound(f"{path}: no such file (removed since the corpus was listed?)")
-    return SourceUnreadable(f"{path}: cannot be read ({e.strerror}); check its mode, or skip it with --skip-bad")
-
-
-def _read_error(path: str, e: OSError) -> FastdataError:
-    return SourceUnreadable(f"{path}: cannot be read ({e.strerror}); skip it with --skip-bad")
-
-
-def _readv(fd: int, view: memoryview, path: str) -> int:
-    try:
-        return os.readv(fd, [view])
-    except OSError as e:
-        raise _read_error(path, e) from None
-
-
-def _read_rest(fd: int, view: memoryview, got: int, size: int, path: str) -> None:
-    """After a short or long first read of a planned file: read on to ``size``, or raise that it changed."""
-    if got > size:
-        raise _changed(path, size, got, True)
-    while got < size:
-        n = os.readv(fd, [view[got:]])
-        if n == 0:
-            raise _changed(path, size, got, True)
-        got += n
-    if os.read(fd, 1):
-        raise _changed(path, size, size + 1, True)
-
-
-def _changed(path: str, size: int, found: int, planned: bool) -> SourceUnreadable:
-    if not planned:
-        return SourceUnreadable(
-            f"{path}: shrank by {size - found} bytes while being read (is something writing it?); "
-            "rerun when the corpus is stable"
-        )
-    how = f"holds only {found}" if found < size else "holds more"
-    return SourceUnreadable(
-        f"{path}: changed since the corpus was listed ({size} bytes then, {how} now); rerun once the "
-        "corpus is stable (with --restart), or skip it with --skip-bad"
-    )
 
 
 def _check_key(key: str) -> None:
@@ -664,24 +565,6 @@ def _check_key(key: str) -> None:
             f"sample key {key!r} is not usable: it must be a relative name without '..' and "
             "without a dot in its last part (the WebDataset key ends at the first dot)"
         )
-
-
-def write_atomic(path: str, data: bytes, *, fsync: bool) -> None:
-    """Write ``data`` to ``path`` under a temporary name, then rename it into place (on an error, a full
-    disk included, the temporary file is removed and the old file, if any, is left as it was)."""
-    folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 __all__ = ["RECORD", "FileMember", "ShardResult", "TarShardWriter", "write_atomic"]
