@@ -126,7 +126,7 @@ def convert(
             raise ConfigError("shuffle applies to format='tar' only: HDF5 rows are always shuffled (seeded by seed)")
         if engine != "local":
             raise ConfigError("engine='ray' converts to tar shards; use format='tar', or engine='local' for HDF5")
-        corpus = _scan_checked(src, skip_bad, source_options)
+        corpus = _scan_checked(src, skip_bad, source_options, progress)
         try:
             from fastdata.convert.hdf5 import convert_hdf5  # imported on use: it needs h5py
         except ModuleNotFoundError as e:
@@ -157,7 +157,7 @@ def convert(
     from fastdata.convert.plan import parse_size
     from fastdata.convert.tar import convert_tar
 
-    corpus = _scan(src, source_options)
+    corpus = _scan(src, source_options, progress)
     return convert_tar(
         corpus,
         out,
@@ -179,11 +179,12 @@ def convert(
     )
 
 
-def _scan(src: str, source_options: dict[str, Any] | None) -> Corpus:
+def _scan(src: str, source_options: dict[str, Any] | None, progress: bool = True) -> Corpus:
     if scheme(src) == "s3":
         from fastdata.convert.s3_corpus import scan_s3
 
-        return scan_s3(src, source_options)
+        # the listing's bar appears once a second page is needed (a small prefix lists in one request)
+        return scan_s3(src, source_options, progress=None if progress else False)
     if scheme(src):
         raise ConfigError(f"{src}: fastdata convert reads local folders and s3:// prefixes, not {scheme(src)}://")
     if source_options:
@@ -191,10 +192,10 @@ def _scan(src: str, source_options: dict[str, Any] | None) -> Corpus:
     return scan_corpus(src)
 
 
-def _scan_checked(src: str, skip_bad: bool, source_options: dict[str, Any] | None) -> Corpus:
+def _scan_checked(src: str, skip_bad: bool, source_options: dict[str, Any] | None, progress: bool) -> Corpus:
     from fastdata.convert.tar import CorpusProblems
 
-    corpus = _scan(src, source_options)
+    corpus = _scan(src, source_options, progress)
     if corpus.problems and not skip_bad:
         raise CorpusProblems(corpus.root, corpus.problems)
     return corpus
