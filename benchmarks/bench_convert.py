@@ -9,7 +9,7 @@ corpus of small JPEG-sized files in the page cache.
 
 Every method runs once per repeat, interleaved (so a burst of load from elsewhere hits them alike), after
 ``os.sync()`` so none is throttled by another's dirty pages; figures are medians. MB/s counts the corpus's
-file bytes. Ray: the cluster is started (and each worker warmed up by one conversion) before timing, as on
+file bytes. The disk's own write-and-fsync speed is measured too: the ceiling of every fsync figure. Ray: the cluster is started (and each worker warmed up by one conversion) before timing, as on
 a real cluster that is up already; its start-up time is reported apart. The Ray shards' SHA-256s are
 checked equal to the local ones'. Writes JSON (``--out``) with versions, the load average at start and end,
 and the ratios the conversion issue targets.
@@ -210,6 +210,25 @@ def copy_probe(work: Path, files: int = 60, size: int = 4_000_000, repeats: int 
     return result
 
 
+def disk_probe(work: Path, nbytes: int, repeats: int = 3) -> float:
+    """MB/s of writing ``nbytes`` of fresh data to one file and fsyncing it (what ``dd conv=fsync`` does):
+    the ceiling of any conversion that makes its output durable, which ``tar cf`` does not."""
+    path = work / "disk-probe.bin"
+    block = os.urandom(4 << 20)
+    ts = []
+    for _ in range(repeats):
+        os.sync()
+        start = time.perf_counter()
+        with open(path, "wb") as f:
+            for _ in range(max(1, nbytes // len(block))):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        ts.append(time.perf_counter() - start)
+        path.unlink()
+    return max(1, nbytes // len(block)) * len(block) / statistics.median(ts) / 1e6
+
+
 def versions() -> dict[str, str]:
     import numpy
     import webdataset
@@ -281,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             result["ray_sha256_equal_to_local"] = digests["fastdata_ray2"] == digests["fastdata_workers2"]
     if "copy" in parts:
         result["copy_probe"] = copy_probe(work)
+    if "local" in parts:
+        result["disk_fsync_mb_per_s"] = disk_probe(work, result["corpus"]["bytes"])
     result["machine"]["load_average_end"] = os.getloadavg()
     result["summary"] = summarize(result)
     out = Path(args.out or work / "bench_convert.json")
@@ -305,6 +326,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             s[f"{ray}_vs_{local}"] = round(c[ray]["mb_per_s"] / c[local]["mb_per_s"], 2)
     if "ray_sha256_equal_to_local" in result:
         s["ray_sha256_equal_to_local"] = result["ray_sha256_equal_to_local"]
+    if "disk_fsync_mb_per_s" in result and "tar_cf" in c:
+        s["disk_fsync_ceiling_vs_tar_cf"] = round(result["disk_fsync_mb_per_s"] / c["tar_cf"]["mb_per_s"], 2)
     if "copy_probe" in result:
         s["copy_file_range_vs_readv"] = round(result["copy_probe"]["copy_file_range_vs_readv"], 2)
     s["load_average_start_end"] = [
