@@ -285,20 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         },
         "corpus": {"files": args.files, "bytes": sum(os.path.getsize(f) for f, _ in corpus_files(src))},
     }
-    names = []
-    if "local" in parts:
-        names += ["tar_cf", "webdataset_shardwriter", "fastdata_workers1", "fastdata_workers2"]
+    if "local" in parts:  # first, with no Ray cluster running beside it (its daemons take CPU too)
+        names = ["tar_cf", "webdataset_shardwriter", "fastdata_workers1", "fastdata_workers2"]
         names += ["fastdata_workers1_fsync", "fastdata_workers2_fsync"]
-    if "ray" in parts:
+        result["convert"], _ = measure(src, work, args.shard_size, args.repeats, names)
+    if "ray" in parts:  # then Ray against the local engine again, in the same conditions
         result["ray_start_seconds"] = start_ray(src, work, args.shard_size)
-        names += ["fastdata_ray2", "fastdata_ray2_fsync"]
-        if "fastdata_workers2" not in names:
-            names += ["fastdata_workers2", "fastdata_workers2_fsync"]
-    if names:
+        names = ["fastdata_ray2", "fastdata_workers2", "fastdata_ray2_fsync", "fastdata_workers2_fsync"]
         figures, digests = measure(src, work, args.shard_size, args.repeats, names)
-        result["convert"] = figures
-        if "fastdata_ray2" in digests:
-            result["ray_sha256_equal_to_local"] = digests["fastdata_ray2"] == digests["fastdata_workers2"]
+        result["ray"] = figures
+        result["ray_sha256_equal_to_local"] = digests["fastdata_ray2"] == digests["fastdata_workers2"]
     if "copy" in parts:
         result["copy_probe"] = copy_probe(work)
     if "local" in parts:
@@ -314,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """The conversion issue's targets, as ratios measured in this run."""
-    c, s = result.get("convert", {}), {}
+    c, r, s = result.get("convert", {}), result.get("ray", {}), {}
     for name in ("fastdata_workers1", "fastdata_workers2", "fastdata_workers2_fsync", "webdataset_shardwriter"):
         if name in c and "vs_tar_cf" in c[name]:
             s[f"{name}_vs_tar_cf"] = round(c[name]["vs_tar_cf"], 2)
@@ -323,8 +319,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             c["fastdata_workers2"]["mb_per_s"] / c["webdataset_shardwriter"]["mb_per_s"], 2
         )
     for ray, local in (("fastdata_ray2", "fastdata_workers2"), ("fastdata_ray2_fsync", "fastdata_workers2_fsync")):
-        if ray in c and local in c:
-            s[f"{ray}_vs_{local}"] = round(c[ray]["mb_per_s"] / c[local]["mb_per_s"], 2)
+        if ray in r and local in r:
+            s[f"{ray}_vs_{local}"] = round(r[ray]["mb_per_s"] / r[local]["mb_per_s"], 2)
     if "ray_sha256_equal_to_local" in result:
         s["ray_sha256_equal_to_local"] = result["ray_sha256_equal_to_local"]
     if "disk_fsync_mb_per_s" in result and "tar_cf" in c:
