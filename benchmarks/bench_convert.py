@@ -10,8 +10,9 @@ corpus of small JPEG-sized files in the page cache.
 Every method runs once per repeat, interleaved (so a burst of load from elsewhere hits them alike), after
 ``os.sync()`` so none is throttled by another's dirty pages; figures are medians. MB/s counts the corpus's
 file bytes. The disk's own write-and-fsync speed is measured too: the ceiling of every fsync figure.
-Ray: the cluster is started (and each worker warmed up by one conversion) before timing, as on a real
-cluster that is up already; its start-up time is reported apart. The Ray shards' SHA-256s are checked
+Ray comes after the local figures (its daemons take CPU too), measured against the local engine again:
+the cluster is started (and each worker warmed up by one conversion) before timing, as on a real cluster
+that is up already; its start-up time is reported apart. The Ray shards' SHA-256s are checked
 equal to the local ones'. Writes JSON (``--out``) with versions, the load average at start and end,
 and the ratios the conversion issue targets.
 """
