@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """The conversion issue's targets, as ratios measured in this run."""
     c, r, s = result.get("convert", {}), result.get("ray", {}), {}
-    for name in ("fastdata_workers1", "fastdata_workers2", "fastdata_workers2_fsync", "webdataset_shardwriter"):
+    names = ("fastdata_workers1", "fastdata_workers2", "fastdata_workers1_fsync", "fastdata_workers2_fsync")
+    for name in (*names, "webdataset_shardwriter"):
         if name in c and "vs_tar_cf" in c[name]:
             s[f"{name}_vs_tar_cf"] = round(c[name]["vs_tar_cf"], 2)
             s[f"{name}_vs_tar_cf_best_repeats"] = round(c[name]["best_vs_tar_cf"], 2)
