@@ -75,6 +75,10 @@ def methods(src: Path, out: Path, shard_size: str, names: list[str]) -> dict[str
         out.mkdir()
         subprocess.run(["tar", "cf", str(out / "all.tar"), "-C", str(src), "."], check=True)
 
+    def tar_sha256() -> None:  # the same work as ours: an archive and its digest (read back from the cache)
+        tar_cf()
+        subprocess.run(["sha256sum", str(out / "all.tar")], check=True, capture_output=True)
+
     def shardwriter() -> None:
         out.mkdir()
         with wds.ShardWriter(str(out / "w-%06d.tar"), maxsize=parse_size(shard_size), verbose=0) as sink:
@@ -90,6 +94,7 @@ def methods(src: Path, out: Path, shard_size: str, names: list[str]) -> dict[str
         "fastdata_ray2": ours(1, False, "ray"),
         "fastdata_ray2_fsync": ours(1, True, "ray"),
         "tar_cf": tar_cf,
+        "tar_cf_then_sha256sum": tar_sha256,
         "webdataset_shardwriter": shardwriter,
     }
     return {n: every[n] for n in names}
@@ -289,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus": {"files": args.files, "bytes": sum(os.path.getsize(f) for f, _ in corpus_files(src))},
     }
     if "local" in parts:  # first, with no Ray cluster running beside it (its daemons take CPU too)
-        names = ["tar_cf", "webdataset_shardwriter", "fastdata_workers1", "fastdata_workers2"]
+        names = ["tar_cf", "tar_cf_then_sha256sum", "webdataset_shardwriter", "fastdata_workers1", "fastdata_workers2"]
         names += ["fastdata_workers1_fsync", "fastdata_workers2_fsync"]
         result["convert"], _ = measure(src, work, args.shard_size, args.repeats, names)
     if "ray" in parts:  # then Ray against the local engine again, in the same conditions
@@ -315,7 +320,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """The conversion issue's targets, as ratios measured in this run."""
     c, r, s = result.get("convert", {}), result.get("ray", {}), {}
     names = ("fastdata_workers1", "fastdata_workers2", "fastdata_workers1_fsync", "fastdata_workers2_fsync")
-    for name in (*names, "webdataset_shardwriter"):
+    for name in (*names, "webdataset_shardwriter", "tar_cf_then_sha256sum"):
         if name in c and "vs_tar_cf" in c[name]:
             s[f"{name}_vs_tar_cf"] = round(c[name]["vs_tar_cf"], 2)
             s[f"{name}_vs_tar_cf_best_repeats"] = round(c[name]["best_vs_tar_cf"], 2)
