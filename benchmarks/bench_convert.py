@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Conversion, side by side in one run: ``fastdata convert`` (1 and 2 workers, with and without fsync; the
-Ray engine on a local 2-CPU cluster) against ``tar cf`` and webdataset's ``ShardWriter`` on the same
-corpus of small JPEG-sized files in the page cache.
+Ray engine on a local 2-CPU cluster) against ``tar cf``, ``tar cf`` then ``sha256sum`` (the same work as
+ours: an archive and its digest) and webdataset's ``ShardWriter`` on the same corpus of small JPEG-sized
+files in the page cache.
 
     python benchmarks/bench_convert.py                          # ~10k ~35 KB JPEGs, 5 interleaved repeats
     python benchmarks/bench_convert.py --files 3000 --repeats 3 --parts local   # a quick look
