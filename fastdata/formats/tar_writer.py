@@ -14,7 +14,7 @@ the per-byte work and most of the per-member work:
   an executor, so the next shard is written while the disk flushes the last one.
 
 Kernel-side copies (``os.copy_file_range``, ``os.sendfile``) were measured and left out: on ext4 with the
-files in the page cache they copied 4 MB files at 0.7-0.8x the speed of ``readv`` + ``write``, and the
+files in the page cache they copied 4 MB files at 0.57-1.05x the speed of ``readv`` + ``write``, and the
 digest then needs the bytes read back (``benchmarks/bench_convert.py --parts copy`` measures it on
 another filesystem).
 
