@@ -114,3 +114,15 @@ def make_videos(
     return [
         CODECS[codec](Path(folder) / f"{prefix}{k:03d}", frames_for(k, n, seed=seed)) for k, n in enumerate(lengths)
     ]
+
+
+def damage(path: str | os.PathLike[str], out: str | os.PathLike[str], *, start: float = 0.4, stop: float = 0.6) -> str:
+    """Copy an MP4 to ``out`` with the bytes from ``start`` to ``stop`` (fractions) of its frame data
+    (the ``mdat`` box) zeroed: the index is intact, so decoders open it; the frames there do not decode."""
+    data = bytearray(Path(path).read_bytes())
+    mdat = data.index(b"mdat") + 4
+    end = len(data) if data.rfind(b"moov") < mdat else data.rindex(b"moov") - 4
+    lo, hi = mdat + int((end - mdat) * start), mdat + int((end - mdat) * stop)
+    data[lo:hi] = bytes(hi - lo)
+    Path(out).write_bytes(bytes(data))
+    return os.fspath(out)

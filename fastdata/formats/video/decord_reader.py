@@ -17,7 +17,9 @@ the background, stealing the cores of the other DataLoader workers. So:
 3. ask in increasing order (the base class sorts), so no read ever seeks backwards mid-clip.
 
 decord readers must never be used or destroyed in a process forked after they were created (that
-hangs); the dataset's reader cache abandons inherited readers (``HandleCache(close_inherited=False)``).
+hangs); the dataset's reader cache abandons inherited readers (``HandleCache(close_inherited=False)``),
+and every decord object is registered with :func:`~fastdata.formats.video.base.native`, so that a
+forked child never finalises one it inherited, wherever it is referenced from.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fastdata.core.errors import DecodeFailed
-from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, resize_into, unreadable
+from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, native, resize_into, unreadable
 
 
 class DecordReader(VideoReader):
@@ -44,7 +46,10 @@ class DecordReader(VideoReader):
         try:
             # decord resizes in its own filter graph when given a size: cheaper than resizing after
             h, w = size or (-1, -1)
-            self._vr: Any = decord.VideoReader(path, ctx=decord.cpu(0), width=w, height=h, num_threads=threads)
+            # registered before its constructor runs: one that fails after making its native handle
+            # leaves the half-built object to the garbage collector (see base.native)
+            self._vr: Any = native(decord.VideoReader.__new__(decord.VideoReader))
+            self._vr.__init__(path, ctx=decord.cpu(0), width=w, height=h, num_threads=threads)
             frames = len(self._vr)
             if frames < 1:
                 raise ValueError("no video frames")
