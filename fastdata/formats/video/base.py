@@ -39,6 +39,11 @@ class VideoUnreadable(DecodeFailed):
     """The file exists but is not a video any decoder can open (zero bytes, truncated, not a video)."""
 
 
+class VideoUnsupported(VideoUnreadable):
+    """A sound video that the chosen decoder cannot read exactly: a codec its build lacks, a stream it
+    cannot choose, frames it numbers wrongly after a seek. The message names the decoder that can."""
+
+
 class FramesMissing(DecodeFailed):
     """Frames that the container announces could not be decoded (damaged or over-reported length)."""
 
