@@ -63,7 +63,8 @@ class VideoMeta:
     Attributes:
         frames (int): frames the decoder can address, ``0 .. frames - 1``.
         fps (float): average frame rate, frames per second.
-        height, width (int): decoded frame size in pixels (before any resize).
+        height, width (int): frame size in pixels as displayed (the display matrix applied; before
+            any resize).
         extra (dict): decoder-specific facts worth caching (JSON types only), given back to the
             decoder when it opens the file again so that it need not rediscover them.
     """

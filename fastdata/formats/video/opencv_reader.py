@@ -67,6 +67,7 @@ class OpenCVReader(VideoReader):
             error = OSError("VideoCapture did not open")
             raise unsupported(self, info.codec, "open", error) or unreadable(path, "OpenCV", error)
         table = info.table
+        self._pos_msec = cv2.CAP_PROP_POS_MSEC
         # CAP_PROP_POS_MSEC is (pts - stream start) * time base, in ms: back to the table's units
         self._ms_to_pts = 1 / (1000 * float(info.time_base))
         self._tolerance = self._ms_to_pts  # within 1 ms: frames are at least ~4 ms apart
@@ -85,9 +86,7 @@ class OpenCVReader(VideoReader):
 
     def _grabbed(self) -> int | None:
         """The frame number of the frame just grabbed, from its timestamp (None: no such frame)."""
-        import cv2
-
-        ms = self._cap.get(cv2.CAP_PROP_POS_MSEC)
+        ms = self._cap.get(self._pos_msec)
         return self._table.nearest(self.info.start + ms * self._ms_to_pts, self._tolerance)
 
     def _read(self, wanted: list[int]) -> np.ndarray:

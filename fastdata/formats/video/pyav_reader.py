@@ -80,6 +80,7 @@ class PyAVReader(VideoReader):
         self.info = info
         self._table: FrameTable = info.table
         self._display = info.display
+        self._turned = not info.display.identity
         self._meta = meta
         self._frames: Iterator[Any] | None = None
         self._next = -1  # frame number the decoder produces next; -1: unknown, seek first
@@ -153,13 +154,14 @@ class PyAVReader(VideoReader):
         return (first_seen, seen) if seen >= 0 else None
 
     def _convert(self, frame: Any, out: np.ndarray) -> None:
-        display = self._display
-        h, w = display.shown(*out.shape[:2])  # the stored orientation of the output size
+        h, w = out.shape[:2]
+        if self._turned:
+            h, w = self._display.shown(h, w)  # the stored orientation of the output size
         resize = (h, w) != (frame.height, frame.width)
         rgb = _reformatter().reformat(
             frame, format="rgb24", width=w, height=h, threads=self.threads, interpolation="AREA" if resize else None
         )
-        out[...] = display.apply(rgb.to_ndarray()) if not display.identity else rgb.to_ndarray()
+        out[...] = self._display.apply(rgb.to_ndarray()) if self._turned else rgb.to_ndarray()
 
     def close(self) -> None:
         container, self._container = getattr(self, "_container", None), None

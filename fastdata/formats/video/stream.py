@@ -46,23 +46,31 @@ class FrameTable:
             self._pts = list(pts)
             self._index = {p: i for i, p in enumerate(self._pts)}
         self.keys = keys or [0]
+        self.packets = self.n  # packets the scan met, empty ones too (a table loaded from JSON: its frames)
 
     @classmethod
     def scan(cls, container: Any, stream: Any) -> FrameTable:
         """Read every packet's timestamp and keyframe flag (demux only, no decode)."""
         stamps: list[tuple[int, bool]] = []
+        packets = 0
         for packet in container.demux(stream):
             ts = packet.pts if packet.pts is not None else packet.dts
-            if ts is None or packet.size == 0:
-                continue
+            if ts is None:
+                continue  # the empty packet that ends the stream
+            packets += 1
+            if packet.size == 0:
+                continue  # a frame the muxer dropped (an empty AVI chunk): it is in the file, decodes to nothing
             stamps.append((ts, bool(packet.is_keyframe)))
         stamps.sort()
         pts = [t for t, _ in stamps]
         keys = [i for i, (_, key) in enumerate(stamps) if key]
         steps = {b - a for a, b in itertools.pairwise(pts)}
         if len(pts) > 1 and len(steps) == 1 and pts[1] > pts[0]:
-            return cls({"start": pts[0], "step": pts[1] - pts[0], "n": len(pts)}, keys)
-        return cls(pts, keys)
+            table = cls({"start": pts[0], "step": pts[1] - pts[0], "n": len(pts)}, keys)
+        else:
+            table = cls(pts, keys)
+        table.packets = packets
+        return table
 
     def to_json(self) -> dict[str, Any]:
         pts: Any = self._pts if self._pts is not None else {"start": self.start, "step": self.step, "n": self.n}
@@ -86,12 +94,11 @@ class FrameTable:
 
     def nearest(self, pts: float, tolerance: float) -> int | None:
         """The frame whose timestamp is within ``tolerance`` of ``pts`` (None when none is)."""
-        if self._pts is None:
+        if self._pts is None:  # (called for every frame OpenCV grabs: kept to arithmetic)
             i = round((pts - self.start) / self.step)
-            candidates = [i] if 0 <= i < self.n else []
-        else:
-            k = bisect.bisect_left(self._pts, pts)
-            candidates = [j for j in (k - 1, k) if 0 <= j < self.n]
+            return i if 0 <= i < self.n and abs(self.start + self.step * i - pts) <= tolerance else None
+        k = bisect.bisect_left(self._pts, pts)
+        candidates = [j for j in (k - 1, k) if 0 <= j < self.n]
         best = min(candidates, key=lambda j: abs(self.pts(j) - pts), default=None)
         return best if best is not None and abs(self.pts(best) - pts) <= tolerance else None
 
@@ -158,9 +165,9 @@ class StreamInfo:
         if table.n == 0:
             raise ValueError("no video frames")
         announced = int(stream.frames or 0)
-        if announced > table.n:
+        if announced > table.packets:
             raise FramesMissing(
-                f"{path}: the container announces {announced} frames, the file holds {table.n}: it was cut "
+                f"{path}: the container announces {announced} frames, the file holds {table.packets}: it was cut "
                 "short or is damaged; re-copy or re-encode it, or pass on_error='skip'",
                 path,
             )
