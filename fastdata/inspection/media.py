@@ -105,11 +105,13 @@ HDF5_SUFFIXES = (".h5", ".hdf5", ".he5")
 
 
 def inspect_video(url: str, checksum: bool = False) -> FileReport:
-    """Probe a video through the video index (as :class:`fastdata.VideoClipDataset` does: open it, decode
-    its first frame, count its frames) with the default ``pyav`` decoder; name it if it cannot be read."""
+    """Probe a video through the video index (as :class:`fastdata.VideoClipDataset` does: open it, find
+    the stream every decoder reads, count its frames, decode the first one) with the default ``pyav``
+    decoder; name it if it cannot be read (a file cut short, damaged, not a video)."""
     from fastdata.formats.video import reader_class
     from fastdata.formats.video.base import VideoMeta
     from fastdata.formats.video.meta_cache import VideoIndex
+    from fastdata.formats.video.stream import StreamInfo
 
     remote = _local_only(url, "video", "videos are decoded from local files (copy them first)")
     if remote is not None:
@@ -121,26 +123,27 @@ def inspect_video(url: str, checksum: bool = False) -> FileReport:
         report.bad.append(str(outcome))
         report.complete = False
         return report
-    codec = _codec(url)
+    info = StreamInfo.from_meta(outcome)
+    assert info is not None  # the pyav probe stores it
     report.samples = outcome.frames
-    report.extensions = {codec: 1}
+    report.extensions = {info.codec: 1}
     report.details = {
-        "codec": codec,
+        "codec": info.codec,
         "frames": outcome.frames,
         "fps": round(outcome.fps, 3),
-        "width": outcome.width,
+        "width": outcome.width,  # as displayed (after the display matrix)
         "height": outcome.height,
         "seconds": round(outcome.frames / outcome.fps, 3) if outcome.fps else None,
+        "stream": info.index,
+        "video_streams": info.streams,
+        "rotation": info.display.angle if not info.display.mirrored else f"{info.display.angle} mirrored",
+        "constant_frame_rate": info.table.constant_rate,
     }
+    if info.streams > 1:
+        report.notes.append(
+            f"{info.streams} video streams: stream {info.index} is read (FFmpeg's choice); OpenCV can read "
+            "only the first" + ("" if info.first else ", so decoder='opencv' refuses this file")
+        )
     if checksum:
         report.sha256 = sha256_of(url)
     return report
-
-
-def _codec(url: str) -> str:
-    """The codec of the first video stream, by name (``"h264"``, ``"mpeg4"``); the probe has checked the
-    file opens and decodes."""
-    import av
-
-    with av.open(url) as container:
-        return str(container.streams.video[0].codec_context.name)
