@@ -339,8 +339,11 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
         return Verdict(
             label,
             [
-                f"the main process computes {_pct(ev.main_process_busy)} of the time with its threads (main "
-                f"thread {_pct(ev.main_busy)}" + (f"; {helpers}" if helpers else "") + ")" + _stage_note(ev)
+                f"the main process keeps {ev.main_process_busy:.2f} cores busy with its threads (running or "
+                f"waiting for a core; the main thread {_pct(ev.main_busy)} of the time"
+                + (f"; {helpers}" if helpers else "")
+                + ")"
+                + _stage_note(ev)
             ],
             _cpu_advice(ev) if label == "cpu" else ["collate less: let the dataset batch (batch_size= on it)"],
         )

@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from time import perf_counter
-from typing import Any
 
 import torch
 
@@ -143,11 +142,15 @@ class ProcessProbe:
         pid (int): the process.
         skip (Iterable[int]): thread ids to leave out (the main thread of a training loop, whose CPU
             is the step's, when that is counted apart).
+        names (Callable[[], dict[int, str]] | None): thread names by native id, for threads whose
+            ``/proc`` name says nothing (Python does not name its OS threads: every one is "python");
+            :func:`python_thread_names` for the calling process.
     """
 
-    def __init__(self, pid: int, skip: Iterable[int] = ()) -> None:
+    def __init__(self, pid: int, skip: Iterable[int] = (), names: Callable[[], dict[int, str]] | None = None) -> None:
         self.pid = pid
         self.skip = set(skip)
+        self.names = names
         self._seen: dict[int, ThreadReading] = {}
         self._io = (0, 0)
         self.alive = True
@@ -160,11 +163,13 @@ class ProcessProbe:
             tids = []
             self.alive = False
         states: list[str] = []
+        named = self.names() if self.names is not None else {}
         for tid in tids:
             if tid in self.skip:
                 continue
             reading = read_thread(self.pid, tid)
             if reading is not None:
+                reading.name = named.get(tid, reading.name)
                 self._seen[tid] = reading
                 states.append(reading.state)
         io = _read(f"/proc/{self.pid}/io")
@@ -182,9 +187,18 @@ class ProcessProbe:
             out.by_thread[t.name] = out.by_thread.get(t.name, 0.0) + t.cpu
         return out
 
+    def thread(self, tid: int) -> ThreadReading | None:
+        """The last reading of thread ``tid`` (None before it was read)."""
+        return self._seen.get(tid)
+
     def pss(self) -> float:
         """Proportional set size in bytes (shared pages divided among their processes), 0 if unreadable."""
         return pss(self.pid)
+
+
+def python_thread_names() -> dict[int, str]:
+    """This process's Python threads' names by native thread id (``fastdata-decode``, ``MainThread`` ...)."""
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
 
 
 def pss(pid: int) -> float:
@@ -459,9 +473,16 @@ class StartSplit:
         return name, float(getattr(self, name))
 
 
-def start_split(table: StageTable, slot: int, asked: float, arrived: float, restarted: bool) -> StartSplit:
-    """Split the wait for an epoch's first batch (asked for at ``asked``, in the loop at ``arrived``),
-    from the marks of the process in row ``slot`` (the one that made it: worker 0, or the main process).
+def start_split(
+    table: StageTable, slot: int, asked: float, started: float, arrived: float, restarted: bool
+) -> StartSplit:
+    """Split the wait for an epoch's first batch (``iter(loader)`` called at ``asked``, returned at
+    ``started``; the batch in the loop at ``arrived``), from the marks of the process in row ``slot``
+    (the one that made it: worker 0, or the main process).
+
+    Launching is the longer of ``iter(loader)`` itself (under fork it forks every worker before any
+    gets work: each fork copies the parent's page tables) and the time until the worker's
+    ``worker_init_fn`` ran (under spawn the child boots after ``iter`` returns).
 
     Args:
         restarted (bool): the worker process was started for this epoch (not persistent, or the first).
@@ -470,11 +491,13 @@ def start_split(table: StageTable, slot: int, asked: float, arrived: float, rest
     split = StartSplit(total=max(0.0, arrived - asked))
     if not m["first_begin"] or m["first_begin"] < asked:
         return split  # the marks are an older epoch's: nothing to split
-    ready = asked
+    ready = started
+    split.launch = max(0.0, started - asked)
     if restarted and m["init_start"] >= asked:
-        split.launch = m["init_start"] - asked
-        ready = m["init_end"] or m["init_start"]
-        split.init = max(0.0, ready - m["init_start"])
+        split.launch = max(split.launch, m["init_start"] - asked)
+        init_end = m["init_end"] or m["init_start"]
+        split.init = max(0.0, init_end - m["init_start"])
+        ready = max(started, init_end)
     span = max(0.0, m["first_begin"] - ready)  # from ready to reading until the first collate
     read_s = min(m["first_read_s"], span)
     split.init += span - read_s  # time before the first batch no stage accounts for: set-up
@@ -507,6 +530,7 @@ __all__ = [
     "machine_busy",
     "open_fds",
     "pss",
+    "python_thread_names",
     "read_thread",
     "start_split",
     "thread_cpu",
