@@ -109,6 +109,7 @@ def evidence(p: Point, result: SweepResult) -> Evidence:
         main_busy=p.main_busy,
         main_process_busy=p.main_process_busy or p.main_busy,
         main_threads=dict(p.main_threads),
+        main_cores=p.main_loader_cores or p.main_cores,
         recv=p.unpickle,
         recv_cpu=p.unpickle_cpu,
         pin=p.pin,
@@ -302,7 +303,7 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
     extra = []
     largest = max(p.config.num_workers for p in with_workers or [best])
     room = v.label == "storage" or (v.label == "cpu" and not cores_saturated(best, result.usable_cores))
-    if room and best.config.num_workers == largest:
+    if room and best.config.num_workers == largest and largest:
         w = best.config.num_workers
         extra.append(f"{_workers(w)} is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w})")
     growth = _growth(result, best)

@@ -187,6 +187,8 @@ def sweep(
         try:
             # a dataset that batches itself has a length in batches, not samples
             epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
+            if batch_size is None and isinstance(getattr(ds, "batch_size", None), int):
+                settings["dataset_batch_size"] = ds.batch_size  # the dataset yields batches of this size
             point = measure(
                 ds,
                 config,

@@ -162,6 +162,8 @@ class Point:
             its core: CPU pressure).
         main_process_busy (float): every thread of the main process running or runnable, summed, the
             step left out (helper threads included: a decoder's watchdog thread, the pin-memory thread).
+        main_loader_cores (float): cores the main process's threads used for the loader (CPU only), as a
+            share of the time outside the step (the step's CPU left out).
         main_threads, worker_threads (dict[str, float]): cores used per thread name (the main process's
             threads other than the main one; the workers' threads, summed over workers).
         threads_main, threads_worker (int): threads of the main process, and of the largest worker.
@@ -210,6 +212,7 @@ class Point:
     ctx_voluntary: float = 0.0
     ctx_involuntary: float = 0.0
     main_process_busy: float = 0.0
+    main_loader_cores: float = 0.0
     main_threads: dict[str, float] = field(default_factory=dict)
     worker_threads: dict[str, float] = field(default_factory=dict)
     threads_main: int = 0
@@ -300,6 +303,8 @@ class Point:
         p.dstate = max(w.dstate for w in windows)
         helpers = sum(w.threads_cpu + w.threads_runq for w in windows)
         p.main_process_busy = max(0.0, busy + helpers) / free
+        own = sum(w.main_cpu - w.step_cpu + w.threads_cpu for w in windows)
+        p.main_loader_cores = max(0.0, own) / free
         p.main_threads = _per_s([w.main_threads for w in windows], wall)
         p.worker_threads = _per_s([w.worker_threads for w in windows], wall)
         p.ctx_voluntary = sum(w.voluntary for w in windows) / wall

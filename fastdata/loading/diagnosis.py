@@ -69,6 +69,7 @@ START_BOUND = 0.3  # share of the time spent waiting for epochs' first batches: 
 STALL_TARGET = 0.05  # with a step: the loop waits less than this share of the time: the step is the limit
 MAIN_BUSY = 0.8  # main thread running or runnable this much of the time: the main process is the limit
 RECEIVE = 0.5  # ... or computing to rebuild and pin batches this much of the time
+LEADING = 0.6  # ... or busy this much, receiving a quarter of it, while every worker waits
 COMPUTING = 0.5  # a producer running or runnable this much of the time computes (it is not waiting)
 CORES_SATURATED = 0.85  # the loader's demand for cores, against the usable cores
 FETCH_WAIT = 0.3  # time in fetch minus CPU used, as a share of a producer's time: it waits on storage
@@ -90,6 +91,7 @@ class Evidence:
             step left out (a decoder's helper thread counts here).
         main_threads (dict[str, float]): cores used by the main process's threads other than the main
             one, by name (``fastdata-decode``, ``pin_memory`` ...).
+        main_cores (float): cores the main process's threads used (CPU only, no run-queue wait), step left out.
         recv, recv_cpu, pin (float): the main process rebuilding received batches (wall, CPU), pinning.
         worker_busy (list[float]): per worker, its threads running or runnable, summed.
         worker_cores (list[float]): per worker, cores used by all its threads.
@@ -115,6 +117,7 @@ class Evidence:
     main_busy: float = 0.0
     main_process_busy: float = 0.0
     main_threads: dict[str, float] = field(default_factory=dict)
+    main_cores: float = 0.0
     recv: float = 0.0
     recv_cpu: float = 0.0
     pin: float = 0.0
@@ -144,6 +147,13 @@ class Evidence:
     def producer_busy(self) -> float:
         """How much of the time a producing process computes (runs or waits for a core)."""
         return self.per_worker_busy if self.workers else min(1.0, self.main_process_busy)
+
+    @property
+    def producer_cpu(self) -> float:
+        """Cores one producing process used (CPU only: a run-queue wait is not work done)."""
+        if self.workers:
+            return sum(self.worker_cores) / len(self.worker_cores) if self.worker_cores else 0.0
+        return self.main_cores
 
     @property
     def demand(self) -> float:
@@ -184,11 +194,13 @@ def _threads_text(threads: dict[str, float], least: float = 0.05) -> str:
 
 
 def fetch_wait(ev: Evidence) -> float:
-    """Share of a producer's time in ``fetch`` beyond the CPU it uses: waiting for bytes."""
+    """Share of a producer's time in ``fetch`` beyond the CPU it uses (every thread of it): the wall
+    time of fetching far above its CPU time is a wait for bytes. CPU used, not demand: the run-queue
+    waits of a pool of fetch threads add up across threads on a crowded machine, and are no work done."""
     fetch = ev.stage_busy.get("fetch")
     if fetch is None:
         return 0.0
-    return max(0.0, fetch - ev.producer_busy)
+    return max(0.0, fetch - ev.producer_cpu)
 
 
 def storage_signs(ev: Evidence) -> list[str]:
@@ -200,8 +212,8 @@ def storage_signs(ev: Evidence) -> list[str]:
         fetch_ms = ev.stage_ms.get("fetch")
         ms = f" ({fetch_ms:.2f} ms per sample)" if fetch_ms is not None else ""
         signs.append(
-            f"{who} spends {_pct(ev.stage_busy.get('fetch') or 0)} of its time in fetch{ms} but computes only "
-            f"{_pct(ev.producer_busy)} of the time: it waits for bytes"
+            f"{who} spends {_pct(ev.stage_busy.get('fetch') or 0)} of its time in fetch{ms} but uses only "
+            f"{ev.producer_cpu:.2f} cores of CPU, every thread counted: it waits for bytes"
         )
     if ev.blkio >= BLOCKED:
         signs.append(f"block-I/O delay {_pct(ev.blkio)} of the time (the kernel's delay accounting)")
@@ -290,7 +302,11 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
         )
     storage = storage_signs(ev)
     if ev.workers:
-        if ev.main_busy >= MAIN_BUSY or ev.recv_cpu + ev.pin >= RECEIVE:
+        # the main process is the limit when it is (nearly) always busy, or computes to receive most of the
+        # time, or is busy most of the time receiving while the workers wait for it (a crowded machine
+        # keeps it waiting for a core part of the time, below MAIN_BUSY)
+        leading = ev.main_busy >= LEADING and ev.recv >= RECEIVE / 2 and ev.per_worker_busy < COMPUTING
+        if ev.main_busy >= MAIN_BUSY or ev.recv_cpu + ev.pin >= RECEIVE or leading:
             return Verdict(
                 "main-process",
                 [
@@ -303,9 +319,9 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
                     "lists and dicts; fewer, larger batches; decode later, on the GPU"
                 ],
             )
-        if ev.per_worker_busy >= COMPUTING or (
-            ev.demand >= CORES_SATURATED * ev.cores and ev.per_worker_busy >= COMPUTING / 2
-        ):
+        # workers that mostly wait add up run-queue waits on a crowded machine without wanting the cores:
+        # a worker computes when it alone is running or runnable half the time
+        if ev.per_worker_busy >= COMPUTING:
             threads = _threads_text({k: v / ev.workers for k, v in ev.worker_threads.items()})
             return Verdict(
                 "cpu",
