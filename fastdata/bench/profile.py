@@ -78,9 +78,9 @@ def parse_raw(text: str) -> list[Stack]:
             continue
         parts = body.split(";")
         pid, thread = 0, ""
-        if parts and parts[0].startswith("process "):
+        while parts and parts[0].startswith("process "):  # a worker's stacks sit under its parent's frame
             m = re.match(r"process (\d+)", parts[0])
-            pid = int(m.group(1)) if m else 0
+            pid = int(m.group(1)) if m else pid
             parts = parts[1:]
         if parts and parts[0].startswith("thread "):
             thread = parts[0].split(":", 1)[-1].strip()
