@@ -271,6 +271,9 @@ def test_measurements_that_disagree_make_the_label_uncertain() -> None:
     assert "said cpu, storage" in rec.diagnosis[0] and "70% apart" in rec.diagnosis[0]
     steady = pt(2, 300, spread=0.05, round_labels=["cpu", "cpu"], worker_busy=[0.9, 0.9])
     assert fd.bench.recommend(sweep_of(pt(0, 100), steady)).bottleneck == "cpu"
+    # two of three measurements back the pooled label: a clear majority, not a doubt
+    mostly = pt(2, 300, spread=0.3, round_labels=["cpu", "storage", "cpu"], worker_busy=[0.9, 0.9])
+    assert fd.bench.recommend(sweep_of(pt(0, 100), mostly)).bottleneck == "cpu"
 
 
 def test_idle_workers_with_no_sign_of_storage_are_unknown_not_storage() -> None:

@@ -8,7 +8,8 @@ a sweep can see, in order:
 * ``step``: with a step time, the recommended point keeps the stall under the target.
 * ``ipc``: no workers is fastest while the main process computes all the time: items are so cheap that
   moving them between processes costs more than making them.
-* ``uncertain``: the best point's separate measurements (rounds, confirmations) got different labels.
+* ``uncertain``: the best point's separate measurements (rounds, confirmations) got different labels,
+  and fewer than two thirds of them agree with the label of the pooled figures.
 * otherwise the best point's own label, with its evidence.
 
 Beside the label: the rule-of-thumb checks users know (:func:`checks`) and the estimate
@@ -285,16 +286,14 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
             advice = "load in the main process, or do more work per item (decode, augment) before workers pay off"
             return Diagnosis("ipc", [text], [advice], notes, rec)
     if len(best.round_labels) > 1:
-        ok, why = agree(best.round_labels, [], best.spread)  # type: ignore[arg-type]
+        pooled = verdict(best, result, stall_target)
+        ok, why = agree(best.round_labels, pooled.label, best.spread)  # type: ignore[arg-type]
         if not ok:
-            why = (
-                f"{len(best.round_labels)} measurements of {best.config.label()} said "
-                f"{', '.join(dict.fromkeys(best.round_labels))}, with throughputs {best.spread:.0%} apart"
-            )
-            v = verdict(best, result, stall_target)
+            # the separate measurements disagree and the pooled figures do not side with a clear majority
+            why = f"at {best.config.label()}, {why}"
             return Diagnosis(
                 "uncertain",
-                [why, f"pooled, the figures say {v.label}: {v.evidence[0] if v.evidence else ''}"],
+                [why, f"pooled, the figures say {pooled.label}: {pooled.evidence[0] if pooled.evidence else ''}"],
                 ["measure longer (--seconds) or more rounds (--rounds 3) on a quieter machine"],
                 notes,
                 best,

@@ -399,26 +399,24 @@ def _unknown(ev: Evidence, storage: list[str]) -> Verdict:
     )
 
 
-def agree(labels: list[Label], rates: list[float], noise: float) -> tuple[bool, str]:
-    """Whether repeated measurements of one configuration agree on its label.
+MAJORITY = 2 / 3  # of separate measurements of one setting, the share that must agree with the pooled label
+
+
+def agree(labels: list[Label], pooled: Label, spread: float) -> tuple[bool, str]:
+    """Whether separate measurements of one configuration (rounds, confirmations, a monitor's windows)
+    back the label of their pooled figures: two thirds of them must give it.
 
     Args:
         labels (list[Label]): the label of each measurement.
-        rates (list[float]): their throughputs.
-        noise (float): the windows' own spread, (max - min) / median.
+        pooled (Label): the label of the pooled figures.
+        spread (float): how far apart their throughputs were, (max - min) / median.
 
     Returns:
         (True, "") when they agree, else (False, the reason).
     """
-    distinct = list(dict.fromkeys(labels))
-    if len(distinct) <= 1:
+    if not labels or labels.count(pooled) / len(labels) >= MAJORITY:
         return True, ""
-    mid = sorted(rates)[len(rates) // 2] if rates else 0.0
-    apart = (max(rates) - min(rates)) / mid if mid else 0.0
-    return False, (
-        f"{len(labels)} measurements of the same setting said {', '.join(distinct)}, their throughputs "
-        f"{apart:.0%} apart against a window noise of {noise:.0%}"
-    )
+    return False, f"{len(labels)} measurements said {', '.join(labels)}, with throughputs {spread:.0%} apart"
 
 
 __all__ = [
