@@ -38,6 +38,12 @@ def pt(workers: int, sps: float, *, prefetch: int = 2, **fields: Any) -> Point:
         "pss_workers": [0.1 * GIB] * workers,
     }
     defaults.update(fields)
+    # CPU used follows what the point is said to be busy with, unless given
+    if "per_worker_cores" not in fields and "worker_busy" in fields:
+        defaults["per_worker_cores"] = list(fields["worker_busy"])
+        defaults["worker_cores"] = sum(fields["worker_busy"])
+    if "main_loader_cores" not in fields:
+        defaults["main_loader_cores"] = fields.get("main_process_busy", defaults["main_busy"])
     return Point(config, **defaults)
 
 
@@ -431,3 +437,28 @@ def test_computing_workers_as_many_as_the_cores_are_not_told_to_add_more() -> No
     assert rec.bottleneck == "cpu" and any("cores are the limit" in s for s in rec.diagnosis)
     fewer = sweep_of(pt(1, 450, worker_busy=[0.7]), pt(2, 800, worker_busy=[0.65, 0.65]), cores=8)
     assert any("more workers would help" in s for s in fd.bench.recommend(fewer).diagnosis)
+
+
+def test_busy_fetch_threads_on_a_crowded_machine_are_storage_not_cpu() -> None:
+    # S3 read-ahead threads wake on every reply and wait for a core each time: "busy" adds up, CPU does not
+    waiting = pt(
+        0,
+        100,
+        main_busy=0.1,
+        main_process_busy=0.9,
+        main_loader_cores=0.14,
+        stage_ms={"fetch": 12.0, "decode": None, "transform": None, "collate": 0.01},
+        stage_busy={"fetch": 0.99, "decode": None, "transform": None, "collate": 0.001},
+    )
+    rec = fd.bench.recommend(sweep_of(waiting, pt(2, 90, **WAITING)))
+    assert rec.bottleneck == "storage" and "uses only 0.14 cores" in rec.diagnosis[0]
+    # a decoder starved of CPU looks as busy, but its time is in decode: cpu
+    starved = pt(
+        2,
+        300,
+        worker_busy=[0.98, 0.95],
+        per_worker_cores=[0.15, 0.15],
+        stage_ms={"fetch": 0.05, "decode": 2.0, "transform": None, "collate": 0.01},
+        stage_busy={"fetch": 0.01, "decode": 0.4, "transform": None, "collate": 0.001},
+    )
+    assert fd.bench.recommend(sweep_of(pt(0, 100), starved)).bottleneck == "cpu"

@@ -16,8 +16,9 @@ and the sentences of evidence behind it. The rules, in order:
 * ``main-process``: the main process is busy (its main thread running or waiting for a core) 80% or
   more of the time, or computes to rebuild and pin batches half of it: collate, unpickle, pin.
 * ``cpu`` (decode/CPU): the producing processes compute: each worker running or runnable (every thread
-  of it counted: a decoder's helper thread too) half the time or more, or wanting nearly every core.
-  With no workers, the main process with its helper threads busy 80% of the time.
+  of it counted: a decoder's helper thread too) half the time or more; with no workers, the main
+  process with its helper threads 0.8 cores' worth of the time. Unless a wait on storage is seen and
+  fetch takes more of the time than decode and transform (busy fetch threads waking on every reply).
 * ``storage``: something shows a wait on storage: the time in ``fetch`` far above the CPU the
   producers use (a network or object store), block-I/O delay, or threads seen in D state (a disk).
   Never the fallback: idle workers with no such sign are ``unknown``.
@@ -203,6 +204,18 @@ def fetch_wait(ev: Evidence) -> float:
     return max(0.0, fetch - ev.producer_cpu)
 
 
+def fetch_dominates(ev: Evidence) -> bool:
+    """More of the producers' time goes to fetch than to decode and transform together.
+
+    On a crowded machine a pool of fetch threads that wakes on every network reply waits for a core at
+    each wake-up, and those run-queue waits add up to "busy": a producer that waits for bytes then looks
+    busy too. Where the time is spent tells the two apart: a decoder starved of CPU is in decode.
+    """
+    fetch = ev.stage_busy.get("fetch") or 0.0
+    work = (ev.stage_busy.get("decode") or 0.0) + (ev.stage_busy.get("transform") or 0.0)
+    return fetch > work
+
+
 def storage_signs(ev: Evidence) -> list[str]:
     """The measurements that show a wait on storage (empty when none does)."""
     signs = []
@@ -321,7 +334,7 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
             )
         # workers that mostly wait add up run-queue waits on a crowded machine without wanting the cores:
         # a worker computes when it alone is running or runnable half the time
-        if ev.per_worker_busy >= COMPUTING:
+        if ev.per_worker_busy >= COMPUTING and not (storage and fetch_dominates(ev)):
             threads = _threads_text({k: v / ev.workers for k, v in ev.worker_threads.items()})
             return Verdict(
                 "cpu",
@@ -347,7 +360,7 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
             )
         return _unknown(ev, storage)
     # no workers: the main process makes every batch, with whatever threads it starts
-    if ev.main_process_busy >= MAIN_BUSY:
+    if ev.main_process_busy >= MAIN_BUSY and not (storage and fetch_dominates(ev)):
         helpers = _threads_text(ev.main_threads)
         collate = ev.stage_ms.get("collate") or 0.0
         work = sum(ev.stage_ms.get(s) or 0.0 for s in ("fetch", "decode", "transform"))
@@ -427,6 +440,7 @@ __all__ = [
     "Verdict",
     "agree",
     "classify",
+    "fetch_dominates",
     "fetch_wait",
     "storage_signs",
 ]
