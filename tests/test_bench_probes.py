@@ -256,3 +256,26 @@ def test_the_d_state_sampler_looks_at_our_threads() -> None:
     sampler.stop()
     looks, blocked = sampler.counts()
     assert looks >= 5 and 0 <= blocked <= looks
+
+
+def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings() -> None:
+    from fastdata.bench.synthetic import CPUDataset, spin
+
+    started = time.thread_time()
+    for _ in range(20):
+        spin(30_000)
+    per_item = (time.thread_time() - started) / 20  # CPU-seconds one item costs here
+    # epochs of 4 batches per worker (tens of ms): each worker exits long before a window's reading
+    point = measure(
+        CPUDataset(n=32, iterations=30_000),
+        Config(2, 2, False, False, 4),
+        timing=Timing(seconds=1.0, window=0.5, warmup=0.2, min_windows=2),
+        cores=2,
+    )
+    assert point.ok, point.error
+    assert point.restart_s is not None  # epochs did end while measuring
+    # what the workers computed is counted (each wrote its own CPU into the stage table): most of
+    # the CPU the items they made cost (without it, most of it was lost: a third here)
+    made = point.samples_per_s * point.measured_s
+    assert point.worker_cores * point.measured_s > 0.8 * made * per_item
+    assert point.ctx_voluntary + point.ctx_involuntary > 0

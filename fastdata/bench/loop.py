@@ -279,7 +279,7 @@ class _Run:
         self.feed = _Feed(self.loader, self.table, self.config)
         self.feed.next()
         took = perf_counter() - begin
-        self.probe = SystemProbe(self.feed.worker_pids(), self.sampler) if self.probes else None
+        self.probe = SystemProbe(self.feed.worker_pids(), self.sampler, self.table) if self.probes else None
         return took
 
     def warm_up(self) -> float:

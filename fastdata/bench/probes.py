@@ -186,9 +186,15 @@ class SystemProbe:
     Args:
         workers (Sequence[int]): the worker processes' pids.
         sampler (DStateSampler | None): the looks at our threads' states.
+        table (StageTable | None): where the workers write their own CPU, run-queue wait and switches
+            (row 1 + k for worker k): a worker of a short epoch exits between two readings of its /proc
+            files, and what it wrote there still counts.
     """
 
-    def __init__(self, workers: Sequence[int] = (), sampler: DStateSampler | None = None) -> None:
+    def __init__(
+        self, workers: Sequence[int] = (), sampler: DStateSampler | None = None, table: StageTable | None = None
+    ) -> None:
+        self.table = table
         self.pid = os.getpid()
         self._main_tid = threading.get_native_id()
         self.main = ProcessProbe(self.pid, names=python_thread_names)
@@ -233,7 +239,7 @@ class SystemProbe:
         slots = self._workers()
         every = [c for slot in slots for c in slot]
         current = [slot[-1] for slot in slots]
-        busy, iowait = machine_busy(self.cpus)
+        machine, iowait = machine_busy(self.cpus)
         looks, blocked = self.sampler.counts() if self.sampler is not None else (0, 0)
         helpers = dict(main.by_thread)
         if me is not None:  # the main thread's name is the process's: take its own CPU out
@@ -242,23 +248,33 @@ class SystemProbe:
         for c in every:
             for k, v in c.by_thread.items():
                 worker_threads[k] = worker_threads.get(k, 0.0) + v
+        cpu = [sum(c.cpu for c in slot) for slot in slots]
+        busy = [sum(c.cpu + c.runq for c in slot) for slot in slots]
+        vol = sum(c.voluntary for c in every)
+        invol = sum(c.involuntary for c in every)
+        if self.table is not None:  # what each worker wrote itself, where /proc saw less
+            own = [self.table.counters(1 + k) for k in range(len(slots))]
+            cpu = [max(a, o["cpu"]) for a, o in zip(cpu, own)]
+            busy = [max(a, o["cpu"] + o["runq"]) for a, o in zip(busy, own)]
+            vol = max(vol, int(sum(o["voluntary"] for o in own)))
+            invol = max(invol, int(sum(o["involuntary"] for o in own)))
         return {
             "main_cpu": time.thread_time(),
             "main_runq": me.runq if me is not None else 0.0,
             "threads_cpu": main.cpu - (me.cpu if me is not None else 0.0),
             "threads_runq": main.runq - (me.runq if me is not None else 0.0),
             "main_threads": helpers,
-            "workers_cpu": [sum(c.cpu for c in slot) for slot in slots],
-            "workers_busy": [sum(c.cpu + c.runq for c in slot) for slot in slots],
+            "workers_cpu": cpu,
+            "workers_busy": busy,
             "worker_threads": worker_threads,
-            "voluntary": main.voluntary + sum(c.voluntary for c in every),
-            "involuntary": main.involuntary + sum(c.involuntary for c in every),
+            "voluntary": main.voluntary + vol,
+            "involuntary": main.involuntary + invol,
             "blkio": main.blkio + sum(c.blkio for c in every),
             "read_bytes": main.read_bytes + sum(c.read_bytes for c in every),
             "rchar": main.rchar + sum(c.rchar for c in every),
             "threads_main": main.threads,
             "threads_worker": max((c.threads for c in current), default=0),
-            "machine_busy": busy,
+            "machine_busy": machine,
             "machine_iowait": iowait,
             "procs_blocked": procs_blocked(),
             "dstate": main.dstate + sum(c.dstate for c in current),

@@ -181,6 +181,11 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
+def _share(x: float) -> str:
+    """A busy share: "73% of the time", or past one core (several threads) "1.04 cores' worth of the time"."""
+    return f"{x:.0%} of the time" if x <= 1.0 else f"{x:.2f} cores' worth of the time"
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -339,8 +344,8 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
             return Verdict(
                 "cpu",
                 [
-                    f"each worker computes {_pct(ev.per_worker_busy)} of the time (every thread, running or "
-                    f"waiting for a core); the loader wants {ev.demand:.1f} of {ev.cores} cores"
+                    f"each worker computes {_share(ev.per_worker_busy)} (every thread, running or waiting for a "
+                    f"core); the loader wants {ev.demand:.1f} of {ev.cores} cores"
                     + (f"; per worker, threads {threads}" if threads else "")
                     + _stage_note(ev)
                 ],

@@ -305,8 +305,12 @@ def machine_busy(cpus: Sequence[int]) -> tuple[float, float]:
 NSTAGE = 2 * len(STAGES)
 # the marks of the latest epoch's first batch in a process's row, after the stage totals
 MARKS = ("init_start", "init_end", "first_begin", "first_read", "first_read_s", "first_n", "epoch", "pid")
-_COL = {name: NSTAGE + i for i, name in enumerate(MARKS)}
-COLUMNS = NSTAGE + len(MARKS)
+# the process's own counters, written by itself (cumulative over the processes that held the row): a
+# worker that lives one short epoch exits before anyone reads its /proc files
+SELF = ("cpu", "runq", "voluntary", "involuntary")
+SELF_EVERY = 0.02  # seconds between two updates of them (a getrusage and a few small reads)
+_COL = {name: NSTAGE + i for i, name in enumerate(MARKS + SELF)}
+COLUMNS = NSTAGE + len(MARKS) + len(SELF)
 
 
 class StageTable:
@@ -346,6 +350,12 @@ class StageTable:
         sums = self.tensor.numpy()[:, :NSTAGE].sum(axis=0)
         return {name: (float(sums[2 * i]), float(sums[2 * i + 1])) for i, name in enumerate(STAGES)}
 
+    def counters(self, slot: int) -> dict[str, float]:
+        """Row ``slot``'s own process counters (see :data:`SELF`): CPU-seconds and run-queue seconds of all
+        its threads, voluntary and involuntary context switches; summed over the processes that held it."""
+        row = self.tensor.numpy()[slot]
+        return {name: float(row[_COL[name]]) for name in SELF}
+
     def marks(self, slot: int) -> dict[str, float]:
         """The marks of row ``slot`` (see :data:`MARKS`)."""
         row = self.tensor.numpy()[slot]
@@ -369,6 +379,33 @@ class _Attached:
         self.epoch = -1.0
         self.read_at_end = (0.0, 0.0)  # (items, seconds) read by the end of the last batch
         self.first = False
+        # the row's counters count on from the process that held it before; ours from now
+        self.base = [float(self.row[_COL[n]]) for n in SELF]
+        self.start = own_counters()
+        self.updated = 0.0
+
+    def update(self, now: float) -> None:
+        current = own_counters()
+        for i, name in enumerate(SELF):
+            self.row[_COL[name]] = self.base[i] + max(0.0, current[i] - self.start[i])
+        self.updated = now
+
+
+def own_counters() -> list[float]:
+    """This process's (CPU-seconds, run-queue seconds, voluntary and involuntary switches), every thread,
+    exited threads' CPU and switches included (``getrusage``)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    runq = 0.0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            sched = _read(f"/proc/self/task/{tid}/schedstat")
+            if sched:
+                runq += int(sched.split()[1]) / 1e9
+    except OSError:
+        pass
+    return [ru.ru_utime + ru.ru_stime, runq, float(ru.ru_nvcsw), float(ru.ru_nivcsw)]
 
 
 _attached: _Attached | None = None
@@ -406,6 +443,9 @@ def batch_end(n: int) -> None:
         a.row[_COL["first_n"]] = n
         a.row[_COL["epoch"]] = a.epoch
     a.read_at_end = _read_so_far()
+    now = perf_counter()
+    if now - a.updated >= SELF_EVERY or a.first:
+        a.update(now)
     stages.flush()
 
 
@@ -517,6 +557,7 @@ def thread_cpu() -> float:
 __all__ = [
     "COLUMNS",
     "MARKS",
+    "SELF",
     "DStateSampler",
     "ProbeInit",
     "ProcessCounters",
@@ -529,6 +570,7 @@ __all__ = [
     "detach",
     "machine_busy",
     "open_fds",
+    "own_counters",
     "pss",
     "python_thread_names",
     "read_thread",
