@@ -34,6 +34,7 @@ def test_stacks_are_grouped_by_process_and_stage() -> None:
     # the DataLoader's own fetcher is plumbing: the stage is where the dataset's time goes
     assert workers.stages == {"decode": 90, "fetch": 10}
     assert stage_of(["_worker_loop (torch/utils/data/_utils/worker.py:349)"]) == "other"
+    assert stage_of(["<module> (x.py:1)", "record (fastdata/bench/profile.py:241)"]) == "step"
     assert "decode 90%" in workers.lines()[0]
 
 

@@ -5,7 +5,7 @@ The loader runs in this process at the given configuration while ``py-spy record
 ``queue.get`` is the answer to "is it waiting for the workers?", so waiting stacks count too). The
 collapsed stacks are grouped by process (the main process's main thread; the workers' main threads)
 and by stage (decode, fetch, transform, collate, ``queue.get``, unpickle) from the leafmost frame
-that names one, and saved as a flame graph (SVG, written here: py-spy's own SVG cannot be regrouped)
+that names one ("step": the profiling loop's own simulated step), and saved as a flame graph (SVG, written here: py-spy's own SVG cannot be regrouped)
 and as the raw stacks.
 
 py-spy reads another process's memory through ptrace: where that is not allowed (a container
@@ -90,7 +90,10 @@ def parse_raw(text: str) -> list[Stack]:
 
 
 def stage_of(frames: list[str]) -> str:
-    """The stage of one stack: the leafmost frame that names one (the DataLoader's plumbing skipped)."""
+    """The stage of one stack: the leafmost frame that names one (the DataLoader's plumbing skipped);
+    "step" for the simulated training step of the profiling loop itself."""
+    if frames and "fastdata/bench/profile.py" in frames[-1]:
+        return "step"
     for frame in reversed(frames):
         if _PLUMBING.search(frame):
             continue
