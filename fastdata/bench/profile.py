@@ -5,8 +5,8 @@ The loader runs in this process at the given configuration while ``py-spy record
 ``queue.get`` is the answer to "is it waiting for the workers?", so waiting stacks count too). The
 collapsed stacks are grouped by process (the main process's main thread; the workers' main threads)
 and by stage (decode, fetch, transform, collate, ``queue.get``, unpickle) from the leafmost frame
-that names one ("step": the profiling loop's own simulated step), and saved as a flame graph (SVG, written here: py-spy's own SVG cannot be regrouped)
-and as the raw stacks.
+that names one ("step": the profiling loop's own simulated step), and saved as a flame graph (SVG,
+written here: py-spy's own SVG cannot be regrouped) and as the raw stacks.
 
 py-spy reads another process's memory through ptrace: where that is not allowed (a container
 without ``CAP_SYS_PTRACE``, ``kernel.yama.ptrace_scope`` >= 2, a non-root user with
