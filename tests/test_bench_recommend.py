@@ -440,7 +440,7 @@ def test_computing_workers_as_many_as_the_cores_are_not_told_to_add_more() -> No
     # the probes see cores left, but more workers were measured and were slower: said, not advised
     tried = sweep_of(pt(1, 800, worker_busy=[0.7], machine_busy_cores=1.9), pt(2, 600, worker_busy=[0.6] * 2))
     said = " ".join(fd.bench.recommend(tried).diagnosis)
-    assert "more workers would help" not in said and "2 workers measured no faster (600 against 800" in said
+    assert "more workers would help" not in said and "2w pf2 measured no faster (600 against 800" in said
 
 
 def test_busy_fetch_threads_on_a_crowded_machine_are_storage_not_cpu() -> None:

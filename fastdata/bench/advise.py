@@ -167,7 +167,8 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
         )
     if w and procs_per_node * (w + 1) > phys and kind in COMPUTING_LABELS:
         warnings.append(
-            f"the single-process answer ({w} workers) on every rank would run {procs_per_node} x ({w} + 1) = "
+            f"the single-process answer ({w} worker{'s' if w != 1 else ''}) on every rank would run "
+            f"{procs_per_node} x ({w} + 1) = "
             f"{procs_per_node * (w + 1)} computing processes on {phys} physical cores: oversubscribed"
         )
     mem = result.usable_memory

@@ -307,17 +307,13 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
         extra.append(f"{_workers(w)} is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w})")
     advice = list(v.advice)
     if v.label == "cpu" and any("more workers would help" in a for a in advice):
-        larger = [
-            p
-            for p in with_workers
-            if p.config.series() == best.config.series() and p.config.num_workers > best.config.num_workers
-        ]
+        larger = [p for p in with_workers if p.config.num_workers > best.config.num_workers]
         if larger:
             # the probes say cores are left, but the sweep measured more workers and they were no faster
             top = max(larger, key=lambda p: p.samples_per_s)
             others = max(0.0, best.machine_busy_cores - best.total_cores)
             advice = [
-                f"cores looked free, but {_workers(top.config.num_workers)} measured no faster "
+                f"cores looked free, but {top.config.label()} measured no faster "
                 f"({top.samples_per_s:,.0f} against {best.samples_per_s:,.0f} samples/s): other programs held "
                 f"{others:.1f} of the {result.usable_cores} cores; on an idle machine more workers may help"
             ]

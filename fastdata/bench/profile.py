@@ -278,10 +278,10 @@ def profile_and_report(
     try:
         prof = record(factory, config, out_dir, sweep_kwargs=sweep_kwargs)
     except ConfigError as e:
-        console.print(f"profile: {e}", markup=False, highlight=False)
+        console.print(f"profile: {e}", markup=False, highlight=False, soft_wrap=True)
         return None
     for line in prof.lines():
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return prof
 
 
