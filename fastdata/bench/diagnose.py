@@ -305,20 +305,20 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
     if room and best.config.num_workers == largest and largest:
         w = best.config.num_workers
         extra.append(f"{_workers(w)} is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w})")
-    advice = list(v.advice)
-    if v.label == "cpu" and any("more workers would help" in a for a in advice):
+    todo = list(v.advice)
+    if v.label == "cpu" and any("more workers would help" in a for a in todo):
         larger = [p for p in with_workers if p.config.num_workers > best.config.num_workers]
         if larger:
             # the probes say cores are left, but the sweep measured more workers and they were no faster
             top = max(larger, key=lambda p: p.samples_per_s)
             others = max(0.0, best.machine_busy_cores - best.total_cores)
-            advice = [
+            todo = [
                 f"cores looked free, but {top.config.label()} measured no faster "
                 f"({top.samples_per_s:,.0f} against {best.samples_per_s:,.0f} samples/s): other programs held "
                 f"{others:.1f} of the {result.usable_cores} cores; on an idle machine more workers may help"
             ]
     growth = _growth(result, best)
-    return Diagnosis(v.label, v.evidence + ([growth] if growth else []), advice + extra, notes, best)
+    return Diagnosis(v.label, v.evidence + ([growth] if growth else []), todo + extra, notes, best)
 
 
 def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) -> list[str]:
