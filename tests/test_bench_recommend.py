@@ -466,3 +466,19 @@ def test_busy_fetch_threads_on_a_crowded_machine_are_storage_not_cpu() -> None:
         stage_busy={"fetch": 0.01, "decode": 0.4, "transform": None, "collate": 0.001},
     )
     assert fd.bench.recommend(sweep_of(pt(0, 100), starved)).bottleneck == "cpu"
+
+
+def test_no_workers_fastest_without_a_transfer_cost_seen_is_not_ipc() -> None:
+    # video decoded on a helper thread at no workers measured fastest on a crowded machine, but with
+    # workers the main process was idle, not receiving: the label is the no-worker point's own (cpu)
+    decoding = pt(
+        0,
+        300,
+        main_busy=0.3,
+        main_process_busy=1.1,
+        main_threads={"fastdata-decode": 0.8},
+        stage_ms={"fetch": 0.1, "decode": 4.0, "transform": None, "collate": 0.2},
+        stage_busy={"fetch": 0.02, "decode": 0.8, "transform": None, "collate": 0.04},
+    )
+    rec = fd.bench.recommend(sweep_of(decoding, pt(2, 200, main_busy=0.1, worker_busy=[0.9, 0.9])))
+    assert rec.bottleneck == "cpu", rec.text()

@@ -6,8 +6,9 @@ a sweep can see, in order:
 
 * ``memory``: a point died (the OOM killer) or held 80% of the usable memory.
 * ``step``: with a step time, the recommended point keeps the stall under the target.
-* ``ipc``: no workers is fastest while the main process computes all the time: items are so cheap that
-  moving them between processes costs more than making them.
+* ``ipc``: no workers is fastest while the main process computes all the time, and with workers the
+  main process is seen busy receiving: items are so cheap that moving them between processes costs
+  more than making them.
 * ``uncertain``: the best point's separate measurements (rounds, confirmations) got different labels,
   and fewer than two thirds of them agree with the label of the pooled figures.
 * otherwise the best point's own label, with its evidence.
@@ -40,6 +41,7 @@ from fastdata.loading.probes import StartSplit
 Bottleneck = Label
 
 STARTUP_NOTE = 0.05  # start-up against one epoch's time: worth persistent workers
+TRANSFER_BUSY = 0.4  # with workers, the main process busy this much (or receiving half of it): moving costs
 NOISY = 0.5  # windows' spread, (max - min) / median, beyond which a 5% comparison is guesswork
 WORKER_COMPUTING = COMPUTING
 
@@ -271,11 +273,11 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
     if rec.config.num_workers == 0 and with_workers and not result.step_time:
         top = max(with_workers, key=lambda p: p.samples_per_s)
         waits = storage_signs(evidence(rec, result))  # a slow store: the verdict is storage, not transfer
-        if (
-            top.samples_per_s < rec.samples_per_s
-            and (rec.main_process_busy or rec.main_busy) >= MAIN_BUSY
-            and not waits
-        ):
+        # and with workers, receiving must be seen to cost: the main process busy, or rebuilding batches
+        # (a decode-heavy loader that measured fastest with no workers on a crowded machine is not "ipc")
+        moving = top.main_busy >= TRANSFER_BUSY or top.unpickle + top.pin >= TRANSFER_BUSY / 2
+        computing = (rec.main_process_busy or rec.main_busy) >= MAIN_BUSY
+        if top.samples_per_s < rec.samples_per_s and computing and moving and not waits:
             text = (
                 f"items are so cheap that sending them between processes costs more than making them: no "
                 f"workers gives {rec.samples_per_s:,.0f} samples/s with the main process computing "
