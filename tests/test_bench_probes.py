@@ -195,12 +195,15 @@ def test_every_thread_of_a_process_is_counted_a_helper_thread_included() -> None
     helper = threading.Thread(target=decode, name="decoder-helper")
     helper.start()
     worked.wait()
-    probe.read()  # seen alive, by its Python name
+    mid = probe.read()  # seen alive, by its Python name
     release.set()
     helper.join()  # the helper has exited: its last reading still counts
-    after = probe.read().minus(before)
-    assert after.by_thread.get("decoder-helper", 0.0) > 0.05
-    assert after.cpu >= after.by_thread["decoder-helper"]
+    after = probe.read()
+    seen = {k: v.name for k, v in probe._seen.items()}
+    assert mid.by_thread.get("decoder-helper", 0.0) - before.by_thread.get("decoder-helper", 0.0) > 0.05, seen
+    assert after.by_thread["decoder-helper"] >= mid.by_thread["decoder-helper"], seen
+    assert after.cpu >= mid.cpu >= before.cpu
+    after = after.minus(before)
     assert after.voluntary + after.involuntary > 0 and after.threads >= 1
 
 

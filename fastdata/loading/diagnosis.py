@@ -67,6 +67,7 @@ START_UP: tuple[Label, ...] = ("fork", "worker-init", "shuffle-fill")
 
 MEMORY_NEAR = 0.8  # PSS of the loader's processes against the memory they may use
 START_BOUND = 0.3  # share of the time spent waiting for epochs' first batches: start-up is the limit
+START_PART = 0.45  # ... and the share of that wait its largest part must take to name it
 STALL_TARGET = 0.05  # with a step: the loop waits less than this share of the time: the step is the limit
 MAIN_BUSY = 0.8  # main thread running or runnable this much of the time: the main process is the limit
 RECEIVE = 0.5  # ... or computing to rebuild and pin batches this much of the time
@@ -258,6 +259,8 @@ def _start_up(ev: Evidence) -> Verdict | None:
     if split is None or ev.epoch_start < START_BOUND or split.total <= 0:
         return None
     part, secs = split.largest()
+    if secs < START_PART * split.total:
+        return None  # no part stands out: the wait is the pipeline's own latency, not one start-up cost
     share = f"{_pct(ev.epoch_start)} of the time goes to waiting for epochs' first batches ({split.total:.2f} s each)"
     parts = ", ".join(f"{p} {getattr(split, p):.2f} s" for p in StartSplit.PARTS)
     if part == "launch":
