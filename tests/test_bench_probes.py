@@ -226,7 +226,7 @@ def threading_id() -> int:
 
 
 def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill(tmp_path: Any) -> None:
-    from fastdata.loading.probes import start_split
+    from fastdata.loading.stage_table import start_split
 
     shards = make_shards(tmp_path, shards=2, per_shard=64, jpeg=True)
 

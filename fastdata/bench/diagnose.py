@@ -36,7 +36,7 @@ from fastdata.loading.diagnosis import (
     storage_signs,
 )
 from fastdata.loading.diagnosis import classify as classify_evidence
-from fastdata.loading.probes import StartSplit
+from fastdata.loading.stage_table import StartSplit
 
 Bottleneck = Label
 

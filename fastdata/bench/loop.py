@@ -38,8 +38,8 @@ from fastdata.bench.probes import (
 )
 from fastdata.bench.result import Config, Point, Window
 from fastdata.core.errors import ConfigError, check_positive
-from fastdata.loading import probes as library
-from fastdata.loading.probes import StartSplit, start_split
+from fastdata.loading import stage_table as library
+from fastdata.loading.stage_table import StartSplit, start_split
 
 StepFn = Callable[[Any], object]
 
@@ -111,7 +111,7 @@ def make_loader(
 
 class _Feed:
     """Batches from a DataLoader, epoch after epoch; timing each restart and, with a stage table,
-    splitting each epoch's first-batch wait (:func:`fastdata.loading.probes.start_split`).
+    splitting each epoch's first-batch wait (:func:`fastdata.loading.stage_table.start_split`).
 
     ``on_epoch_end(t)`` is called when an epoch runs out, before the next starts (``t``: when its last
     batch was asked for), so that the caller can close its window there.

@@ -3,9 +3,9 @@
 Three sources, each read cheaply:
 
 * **Stages in the producing processes** (fetch, decode, transform, collate): datasets time themselves
-  with :mod:`fastdata.core.stages`; :class:`~fastdata.loading.probes.ProbeInit` (the workers'
+  with :mod:`fastdata.core.stages`; :class:`~fastdata.loading.stage_table.ProbeInit` (the workers'
   ``worker_init_fn``) points each worker at its own row of a shared-memory
-  :class:`~fastdata.loading.probes.StageTable`, and :class:`ProbedCollate` times the ``collate_fn``, marks
+  :class:`~fastdata.loading.stage_table.StageTable`, and :class:`ProbedCollate` times the ``collate_fn``, marks
   each epoch's first batch and copies the worker's totals to its row once per batch.
 * **The main process, per batch**: :class:`ProbedCollate` wraps each batch in a :class:`Probed`
   envelope carrying its sample count and size. The envelope times its own unpickling (its first
@@ -31,19 +31,18 @@ import numpy as np
 import torch
 
 from fastdata.core import stages
-from fastdata.loading import probes as library
+from fastdata.loading import stage_table as library
 from fastdata.loading.probes import (
     DStateSampler,
-    ProbeInit,
     ProcessCounters,
     ProcessProbe,
-    StageTable,
     machine_busy,
     open_fds,
     pss,
     python_thread_names,
     usable_cpus,
 )
+from fastdata.loading.stage_table import ProbeInit, StageTable
 
 
 def _rebuild(started: float, started_cpu: float, n: int, nbytes: int, batch: Any) -> Probed:

@@ -174,7 +174,7 @@ class Point:
         epoch_start (float): share of the measured time spent waiting for epochs' first batches (or,
             when no epoch ended while measuring, the first batch's wait against an epoch's time).
         start_split, restart_split (dict[str, float]): where the first batch's wait went (launch, init,
-            fill, produce, deliver; see :class:`fastdata.loading.probes.StartSplit`), at the start and
+            fill, produce, deliver; see :class:`fastdata.loading.stage_table.StartSplit`), at the start and
             (median) at later epochs' starts.
         parent_rss (float): the main process's resident memory when the workers started, bytes.
         round_labels (list[str]): the label of each separate measurement of this configuration (rounds).

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fastdata.loading.probes import StartSplit
+from fastdata.loading.stage_table import StartSplit
 
 Label = Literal[
     "storage",
