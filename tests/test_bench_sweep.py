@@ -15,7 +15,7 @@ import pytest
 
 import fastdata as fd
 from fastdata.bench.cores import usable_cores
-from fastdata.bench.synthetic import CheapDataset, CPUDataset, HeavyBatchDataset, IOWaitDataset
+from fastdata.bench.synthetic import CheapDataset, CPUDataset, IOWaitDataset
 
 # short measurements: a few windows per point; rounds=2 interleaves the grid so that a burst of load
 # from another program is shared by every point instead of landing on one
@@ -74,18 +74,6 @@ def test_trivially_cheap_items_are_best_loaded_without_workers() -> None:
     rec = fd.bench.recommend(result)
     assert rec.kwargs["num_workers"] == 0 and "prefetch_factor" not in rec.kwargs
     assert rec.bottleneck == "ipc"
-
-
-@pytest.mark.slow
-def test_huge_python_batches_are_diagnosed_main_process_bound() -> None:
-    ds = HeavyBatchDataset()
-    result = fd.bench.sweep(ds, workers=[0, 2, 4, 8], batch_size=4, collate_fn=ds.collate_fn, **QUICK)
-    rec = fd.bench.recommend(result)
-    assert rec.config is not None and rec.config.num_workers >= 2, rec.text()
-    assert rec.bottleneck == "main-process", rec.text()
-    # the main process's time goes to unpickling, as the diagnosis says (wall time: a crowded machine may
-    # keep it waiting for a core in the middle of it)
-    assert rec.best is not None and rec.best.unpickle > 0.25
 
 
 @pytest.mark.slow
