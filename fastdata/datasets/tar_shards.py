@@ -13,7 +13,6 @@ from torch.utils.data import IterableDataset, default_collate
 from fastdata.core import process
 from fastdata.core.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
 from fastdata.core.resume import ResumeState, load_state
-from fastdata.core.seeding import on_epoch
 from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
 from fastdata.core.world import World
 from fastdata.datasets.base import DatasetBase
@@ -132,8 +131,8 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: the resume position is taken now, when the DataLoader (or its worker) asks
         # for the iterator, so it applies to exactly one pass.
+        self.begin_pass()
         world = self.worker_world()
-        on_epoch(world)
         start, length = self._span
         if self.batch_size is not None and self.drop_last:
             length -= length % self.batch_size
@@ -229,6 +228,9 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         """The shards that positions ``lo .. hi-1`` of this rank's part of the epoch fall in."""
         shards, _ = locate(offsets, order, (start + shuffled.positions(lo, hi)) % self.total)
         return [self.urls[i] for i in dict.fromkeys(shards.tolist())]
+
+    def _epoch_randomness(self) -> str | None:
+        return "the order of shards and samples (shuffle=True)" if self.shuffle else None
 
     def _plan(self) -> dict[str, int]:
         plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed}
