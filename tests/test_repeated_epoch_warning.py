@@ -5,10 +5,7 @@ are printed there (the test lets them print) and read back from the captured std
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,8 +14,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 import fastdata as fd
 from fastdata.core.seeding import RepeatedEpochWarning
 from tests.datagen import make_shards
-from tests.seeding_probe import as_list
 from tests.videogen import make_videos
+from tests.worker_probe import as_list, printing
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +34,6 @@ def repeats(caught: list[warnings.WarningMessage]) -> list[str]:
 
 def tar(shards: list[str], **options: Any) -> fd.TarShardDataset:
     return fd.TarShardDataset(shards, shuffle=True, shuffle_window=4, batch_size=3, **options)
-
-
-@contextlib.contextmanager
-def printing() -> Iterator[None]:
-    """Warnings printed to stderr, in this process and in the workers it forks (inside a test, pytest
-    records them instead, and a forked worker's records never come back)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = _print
-        yield
-
-
-def _print(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
-    sys.stderr.flush()
 
 
 def test_tar_shards_warn_once_naming_the_dataset_and_the_fix(shards: list[str]) -> None:

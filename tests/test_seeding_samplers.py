@@ -18,8 +18,8 @@ import fastdata as fd
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_h5
 from tests.s3_server import MotoServer, upload_files
-from tests.seeding_probe import Draws, as_list, draw
 from tests.videogen import make_videos
+from tests.worker_probe import Draws, as_list, draw
 
 # passes of one run: (the dataset's epoch to set, or None: leave it; the sampler's epoch)
 ONLY_SAMPLER = [(None, 0), (None, 1), (2, 2)]
