@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset, default_collate
 
-from fastdata.core import process, stages
+from fastdata.core import process
 from fastdata.core.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
-from fastdata.core.pipeline import SKIP, SamplePipeline
 from fastdata.core.resume import ResumeState, load_state
-from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
+from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, rank_span, split_counts, worker_ranges
 from fastdata.core.shared import EGRESS_FLAG
 from fastdata.core.world import World
 from fastdata.datasets.base import DatasetBase
@@ -26,6 +24,7 @@ from fastdata.datasets.tar_window import (
     LOCAL_CHUNK,
     Ahead,
     EgressWarning,
+    EpochReader,
     WindowWarning,
     by_window,
     window_order,
@@ -34,15 +33,6 @@ from fastdata.datasets.tar_window import (
 )
 from fastdata.formats.decode import DecodeMode, Decoder, make_decoder
 from fastdata.storage import expand_urls, scheme
-
-
-class _Epoch(NamedTuple):
-    """One pass's plan of this rank: its part of the epoch sequence and where each shard lies in it."""
-
-    start: int  # the part's first position in the epoch sequence
-    length: int  # positions in the part
-    offsets: np.ndarray  # where shard ``order[i]`` starts in the epoch sequence (see split_counts)
-    order: np.ndarray  # the shards in this epoch's order
 
 
 class TarShardDataset(DatasetBase, IterableDataset[Any]):
@@ -193,7 +183,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         if self.batch_size is not None and self.drop_last:
             length -= length % self.batch_size
         order = epoch_order(len(self.urls), shuffle=self.shuffle, seed=self.seed, epoch=world.epoch)
-        epoch = _Epoch(start, length, split_counts(self.source.counts, order), order)
+        epoch = EpochReader(self.source, start, length, split_counts(self.source.counts, order), order)
         if self.batch_size is None:
             return self._samples(world, epoch)
         first, stride, worker = self._first_batch(world)
@@ -221,28 +211,27 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             )
         return batches, world.num_workers, 0
 
-    def _samples(self, world: World, epoch: _Epoch) -> Iterator[Any]:
+    def _samples(self, world: World, epoch: EpochReader) -> Iterator[Any]:
         """Per-sample mode: this worker's contiguous range, a window at a time, each sample decoded as it
         leaves its window (see :mod:`fastdata.datasets.tar_window`)."""
         within = epoch.offsets[1:-1] - epoch.start  # where shards start, in this rank's part
         within = within[(within > 0) & (within < epoch.length)]
         lo, hi = worker_span(epoch.length, world.worker, world.num_workers, within)
         windows = (self._window(w, min(hi, w + self._reads), world.epoch) for w in range(lo, hi, self._reads))
-        pipeline = self.source.pipeline
         if not self.remote:
             try:
                 for positions in windows:
                     for c in range(0, len(positions), LOCAL_CHUNK):
                         chunk = positions[c : c + LOCAL_CHUNK]
-                        yield from self._finish(self._raw(epoch, chunk), chunk, pipeline)
+                        yield from epoch.finish(epoch.raw(chunk), chunk)
             finally:
                 self.source.close()
             return
-        ahead = Ahead(functools.partial(self._raw, epoch), windows)
+        ahead = Ahead(epoch.raw, windows)
         try:
             for positions, raw in ahead:
                 half = len(positions) // 2
-                for n, sample in enumerate(self._finish(raw, positions, pipeline)):
+                for n, sample in enumerate(epoch.finish(raw, positions)):
                     if n == half:
                         ahead.fetch_next()
                     yield sample
@@ -257,7 +246,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         return window_order(lo, hi, seed=self.seed, epoch=epoch, rank=self.rank)
 
     def _batches(
-        self, world: World, epoch: _Epoch, shuffled: WindowShuffle, first: int, stride: int, worker: int
+        self, world: World, epoch: EpochReader, shuffled: WindowShuffle, first: int, stride: int, worker: int
     ) -> Iterator[Any]:
         unit = self.batch_size
         assert unit is not None
@@ -270,13 +259,13 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         try:
             if not self.remote:
                 for lo, hi, positions in mine:
-                    yield self._batch(world, epoch, (lo, hi, stride), positions, self._read_positions(epoch, positions))
+                    yield self._batch(world, epoch, (lo, hi, stride), positions, epoch.decoded(positions))
                 return
             # remote: this worker's batches that start in one window are fetched together, shard by shard;
             # unshuffled batches dealt to several workers, one by one (fetched together, the runs of the other
             # workers' batches between them would be fetched too)
             together = self._reads if self.shuffle or stride == 1 else unit
-            ahead = Ahead(functools.partial(self._raw_group, epoch), by_window(mine, together))
+            ahead = Ahead(epoch.raw_group, by_window(mine, together))
             pipeline = self.source.pipeline
             for group, raw in ahead:
                 for n, (lo, hi, positions) in enumerate(group):
@@ -290,7 +279,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             self.source.close()
 
     def _batch(
-        self, world: World, epoch: _Epoch, where: tuple[int, int, int], positions: np.ndarray, batch: list[Any]
+        self, world: World, epoch: EpochReader, where: tuple[int, int, int], positions: np.ndarray, batch: list[Any]
     ) -> Any:
         """The collated ``batch`` of positions ``lo .. hi-1`` (``where``: lo, hi, stride); notes the position
         reached first."""
@@ -302,65 +291,13 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         if not batch:
             # leaving the batch out would give this rank fewer batches than the others (a hang at the next
             # collective) and shift every later batch (a wrong resume)
-            shards = self._shards_at(epoch, positions)
+            shards = epoch.shards_at(positions)
             raise BadSample(
                 f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)}) "
                 "was bad and skipped; an empty batch cannot be collated; see the warnings above",
                 shards[0],
             )
         return self.collate_fn(batch)
-
-    def _locate(self, epoch: _Epoch, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(shard, sample number in it)`` of positions of this rank's part of the epoch."""
-        return locate(epoch.offsets, epoch.order, (epoch.start + positions) % self.total)
-
-    def _read_positions(self, epoch: _Epoch, positions: np.ndarray) -> list[Any]:
-        """The samples at ``positions`` of this rank's part of the epoch, decoded, in order."""
-        shards, local = self._locate(epoch, positions)
-        out: list[Any] = []
-        # read runs of consecutive positions that fall in the same shard together
-        cuts = np.flatnonzero(np.diff(shards)) + 1
-        for run_shards, run_local in zip(np.split(shards, cuts), np.split(local, cuts)):
-            out.extend(self.source.read(int(run_shards[0]), run_local.tolist()))
-        return out
-
-    def _raw(self, epoch: _Epoch, positions: np.ndarray) -> dict[int, Sample]:
-        """The samples at ``positions`` undecoded, by position; read shard by shard in file order, so that a
-        remote shard's part comes in as few ranged GETs as its size allows. Bad samples are left out
-        (handled by the policy)."""
-        shards, local = self._locate(epoch, positions)
-        by_file = np.lexsort((local, shards))
-        out: dict[int, Sample] = {}
-        for run in np.split(by_file, np.flatnonzero(np.diff(shards[by_file])) + 1):
-            if not len(run):
-                continue
-            which = local[run].tolist()
-            kept: list[int] = []
-            got = self.source.read(int(shards[run[0]]), which, decode=False, kept=kept)
-            sample_of = dict(zip(kept, got))
-            for p, i in zip(positions[run].tolist(), which):
-                if i in sample_of:
-                    out[p] = sample_of[i]
-        return out
-
-    def _raw_group(self, epoch: _Epoch, group: list[tuple[int, int, np.ndarray]]) -> dict[int, Sample]:
-        return self._raw(epoch, np.concatenate([positions for _, _, positions in group]))
-
-    @staticmethod
-    def _finish(raw: dict[int, Sample], positions: np.ndarray, pipeline: SamplePipeline) -> Iterator[Any]:
-        """The samples at ``positions``, taken out of ``raw`` and decoded one by one (bad ones skipped)."""
-        t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
-        for p in positions.tolist():
-            sample = raw.pop(p, None)
-            if sample is not None:
-                done, t = pipeline(sample, t)
-                if done is not SKIP:
-                    yield done
-
-    def _shards_at(self, epoch: _Epoch, positions: np.ndarray) -> list[str]:
-        """The shards that ``positions`` of this rank's part of the epoch fall in."""
-        shards, _ = self._locate(epoch, positions)
-        return [self.urls[i] for i in dict.fromkeys(shards.tolist())]
 
     def _warn_egress(self, world: World) -> None:
         """Batched mode on remote shards: every worker reads the windows that hold its batches, so with

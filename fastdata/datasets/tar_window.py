@@ -22,14 +22,17 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from fastdata.core import stages
 from fastdata.core.handles import ProcessLocal
+from fastdata.core.pipeline import SKIP
+from fastdata.core.sharding import locate
+from fastdata.datasets.tar_source import Sample, TarSource
 
 DEFAULT_WINDOW = 4096  # samples
 DEFAULT_WINDOW_BYTES = 64 * 2**20  # bytes of undecoded samples
 LOCAL_CHUNK = 64  # samples of a local shard read at once in per-sample mode
 SNAP = 0.1  # a worker's range end moves to a shard boundary within this share of a worker's part
 
-Sample = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -133,6 +136,74 @@ def by_window(batches: Iterator[Batch], window: int) -> Iterator[list[Batch]]:
         yield group
 
 
+class EpochReader:
+    """The samples at positions of one rank's part of one epoch, read through a dataset's shards.
+
+    Args:
+        source (TarSource): the dataset's shards and readers.
+        start, length (int): the part of the epoch sequence (see :mod:`fastdata.core.sharding`).
+        offsets (np.ndarray): where shard ``order[i]`` starts in the epoch sequence (``split_counts``).
+        order (np.ndarray): the shards in this epoch's order.
+    """
+
+    def __init__(self, source: TarSource, start: int, length: int, offsets: np.ndarray, order: np.ndarray) -> None:
+        self.source, self.start, self.length, self.offsets, self.order = source, start, length, offsets, order
+        self.total = int(offsets[-1])
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(shard, sample number in it)`` of ``positions`` of the part."""
+        return locate(self.offsets, self.order, (self.start + positions) % self.total)
+
+    def decoded(self, positions: np.ndarray) -> list[Any]:
+        """The samples at ``positions``, decoded, in order (bad ones left out)."""
+        shards, local = self.locate(positions)
+        out: list[Any] = []
+        # read runs of consecutive positions that fall in the same shard together
+        cuts = np.flatnonzero(np.diff(shards)) + 1
+        for run_shards, run_local in zip(np.split(shards, cuts), np.split(local, cuts)):
+            out.extend(self.source.read(int(run_shards[0]), run_local.tolist()))
+        return out
+
+    def raw(self, positions: np.ndarray) -> dict[int, Sample]:
+        """The samples at ``positions`` undecoded, by position; read shard by shard in file order, so that a
+        remote shard's part comes in as few ranged GETs as its size allows. Bad samples are left out
+        (handled by the policy)."""
+        shards, local = self.locate(positions)
+        by_file = np.lexsort((local, shards))
+        out: dict[int, Sample] = {}
+        for run in np.split(by_file, np.flatnonzero(np.diff(shards[by_file])) + 1):
+            if not len(run):
+                continue
+            which = local[run].tolist()
+            kept: list[int] = []
+            got = self.source.read(int(shards[run[0]]), which, decode=False, kept=kept)
+            sample_of = dict(zip(kept, got))
+            for p, i in zip(positions[run].tolist(), which):
+                if i in sample_of:
+                    out[p] = sample_of[i]
+        return out
+
+    def raw_group(self, group: list[Batch]) -> dict[int, Sample]:
+        """:meth:`raw` of every position of a group of batches."""
+        return self.raw(np.concatenate([positions for _, _, positions in group]))
+
+    def finish(self, raw: dict[int, Sample], positions: np.ndarray) -> Iterator[Any]:
+        """The samples at ``positions``, taken out of ``raw`` and decoded one by one (bad ones skipped)."""
+        pipeline = self.source.pipeline
+        t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
+        for p in positions.tolist():
+            sample = raw.pop(p, None)
+            if sample is not None:
+                done, t = pipeline(sample, t)
+                if done is not SKIP:
+                    yield done
+
+    def shards_at(self, positions: np.ndarray) -> list[str]:
+        """The shards that ``positions`` fall in."""
+        shards, _ = self.locate(positions)
+        return [self.source.urls[i] for i in dict.fromkeys(shards.tolist())]
+
+
 class EgressWarning(UserWarning):
     """Remote shards: a setting makes every byte be fetched more than once per epoch."""
 
@@ -146,6 +217,7 @@ __all__ = [
     "DEFAULT_WINDOW_BYTES",
     "Ahead",
     "EgressWarning",
+    "EpochReader",
     "WindowWarning",
     "by_window",
     "bytes_per_sample",
