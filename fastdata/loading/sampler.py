@@ -77,18 +77,6 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         )
 
     def __iter__(self) -> Iterator[int]:
-        self._passes += 1
-        began = self._shared.begin_pass(SAMPLER_LOG, derive_seed(process.pid(), id(self), self._passes))
-        if began.repeated and self.shuffle and self._shared.once(SAMPLER_REPEAT_FLAG):
-            of = f" of {self._owner}" if self._owner else ""
-            warnings.warn(
-                f"EpochSampler{of}: a new pass started at epoch {self.epoch}, which was read before, and the "
-                "epoch was not set again: the order is the same as in the last pass. Call "
-                "sampler.set_epoch(epoch) (or ds.set_epoch) at the start of every epoch, or iterate through "
-                "fastdata.Loader, which does it",
-                RepeatedEpochWarning,
-                stacklevel=2,
-            )
         order = self.indices()
         if self._publish is not None:
             self._publish(self.epoch, order)
@@ -100,11 +88,28 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         self._position = [self.epoch, start]
         return self._walk(order[start:].tolist(), self._position)
 
-    @staticmethod
-    def _walk(indices: list[int], position: list[int]) -> Iterator[int]:
+    def _walk(self, indices: list[int], position: list[int]) -> Iterator[int]:
+        # the pass begins with its first index: an iterator made and dropped unread (torchdata makes one
+        # before it loads a state) is no pass
+        self._begin_pass()
         for i in indices:
             position[1] += 1  # before the yield: a state taken right after next() counts this index
             yield i
+
+    def _begin_pass(self) -> None:
+        """Log the pass in the shared state; warn once when it repeats a shuffled epoch (not set again)."""
+        self._passes += 1
+        began = self._shared.begin_pass(SAMPLER_LOG, derive_seed(process.pid(), id(self), self._passes))
+        if began.repeated and self.shuffle and self._shared.once(SAMPLER_REPEAT_FLAG):
+            of = f" of {self._owner}" if self._owner else ""
+            warnings.warn(
+                f"EpochSampler{of}: a new pass started at epoch {self.epoch}, which was read before, and the "
+                "epoch was not set again: the order is the same as in the last pass. Call "
+                "sampler.set_epoch(epoch) (or ds.set_epoch) at the start of every epoch, or iterate through "
+                "fastdata.Loader, which does it",
+                RepeatedEpochWarning,
+                stacklevel=3,
+            )
 
     def __len__(self) -> int:
         return self._length
