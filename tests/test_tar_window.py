@@ -72,7 +72,7 @@ def test_worker_ranges_snap_to_shard_boundaries() -> None:
     assert worker_span(40, 0, 2, np.array([], dtype=np.int64)) == (0, 20)
 
 
-@pytest.mark.parametrize(("num_workers", "context"), [(0, None), (2, "fork"), (3, "spawn")])
+@pytest.mark.parametrize(("num_workers", "context"), [(0, None), (2, "fork"), (3, "fork")])
 def test_per_sample_mode_reads_every_sample_once_and_whole_shards_per_worker(
     shards: list[str], num_workers: int, context: str | None
 ) -> None:
