@@ -227,3 +227,26 @@ def test_index_sidecar_is_read_from_s3(
     upload_files(s3_server.client(), s3_bucket, {"t-000000.tar": path, "t-000000.tar.idx": index.to_bytes()})
     ds = fd.IndexedTarDataset(f"s3://{s3_bucket}/t-000000.tar")
     assert ds[7]["__key__"] == index.keys[7]
+
+
+def test_a_known_size_opens_without_a_request_and_pins_the_first_gets_version(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]
+) -> None:
+    data = np.random.default_rng(4).bytes(600 * KiB)
+    client = s3_server.client()
+    upload_files(client, s3_bucket, {"shard.tar": data})
+    url = f"s3://{s3_bucket}/shard.tar"
+    stats, shared = counted()
+    with S3Reader(url, size=len(data), follow_streams=False, stats=stats, **s3_options) as r:
+        assert shared.total("s3_requests") == 0 and r.size == len(data)
+        # dense calls of a stream, without read-ahead: each fetches exactly its span, in one GET
+        for lo in (0, 200 * KiB):
+            ranges = [(o, 9 * KiB) for o in range(lo, lo + 200 * KiB, 10 * KiB)]
+            assert r.read_ranges(ranges) == [data[o : o + n] for o, n in ranges]
+        assert shared.total("s3_requests") == 2 and shared.total("s3_prefetch_hits") == 0
+        assert shared.total("s3_bytes") == 2 * (190 * KiB + 9 * KiB)
+        upload_files(client, s3_bucket, {"shard.tar": data[::-1]})
+        with pytest.raises(ObjectChanged, match="changed while it was being read"):
+            r.read(500 * KiB, 10)
+    with S3Reader(url, size=len(data) + 1, **s3_options) as r, pytest.raises(ObjectChanged, match="bytes"):
+        r.read(0, 10)

@@ -298,6 +298,7 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             world_size=self.world_size,
             shared=self._shared,
             publish=None if plan is None else plan.publish,
+            owner=repr(self),
         )
 
     def warm(self) -> None:

@@ -3,6 +3,7 @@ iterable :class:`~fastdata.TarShardDataset` and the map-style :class:`~fastdata.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnreadable
 from fastdata.core.handles import HandleCache
 from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.world import current_worker
-from fastdata.formats.manifest import sample_counts
+from fastdata.formats.manifest import shard_listing
 from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
 from fastdata.storage import Reader, open_reader, scheme
 
@@ -68,6 +69,10 @@ class TarSource:
             of :class:`~fastdata.storage.s3_client.S3Config` such as ``endpoint_url``, and the
             ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
         stats: where remote readers count requests and retries (the dataset's shared state).
+
+    Attributes:
+        counts (list[int]): samples per shard. sizes (list[int]): bytes per shard, -1 where unknown (from a
+            manifest, the shard's index or, for local files, the file).
         dealt (bool): the dataset deals batches to its DataLoader workers in turn, so each worker reads
             every n-th stretch of a shard (a hint for remote read-ahead). Defaults to False.
     """
@@ -93,7 +98,9 @@ class TarSource:
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # bytes of each shard, where known (manifest, index, local file)
         self.counts = self._count_samples()
+        self.sizes = [self._sizes.get(u, -1) for u in self.urls]
         self.close()  # the parent keeps no reader or connection open into the DataLoader's fork
 
     def __getstate__(self) -> dict[str, Any]:
@@ -118,15 +125,31 @@ class TarSource:
         with the shard's first bytes) and, when batches are dealt to workers, every n-th stretch."""
         if not scheme(url):
             return open_reader(url)
-        return self.open(url, companion=index_url(url), expected_stride=current_worker()[1] if self._dealt else 1)
+        hints: dict[str, Any] = {
+            "companion": index_url(url),
+            "expected_stride": current_worker()[1] if self._dealt else 1,
+        }
+        if self._sizes.get(url, -1) > 0:
+            hints["size"] = self._sizes[url]  # known: the reader opens without a request of its own
+        return self.open(url, **hints)
 
     def _count_samples(self) -> list[int]:
         """Samples per shard: from a manifest beside the shards, else from each shard's index."""
-        known = sample_counts(self.urls, self.open)
+        listed = shard_listing(self.urls, self.open)
+        known = {u: n for u, (n, _) in listed.items()}
+        self._sizes = {u: b for u, (_, b) in listed.items() if b >= 0}
+        for url in self.urls:
+            if url not in self._sizes and not scheme(url):
+                try:
+                    self._sizes[url] = os.path.getsize(url)
+                except OSError:
+                    pass  # a missing shard: reported when it is read
         todo = [u for u in self.urls if u not in known]
         for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50, leave=False):
             try:
-                known[url] = len(self.index(url))
+                index = self.index(url)
+                known[url] = len(index)
+                self._sizes.setdefault(url, index.size)
             except (SourceNotFound, SourceUnreadable) as e:
                 # without a manifest, a missing shard's sample count is unknown: it cannot be planned
                 self.policy.handle(e)
@@ -147,9 +170,12 @@ class TarSource:
             self._indexes.move_to_end(url)
         return index
 
-    def read(self, shard: int, which: Sequence[int]) -> list[Any]:
-        """Samples ``which`` of shard number ``shard``, decoded and transformed; bad ones handled
-        by the policy (raised, or counted and left out)."""
+    def read(
+        self, shard: int, which: Sequence[int], *, decode: bool = True, kept: list[int] | None = None
+    ) -> list[Any]:
+        """Samples ``which`` of shard number ``shard``, decoded and transformed (``decode=False``: raw, for
+        :attr:`pipeline` later); bad ones handled by the policy (raised, or counted and left out). The
+        numbers of the samples read (all of ``which`` but the bad ones) are appended to ``kept``."""
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         url = self.urls[shard]
         try:
@@ -170,7 +196,10 @@ class TarSource:
                 else:
                     self.policy.handle(problem)
         samples: list[Any] = read_samples(reader, index, good)
-        return self.pipeline.batch(samples, stages.lap("fetch", t, len(samples)))
+        if kept is not None:
+            kept.extend(good)
+        t = stages.lap("fetch", t, len(samples))
+        return self.pipeline.batch(samples, t) if decode else samples
 
     def close(self) -> None:
         """Close every reader this process opened, and the pooled connections of its S3 client."""
