@@ -91,3 +91,19 @@ def test_with_a_step_time_the_smallest_loader_that_keeps_up_wins() -> None:
     rec = fd.bench.recommend(result, stall_target=0.1)
     assert rec.config is not None and rec.config.num_workers == 6, rec.text()
     assert rec.bottleneck == "step"
+
+
+def test_a_sweep_moves_a_fastdata_dataset_to_a_new_epoch_at_every_pass(tmp_path) -> None:
+    # short epochs restart many times within one point: each restart is a new epoch, as in training,
+    # so a shuffled dataset is never read twice in the same order (and never warns that it was)
+    import warnings
+
+    from fastdata.core.seeding import RepeatedEpochWarning
+    from tests.datagen import make_shards
+
+    ds = fd.TarShardDataset(make_shards(tmp_path, shards=2, per_shard=8), shuffle=True, batch_size=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RepeatedEpochWarning)
+        result = fd.bench.sweep(ds, workers=[0], batch_size=4, **QUICK)
+    assert result.points[0].error is None, result.points[0].error
+    assert ds.epoch > 1

@@ -40,6 +40,7 @@ from fastdata.bench.result import Config, Point, Window
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.loading import stage_table as library
 from fastdata.loading.builder import build_dataloader
+from fastdata.loading.protocol import Dataset as FastdataDataset
 from fastdata.loading.stage_table import StartSplit, start_split
 
 StepFn = Callable[[Any], object]
@@ -145,6 +146,7 @@ class _Feed:
             if self.on_epoch_end is not None:
                 self.on_epoch_end(asked)
             start = perf_counter()
+            self._next_epoch()
             self.it = self._start(first=False)
             try:
                 item = next(self.it)
@@ -154,6 +156,13 @@ class _Feed:
             self._split()
             self.restarted = True
             return item
+
+    def _next_epoch(self) -> None:
+        """Move a fastdata dataset (and its sampler, which follows it) to the next epoch, as a training
+        loop does: a new order each pass, and no warning about a repeated epoch."""
+        dataset = self.loader.dataset
+        if isinstance(dataset, FastdataDataset):
+            dataset.set_epoch(dataset.epoch + 1)
 
     def worker_pids(self) -> list[int]:
         # private, but stable since torch 1.0; without it, worker CPU and PSS are not reported
