@@ -11,7 +11,7 @@ from typing import Any
 from tqdm import tqdm
 
 from fastdata.core import stages
-from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable
 from fastdata.core.handles import HandleCache
 from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.world import current_worker
@@ -155,7 +155,7 @@ class TarSource:
         try:
             reader = self._readers.get(url)
             index = self.index(url)
-        except (SourceNotFound, SourceUnreadable) as e:
+        except (SourceNotFound, SourceUnreadable, SourceUnavailable) as e:
             for _ in which:
                 self.policy.handle(e)
             return []
@@ -169,7 +169,12 @@ class TarSource:
                     good.append(i)
                 else:
                     self.policy.handle(problem)
-        samples: list[Any] = read_samples(reader, index, good)
+        try:
+            samples: list[Any] = read_samples(reader, index, good)
+        except SourceUnavailable as e:  # the store stopped answering mid-shard (after every retry)
+            for _ in good:
+                self.policy.handle(e)
+            return []
         return self.pipeline.batch(samples, stages.lap("fetch", t, len(samples)))
 
     def close(self) -> None:
