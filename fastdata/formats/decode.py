@@ -141,7 +141,10 @@ class Decoder:
         if self.mode == "torch":
             import torch
 
-            return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+            chw = np.ascontiguousarray(arr.transpose(2, 0, 1))
+            if not chw.flags.writeable:  # one channel: a view of PIL's read-only buffer, no copy made above
+                chw = chw.copy()
+            return torch.from_numpy(chw)
         return arr
 
 
