@@ -12,7 +12,7 @@ from typing import Any
 from tqdm import tqdm
 
 from fastdata.core import stages
-from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable
 from fastdata.core.handles import HandleCache
 from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.world import current_worker
@@ -181,7 +181,7 @@ class TarSource:
         try:
             reader = self._readers.get(url)
             index = self.index(url)
-        except (SourceNotFound, SourceUnreadable) as e:
+        except (SourceNotFound, SourceUnreadable, SourceUnavailable) as e:
             for _ in which:
                 self.policy.handle(e)
             return []
@@ -195,7 +195,12 @@ class TarSource:
                     good.append(i)
                 else:
                     self.policy.handle(problem)
-        samples: list[Any] = read_samples(reader, index, good)
+        try:
+            samples: list[Any] = read_samples(reader, index, good)
+        except SourceUnavailable as e:  # the store stopped answering mid-shard (after every retry)
+            for _ in good:
+                self.policy.handle(e)
+            return []
         if kept is not None:
             kept.extend(good)
         t = stages.lap("fetch", t, len(samples))

@@ -25,16 +25,16 @@ class LocalReader:
             # O_NONBLOCK: opening a FIFO by mistake must not block; it is refused below like a folder
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise SourceNotFound(f"{path}: no such file; check the path (and the brace range, if any)") from None
+            raise SourceNotFound(f"{path}: no such file; check the path (and the brace range, if any)", path) from None
         except PermissionError:
-            raise SourceUnreadable(f"{path}: permission denied; check the file's mode and owner") from None
+            raise SourceUnreadable(f"{path}: permission denied; check the file's mode and owner", path) from None
         except OSError as e:
-            raise SourceUnreadable(f"{path}: cannot be opened ({e.strerror})") from None
+            raise SourceUnreadable(f"{path}: cannot be opened ({e.strerror})", path) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-                raise SourceUnreadable(f"{path}: is {kind}, not a file fastdata can read")
+                raise SourceUnreadable(f"{path}: is {kind}, not a file fastdata can read", path)
             self.size = st.st_size
             # mmap cannot map an empty file; an empty file simply has nothing to read
             self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if self.size else None

@@ -42,7 +42,15 @@ from fastdata.storage.s3_client import (
     process_counters,
     release,
 )
-from fastdata.storage.s3_fetch import Fetched, ObjectChanged, S3Unavailable, call, get
+from fastdata.storage.s3_fetch import (
+    Fetched,
+    ObjectChanged,
+    S3CredentialsMissing,
+    S3Unavailable,
+    S3Unreachable,
+    call,
+    get,
+)
 from fastdata.storage.s3_upload import upload_file
 from fastdata.storage.s3_windows import Windows, done
 
@@ -124,7 +132,8 @@ class S3Reader:
 
     Raises:
         SourceNotFound: no such key or bucket. SourceUnreadable: access denied.
-        S3Unavailable: the store did not answer after every retry.
+        S3Unavailable: the store did not answer after every retry (S3Unreachable: no connection could
+            be made to the endpoint). S3CredentialsMissing: the AWS chain found no credentials.
     """
 
     def __init__(
@@ -405,8 +414,10 @@ __all__ = [
     "COUNTERS",
     "ObjectChanged",
     "S3Config",
+    "S3CredentialsMissing",
     "S3Reader",
     "S3Unavailable",
+    "S3Unreachable",
     "Stats",
     "executor",
     "process_counters",
