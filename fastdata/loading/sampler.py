@@ -14,7 +14,7 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from fastdata.core.resume import ResumeState, load_state
-from fastdata.core.sharding import Remainder, rank_indices, rank_span
+from fastdata.core.sharding import EXACT_ORDER_MAX, Remainder, rank_index_blocks, rank_indices, rank_span
 from fastdata.core.shared import SharedEpoch, SharedState
 from fastdata.core.world import current_rank
 
@@ -69,7 +69,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         )
 
     def __iter__(self) -> Iterator[int]:
-        order = self.indices()
+        lazy = self._publish is None and self.n > EXACT_ORDER_MAX
+        order = None if lazy else self.indices()
         if self._publish is not None:
             self._publish(self.epoch, order)
         start = 0
@@ -78,13 +79,31 @@ class EpochSampler(SharedEpoch, Sampler[int]):
             self._resume = None
         # [epoch, indices handed out]: what state_dict() reports when it is not told what was consumed
         self._position = [self.epoch, start]
-        return self._walk(order[start:].tolist(), self._position)
+        if order is not None:
+            return self._walk(order[start:].tolist(), self._position)
+        # a huge epoch: its order computed block by block as the loader takes it (see EXACT_ORDER_MAX)
+        blocks = rank_index_blocks(
+            self.n,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            remainder=self.remainder,
+            start=start,
+        )
+        return self._walk_blocks(blocks, self._position)
 
     @staticmethod
     def _walk(indices: list[int], position: list[int]) -> Iterator[int]:
         for i in indices:
             position[1] += 1  # before the yield: a state taken right after next() counts this index
             yield i
+
+    @classmethod
+    def _walk_blocks(cls, blocks: Iterator[Any], position: list[int]) -> Iterator[int]:
+        for block in blocks:
+            yield from cls._walk(block.tolist(), position)
 
     def __len__(self) -> int:
         return self._length
