@@ -12,10 +12,10 @@ from fastdata.core.errors import ConfigError, PlanError
 from fastdata.core.sharding import (
     EXACT_ORDER_MAX,
     WindowShuffle,
-    order_keys,
     epoch_order,
     keyed_permutation,
     locate,
+    order_keys,
     rank_index_blocks,
     rank_indices,
     rank_span,
