@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from fastdata.core import process
-from fastdata.formats.hdf5 import ChunkCache, CorruptHDF5, FieldInfo, FileChanged, FileInfo, file_identity, open_file
+from fastdata.core.errors import FastdataError
+from fastdata.formats.hdf5 import ChunkCache, CorruptHDF5, FieldInfo, FileChanged, FileInfo, linked_file, open_file
+from fastdata.formats.hdf5_types import missing_filter
 
 # Small rows (up to SMALL_ROW_BYTES) closer than MERGE_GAP_BYTES in the file are taken from one span of
 # it with a single copy: for labels, one copy of a few KiB beats a Python-level copy per row.
@@ -67,12 +69,9 @@ class H5Handle:
     def __init__(self, info: FileInfo, cache: ChunkCache) -> None:
         self.info = info
         self.pid = process.pid()
-        if file_identity(info.path) != info.identity:
-            raise FileChanged(
-                f"{info.path}: the file changed after the dataset was built (size, time or "
-                "inode differ); build the dataset again (was the file rewritten while reading?)",
-                info.path,
-            )
+        changed = info.changed()
+        if changed is not None:
+            raise changed
         self._key = info.identity[:2]
         self.datasets: dict[str, Any] = {}
         if process.forked():
@@ -93,17 +92,29 @@ class H5Handle:
             )
         _live.add(self)
         self.fileno: tuple[int, int] = tuple(self.file.id.fileno)  # type: ignore[assignment]
-        self.datasets = {f.name: self.file[f.name] for f in info.fields}
-        for name, ds in self.datasets.items():
-            if ds.shape[0] != info.length:
+        try:
+            self.datasets = {f.name: self.file[f.name] for f in info.fields}
+        except (KeyError, OSError) as e:
+            self.close()
+            raise FileChanged(
+                f"{info.path}: a field cannot be opened any more ({type(e).__name__}: {e}) although the file "
+                "looks unchanged; was it rewritten in place? Build the dataset again",
+                info.path,
+            ) from None
+        for field in info.fields:
+            ds = self.datasets[field.name]
+            moved = linked_file(ds, info.path) != field.source
+            if ds.shape is None or ds.shape[0] != info.length or moved:
                 self.close()
+                found = f"its data in {linked_file(ds, info.path) or info.path}" if moved else f"{ds.shape} rows"
                 raise FileChanged(
-                    f"{info.path}: field {name!r} has {ds.shape[0]} rows, {info.length} when the "
-                    "dataset was built; build the dataset again",
+                    f"{info.path}: field {field.name!r} now has {found}; when the dataset was built: "
+                    f"{info.length} rows in {field.source or info.path}; build the dataset again",
                     info.path,
                 )
-        self._reader: RowReader | None = None
+        self._readers: dict[str | None, RowReader] = {}
         self._offsets: dict[str, tuple[np.ndarray, int] | None] = {}
+        self._mtypes: dict[str, Any] = {}
 
     def _shared_with_others(self) -> bool:
         """Whether HDF5 objects (files, datasets ...) other than this process's handles are open on the
@@ -119,11 +130,18 @@ class H5Handle:
         return int(h5f.get_obj_count(self.file.id, h5f.OBJ_ALL)) > ours + 1
 
     # -- direct reads ------------------------------------------------------------------------------
-    def reader(self) -> RowReader:
-        """The file's bytes for direct reads (a descriptor of its own, opened on first use)."""
-        if self._reader is None:
-            self._reader = RowReader(self.info)
-        return self._reader
+    def reader(self, field: FieldInfo) -> RowReader:
+        """The bytes of the file that holds ``field``'s data, for direct reads (a descriptor of its own,
+        opened on first use): this file, or the one an external link leads to."""
+        reader = self._readers.get(field.source)
+        if reader is None:
+            if field.source is None:
+                reader = RowReader(self.info.path, self.info.identity)
+            else:
+                assert field.source_identity is not None
+                reader = RowReader(field.source, field.source_identity)
+            self._readers[field.source] = reader
+        return reader
 
     def chunk_offsets(self, field: FieldInfo) -> tuple[np.ndarray, int] | None:
         """``(byte offset of each chunk, rows per chunk)`` of a direct field; a contiguous field is one
@@ -132,10 +150,22 @@ class H5Handle:
             self._offsets[field.name] = _chunk_offsets(self.datasets[field.name], field, self.info.length)
         return self._offsets[field.name]
 
+    def mtype(self, field: FieldInfo) -> Any:
+        """The HDF5 memory type to read ``field`` through HDF5 with; None where h5py derives it from the
+        batch column's dtype (everything but HDF5 array datatypes, whose elements become dimensions)."""
+        if field.read_dtype is None or field.read_dtype == field.dtype:
+            return None
+        mtype = self._mtypes.get(field.name)
+        if mtype is None:
+            from h5py import h5t
+
+            mtype = self._mtypes[field.name] = h5t.py_create(field.read_dtype)
+        return mtype
+
     def close(self) -> None:
-        """Close the file and the descriptor for direct reads. Idempotent."""
-        reader, self._reader = self._reader, None
-        if reader is not None:
+        """Close the file and the descriptors for direct reads. Idempotent."""
+        readers, self._readers = getattr(self, "_readers", {}), {}
+        for reader in readers.values():
             reader.close()
         file, self.file = self.file, None
         if file is not None:
@@ -155,14 +185,14 @@ class RowReader:
         FileChanged: the path now names another file than the one the dataset was built on.
     """
 
-    def __init__(self, info: FileInfo) -> None:
-        self.path = info.path
-        self.fd = os.open(info.path, os.O_RDONLY | os.O_CLOEXEC)
+    def __init__(self, path: str, identity: tuple[int, int, int, int]) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         st = os.fstat(self.fd)
-        if (st.st_dev, st.st_ino) != info.identity[:2]:
+        if (st.st_dev, st.st_ino) != identity[:2]:
             os.close(self.fd)
             raise FileChanged(
-                f"{info.path}: the file was replaced after the dataset was built; build the dataset again", info.path
+                f"{path}: the file was replaced after the dataset was built; build the dataset again", path
             )
         self.size = st.st_size
 
@@ -187,7 +217,10 @@ def _chunk_offsets(ds: Any, field: FieldInfo, length: int) -> tuple[np.ndarray, 
         base = ds.id.get_offset()
         return None if base is None else (np.array([base], dtype=np.int64), max(1, length))
     rows = field.chunk_rows
-    addr = np.full(-(-length // rows), -1, dtype=np.int64)
+    chunks = -(-length // rows)
+    if ds.id.get_num_chunks() < chunks:  # some never written (fill values): known before allocating
+        return None
+    addr = np.full(chunks, -1, dtype=np.int64)
     chunk_bytes = rows * field.row_bytes
 
     def visit(info: Any) -> None:
@@ -210,28 +243,32 @@ def read_field(
         handle: the open file.
         field: the field.
         rows: row numbers in the file.
-        out: for ``"array"`` fields, a C-contiguous array of shape ``(len(rows), *row_shape)`` to fill;
-            allocated when None.
+        out: for fixed-size fields (``"array"``, ``"compound"``), a C-contiguous array of shape
+            ``(len(rows), *row_shape)`` and type ``field.dtype`` to fill; allocated when None.
 
     Returns:
-        ``(values, errors)``: an array (``"array"`` fields) or a list, in the order of ``rows``; and
+        ``(values, errors)``: an array (fixed-size fields) or a list, in the order of ``rows``; and
         ``{row: reason}`` for rows that could not be read (their values are left unspecified).
+
+    Raises:
+        OSError, KeyError, ValueError, RuntimeError: h5py failed outside a row read (its chunk index,
+        for instance): the caller names the file and field.
     """
-    if field.kind == "array":
+    if field.kind in ("array", "compound"):
         if out is None:
             out = np.empty((len(rows), *field.row_shape), dtype=field.dtype)
         if field.direct:
             placed = handle.chunk_offsets(field)
             if placed is not None:
                 return out, _read_direct(handle, field, rows, placed, out)
-        return out, _read_hdf5_array(handle.datasets[field.name], field, rows, out)
+        return out, _read_hdf5_array(handle.datasets[field.name], field, rows, out, handle.mtype(field))
     return _read_hdf5_objects(handle.datasets[field.name], field, rows)
 
 
 def _read_direct(
     handle: H5Handle, field: FieldInfo, rows: np.ndarray, placed: tuple[np.ndarray, int], out: np.ndarray
 ) -> dict[int, str]:
-    reader = handle.reader()
+    reader = handle.reader(field)
     addr, per_chunk = placed
     size = field.row_bytes
     if not len(rows):
@@ -247,7 +284,7 @@ def _read_direct(
     past_end = offsets + size > reader.size
     if past_end.any():
         for r in np.unique(rows[past_end]).tolist():
-            errors[r] = f"its bytes lie past the end of the file ({reader.size} bytes): the file is truncated"
+            errors[r] = f"its bytes lie past the end of the file ({reader.size} bytes)"
         offsets, positions = offsets[~past_end], positions[~past_end]
     if not len(offsets):
         return errors
@@ -265,7 +302,7 @@ def _read_direct(
         ]
     for a, b in short:  # the file shrank since it was opened
         for k in positions[a:b].tolist():
-            errors[int(rows[k])] = "the file ended before its bytes: it was truncated while being read"
+            errors[int(rows[k])] = "the file ended before its bytes (cut while being read?)"
     return errors
 
 
@@ -322,65 +359,89 @@ def _runs(sorted_rows: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(s), int(sorted_rows[s]), int(e - s)) for s, e in zip(starts, ends)]
 
 
-def _hdf5_read(ds: Any, rows: np.ndarray, out: np.ndarray) -> None:
-    """Read sorted unique ``rows`` of ``ds`` into ``out`` through HDF5, in as few calls as it does well."""
+def _hdf5_read(ds: Any, rows: np.ndarray, out: np.ndarray, mtype: Any = None) -> None:
+    """Read sorted unique ``rows`` of ``ds`` into ``out`` through HDF5, in as few calls as it does well.
+    ``mtype``: the HDF5 memory type when ``out``'s dtype does not say it (an HDF5 array datatype, whose
+    elements ``out`` holds as trailing dimensions)."""
     from h5py import h5s
 
     space = ds.id.get_space()
     runs = _runs(rows)
-    tail = (0,) * (ds.ndim - 1)
+    file_rows = tuple(ds.shape[1:])
+    tail = (0,) * len(file_rows)
     if len(runs) > 1 and ds.ndim == 1:
         space.select_elements(rows.reshape(-1, 1).astype(np.uint64))
-        ds.id.read(h5s.create_simple(out.shape), space, out)
+        ds.id.read(h5s.create_simple((len(rows),)), space, out, mtype)
         return
     for pos, first, count in runs:
         part = out[pos : pos + count]
-        space.select_hyperslab((first, *tail), part.shape)
-        ds.id.read(h5s.create_simple(part.shape), space, part)
+        space.select_hyperslab((first, *tail), (count, *file_rows))
+        ds.id.read(h5s.create_simple((count, *file_rows)), space, part, mtype)
 
 
-def _read_isolating(ds: Any, uniq: np.ndarray, out: np.ndarray) -> dict[int, str]:
+def _read_isolating(ds: Any, uniq: np.ndarray, out: np.ndarray, mtype: Any = None) -> dict[int, str]:
     try:
-        _hdf5_read(ds, uniq, out)
+        _hdf5_read(ds, uniq, out, mtype)
         return {}
     except Exception:  # noqa: BLE001 - HDF5 raises OSError, RuntimeError or ValueError: find the bad rows
         pass
     errors: dict[int, str] = {}
     for k, row in enumerate(uniq.tolist()):
         try:
-            _hdf5_read(ds, uniq[k : k + 1], out[k : k + 1])
+            _hdf5_read(ds, uniq[k : k + 1], out[k : k + 1], mtype)
         except Exception as e:  # noqa: BLE001 - recorded per row; the caller applies on_error
-            errors[row] = f"HDF5 cannot read it ({type(e).__name__}: {e}); the file is damaged"
+            errors[row] = f"HDF5 cannot read it ({type(e).__name__}: {e})"
     return errors
 
 
-def _read_hdf5_array(ds: Any, field: FieldInfo, rows: np.ndarray, out: np.ndarray) -> dict[int, str]:
+def _read_hdf5_array(ds: Any, field: FieldInfo, rows: np.ndarray, out: np.ndarray, mtype: Any) -> dict[int, str]:
     if len(rows) < 2 or bool((np.diff(rows) > 0).all()):
-        return _read_isolating(ds, rows, out)
+        return _read_isolating(ds, rows, out, mtype)
     uniq, inverse = np.unique(rows, return_inverse=True)
     tmp = np.empty((len(uniq), *field.row_shape), dtype=field.dtype)
-    errors = _read_isolating(ds, uniq, tmp)
+    errors = _read_isolating(ds, uniq, tmp, mtype)
     np.take(tmp, inverse, axis=0, out=out)
     return errors
 
 
+def _as_str(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+_as_str_each = np.frompyfunc(_as_str, 1, 1)
+
+
 def _read_hdf5_objects(ds: Any, field: FieldInfo, rows: np.ndarray) -> tuple[list[Any], dict[int, str]]:
     uniq, inverse = np.unique(rows, return_inverse=True)
-    tmp = np.empty(len(uniq), dtype=field.dtype)
+    tmp = np.empty((len(uniq), *field.row_shape), dtype=field.dtype)
     errors = _read_isolating(ds, uniq, tmp)
-    if field.kind == "bytes":
+    if field.row_shape:  # rows of several values: an object array per row, as h5py's ds[i] (strings decoded)
+        values = list(_as_str_each(tmp) if field.kind == "str" else tmp)
+    elif field.kind == "bytes":
         values = [None if v is None else v.tobytes() for v in tmp.tolist()]
     elif field.kind == "str":
-        values = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in tmp.tolist()]
+        values = [_as_str(v) for v in tmp.tolist()]
     else:
         values = tmp.tolist()
     return [values[k] for k in inverse.tolist()], errors
 
 
-def corrupt(handle_path: str, field: str, row: int, index: int, reason: str) -> CorruptHDF5:
-    """The error for a row that could not be read, naming the file, field, row and dataset index."""
+def row_error(handle: H5Handle, field: FieldInfo, row: int, index: int, reason: str) -> CorruptHDF5 | FileChanged:
+    """The error for a row that could not be read, naming the file, field, row and dataset index, and
+    what to do: the file changed since the dataset was built (:class:`FileChanged`), the field's filter
+    cannot be loaded in this process, or the file is damaged (:class:`CorruptHDF5`)."""
+    path = handle.info.path
+    where = f"{path}: field {field.name!r}, row {row} (dataset index {index})"
+    try:
+        change = handle.info.change()
+    except FastdataError as e:  # the file is gone now
+        change = str(e)
+    if change:
+        return FileChanged(f"{where}: {reason}; {change}", path)
+    missing = missing_filter(field.filters)
+    if missing:
+        return CorruptHDF5(f"{where}: {reason}: {missing}", path)
     return CorruptHDF5(
-        f"{handle_path}: field {field!r}, row {row} (dataset index {index}): {reason}; "
-        "re-create the file, or pass on_error='skip' to leave such samples out",
-        handle_path,
+        f"{where}: {reason}; the file is damaged: re-create it, or pass on_error='skip' to leave such samples out",
+        path,
     )
