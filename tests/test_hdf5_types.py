@@ -198,7 +198,7 @@ def test_a_row_unreadable_for_want_of_a_filter_names_the_filter(tmp_path: Path) 
     # what a worker says when the filter the main process had is missing in it (a spawn worker whose
     # script did not import hdf5plugin): the field was described elsewhere, its rows fail here
     from fastdata.formats.hdf5 import ChunkCache, CorruptHDF5, FieldInfo, FileInfo, file_identity
-    from fastdata.formats.hdf5_rows import H5Handle, row_error
+    from fastdata.formats.hdf5_handle import H5Handle, row_error
 
     path = str(tmp_path / "blosc.h5")
     write_with_absent_filter(path)

@@ -23,14 +23,15 @@ from fastdata.formats.hdf5 import (
     DEFAULT_RDCC_NBYTES,
     DEFAULT_RDCC_NSLOTS,
     DEFAULT_RDCC_W0,
-    BadLayout,
     ChunkCache,
     FieldDecoder,
     FieldInfo,
     FileInfo,
+    check_same_rows,
     describe,
 )
-from fastdata.formats.hdf5_rows import H5Handle, read_field, row_error
+from fastdata.formats.hdf5_handle import H5Handle, row_error
+from fastdata.formats.hdf5_rows import read_field
 from fastdata.loading.chunk_sampler import ChunkBatchSampler
 from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls, scheme
@@ -40,8 +41,11 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
     """Samples of one or many HDF5 files; each field is an HDF5 dataset with one row per sample.
 
     Index ``i`` runs across the files in the order given. Each sample is a dict ``{field: value, ...,
-    "__index__": i}``: fixed-size rows come back as numpy arrays (or numpy scalars), variable-length
-    ``uint8`` rows as ``bytes`` (decoded with ``decode``), strings as ``str``.
+    "__index__": i}``: what h5py's ``ds[i]`` gives, in native byte order (fixed-size rows as numpy arrays
+    or scalars), except variable-length ``uint8`` rows as ``bytes`` (decoded with ``decode``),
+    variable-length strings as ``str`` and compound rows as dicts of their members (see
+    :mod:`fastdata.formats.hdf5_types`). Fields reached through external links are read from the file
+    that holds them.
 
     Files are described once at construction (fields checked, lengths read) and closed again. Each process
     then opens a file on first use, read-only, with the chunk cache below; a forked worker never reads
@@ -74,7 +78,10 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
     Raises:
         SourceNotFound: a file or field does not exist. BadLayout: fields of unequal length, a group or a
             scalar. CorruptHDF5: a file HDF5 cannot open. (Under ``on_error="skip"``, such a file is left
-            out with a warning and counted once in :attr:`skipped`.)
+            out with a warning and counted once in :attr:`skipped`.) UnsupportedField: a datatype fastdata
+            does not read, or a compression filter this process lacks (raised under any ``on_error``).
+        FileChanged (when reading): a file rewritten or replaced since (checked when a file is opened and
+            when an epoch starts), or a read that fails on a file that changed since.
     """
 
     def __init__(
@@ -134,7 +141,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         try:
             info = describe(path, self.fields, self.cache)
             if first is not None:
-                _check_same_rows(first, info)
+                check_same_rows(first, info)
             return info
         except (SourceNotFound, SourceUnreadable, BadSample) as e:
             self._policy.handle(e)  # raises, or warns and counts the file once
@@ -372,21 +379,6 @@ def _check_fields(fields: str | Sequence[str]) -> tuple[str, ...]:
     if "__index__" in names:
         raise ConfigError("'__index__' is the key fastdata adds to every sample; it cannot be a field")
     return names
-
-
-def _check_same_rows(first: FileInfo, info: FileInfo) -> None:
-    """Samples of every file must collate together: the same kind, row shape and type per field."""
-    for a, b in zip(first.fields, info.fields):
-        if (a.kind, a.row_shape) != (b.kind, b.row_shape) or (a.fixed and a.dtype != b.dtype):
-
-            def rows(f: FieldInfo) -> str:
-                return f"{f.kind} rows {f.row_shape} {f.dtype}" if f.fixed else f"{f.kind} rows"
-
-            raise BadLayout(
-                f"{info.path}: field {b.name!r} has {rows(b)}, but {first.path} has {rows(a)}; "
-                "a field must have the same row shape and type in every file",
-                info.path,
-            )
 
 
 def _decoders(decode: Any) -> tuple[Decoder | None, Callable[[Sample], Sample] | None]:

@@ -7,10 +7,15 @@ or ``jpeg`` holding variable-length ``uint8`` rows (encoded images). :func:`desc
 when a dataset is built, and records what the readers of :mod:`fastdata.formats.hdf5_rows` need: each
 field's kind, row shape, chunking and whether its rows can be read straight from the file.
 
-Errors name the file and the field and say what to do: a missing file or field is
-:class:`~fastdata.core.errors.SourceNotFound`; a file HDF5 cannot open (truncated, not HDF5) is
-:class:`CorruptHDF5`; fields that do not form samples (unequal lengths, a group, a scalar) are
-:class:`BadLayout`; a file replaced after the dataset was built is :class:`FileChanged`.
+What each field's rows come back as is judged by its datatype (:mod:`fastdata.formats.hdf5_types`);
+fields reached through links are followed as h5py follows them (:mod:`fastdata.formats.hdf5_links`).
+
+Errors name the file and the field and say what to do: a missing file or field (or a broken link to it)
+is :class:`~fastdata.core.errors.SourceNotFound`; a file HDF5 cannot open (truncated, not HDF5) is
+:class:`CorruptHDF5`; fields that do not form samples (unequal lengths, a group, a scalar, a null
+dataspace) are :class:`BadLayout`; a datatype fastdata does not read, or a compression filter this process
+lacks, is :class:`~fastdata.formats.hdf5_types.UnsupportedField`; a file replaced or rewritten after the
+dataset was built is :class:`FileChanged`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from fastdata.core.errors import (
     check_positive,
 )
 from fastdata.formats.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, Decoder
+from fastdata.formats.hdf5_links import broken_link, linked_file
 from fastdata.formats.hdf5_types import FieldKind, UnsupportedField, field_type, filters, missing_filter
 
 _KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
@@ -264,13 +270,32 @@ def describe(path: str, fields: tuple[str, ...], cache: ChunkCache | None = None
     return FileInfo(path, length, infos, identity)
 
 
+def check_same_rows(first: FileInfo, info: FileInfo) -> None:
+    """Samples of every file must collate together: the same kind, row shape and type per field.
+
+    Raises:
+        BadLayout: naming both files, the field and its rows in each.
+    """
+    for a, b in zip(first.fields, info.fields):
+        if (a.kind, a.row_shape) != (b.kind, b.row_shape) or (a.fixed and a.dtype != b.dtype):
+
+            def rows(f: FieldInfo) -> str:
+                return f"{f.kind} rows {f.row_shape} {f.dtype}" if f.fixed else f"{f.kind} rows"
+
+            raise BadLayout(
+                f"{info.path}: field {b.name!r} has {rows(b)}, but {first.path} has {rows(a)}; "
+                "a field must have the same row shape and type in every file",
+                info.path,
+            )
+
+
 def _field(f: Any, path: str, name: str) -> FieldInfo:
     try:
         obj = f.get(name)
     except (KeyError, OSError):  # a link on the way cannot be followed
         obj = None
     if obj is None:
-        broken = _broken_link(f, name)
+        broken = broken_link(f, name)
         if broken:
             raise SourceNotFound(f"{path}: field {name!r} {broken}")
         raise SourceNotFound(
@@ -285,33 +310,6 @@ def _field(f: Any, path: str, name: str) -> FieldInfo:
     if obj.ndim == 0:
         raise BadLayout(f"{path}: field {name!r} is a scalar, not one row per sample", path)
     return field_info(obj, name, path)
-
-
-def _broken_link(f: Any, name: str) -> str:
-    """How the link at ``name``, or a link on the way to it, fails to resolve; "" when none does."""
-    parts = name.strip("/").split("/")
-    for k in range(1, len(parts) + 1):
-        sub = "/".join(parts[:k])
-        try:
-            link = f.get(sub, getlink=True)
-            if link is None:
-                return ""
-            f[sub]
-            continue
-        except (KeyError, OSError):
-            pass
-        if isinstance(link, h5py.ExternalLink):
-            return (
-                f"is reached through an external link ({sub!r} -> {link.filename}:{link.path}) that HDF5 cannot "
-                "follow: the linked file, or that path in it, does not exist; put the linked file where the "
-                "link says (a relative link resolves against the linking file's folder) or set HDF5_EXT_PREFIX"
-            )
-        if isinstance(link, h5py.SoftLink):
-            return (
-                f"is reached through a soft link ({sub!r} -> {link.path}) to nothing; fix the link or name its target"
-            )
-        return ""
-    return ""
 
 
 def field_info(ds: Any, name: str, path: str = "") -> FieldInfo:
@@ -349,19 +347,6 @@ def field_info(ds: Any, name: str, path: str = "") -> FieldInfo:
         and row_bytes > 0
     )
     return FieldInfo(name, ftype.kind, ftype.dtype, ftype.row_shape, row_bytes, chunk_rows, bool(direct), **extra)
-
-
-def linked_file(ds: Any, path: str) -> str | None:
-    """The file holding ``ds``'s data when it is not ``path`` (reached through an external link)."""
-    if not path:
-        return None
-    held, mine = os.path.abspath(ds.file.filename), os.path.abspath(path)
-    if held == mine:
-        return None
-    try:
-        return None if os.path.samefile(held, mine) else held
-    except OSError:
-        return held
 
 
 def _list_datasets(group: Any, limit: int = 12) -> str:
