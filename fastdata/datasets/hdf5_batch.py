@@ -41,11 +41,12 @@ def build_samples(
         dicts (tuple[str, ...]): fields of compound rows, which samples get as dicts of their members.
         positions (Sequence[int] | None): which positions. Defaults to all.
     """
-    sources = [(name, rows[name], name in dicts) for name in keys[:-1]]
     index = indices.tolist()
     todo = range(len(index)) if positions is None else positions
-    if not dicts:
-        return [{**{name: src[j] for name, src, _ in sources}, "__index__": index[j]} for j in todo]
+    if not dicts:  # the common case, kept to one dict comprehension per sample
+        plain = [(name, rows[name]) for name in keys[:-1]]
+        return [{**{name: src[j] for name, src in plain}, "__index__": index[j]} for j in todo]
+    sources = [(name, rows[name], name in dicts) for name in keys[:-1]]
     return [
         {**{name: as_dict(src[j]) if compound else src[j] for name, src, compound in sources}, "__index__": index[j]}
         for j in todo

@@ -63,8 +63,8 @@ def _attrs(obj: Any) -> dict[str, Any]:
 
 def _field(url: str, name: str, ds: Any) -> tuple[dict[str, Any], str]:
     """One dataset's facts, and why ``HDF5Dataset`` would refuse it as a field ("" when it reads it)."""
+    from fastdata.core.errors import FastdataError
     from fastdata.formats.hdf5 import field_info
-    from fastdata.formats.hdf5_types import UnsupportedField
 
     shape = ds.shape  # None: a null dataspace (h5py.Empty)
     fact: dict[str, Any] = {
@@ -81,7 +81,7 @@ def _field(url: str, name: str, ds: Any) -> tuple[dict[str, Any], str]:
         return fact, ""
     try:
         info = field_info(ds, name, url)
-    except UnsupportedField as e:
+    except FastdataError as e:  # a datatype or filter it refuses (or a linked file gone meanwhile)
         return fact, str(e)
     if info.source is not None:
         fact["linked_file"] = info.source
@@ -108,7 +108,10 @@ def _datasets(f: Any) -> tuple[dict[str, Any], list[str]]:
         if isinstance(obj, h5py.Dataset):
             found[name] = obj
 
-    f.visititems_links(visit)
+    if hasattr(f, "visititems_links"):  # h5py >= 3.11
+        f.visititems_links(visit)
+    else:  # older h5py: objects reached through hard links only
+        f.visititems(lambda name, obj: found.__setitem__(name, obj) if isinstance(obj, h5py.Dataset) else None)
     return found, broken
 
 
