@@ -97,6 +97,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             storage_options=storage_options,
             stats=self._shared,
             dealt=batch_size is not None,
+            streaming=True,
         )
         self.total = sum(self.source.counts)
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)

@@ -187,8 +187,10 @@ def header_problem(block: bytes) -> str | None:
     except ValueError:
         return "bad checksum (the checksum field is not a number)"
     unsigned = sum(block) - sum(block[CHKSUM_AT : CHKSUM_AT + 8]) + 8 * 32
-    signed = unsigned - 256 * sum(1 for b in block[:CHKSUM_AT] + block[CHKSUM_AT + 8 :] if b > 127)
-    if stored not in (unsigned, signed):
+    # old writers summed signed bytes
+    if stored != unsigned and stored != unsigned - 256 * sum(
+        b > 127 for b in block[:CHKSUM_AT] + block[CHKSUM_AT + 8 :]
+    ):
         return "bad checksum"
     for at, n in ((124, 12), *_NUMERIC):
         try:
@@ -202,13 +204,22 @@ def header_problem(block: bytes) -> str | None:
 _CLASS = np.full(256, 8, dtype=np.int8)
 _CLASS[48:56] = 1
 _CLASS[[0, 32]] = 2
-_WEIGHTS = 8 ** np.arange(7, -1, -1, dtype=np.int64)
 
 
 def _plain(classes: np.ndarray) -> np.ndarray:
     """Rows (byte classes of one field each) in the common form: octal digits, then only NULs and
     spaces. (A terminator followed later by a digit always shows as a terminator next to a digit.)"""
-    return (classes.max(axis=1) < 8) & ~((classes[:, :-1] - classes[:, 1:]) == 1).any(axis=1)
+    return (classes.max(axis=1) < 8) & ~((classes[:, :-1] - classes[:, 1:]) == 1).any(axis=1)  # type: ignore[no-any-return]
+
+
+def octal_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The values of numeric fields (rows of bytes, up to 12 wide) in the common form, and which rows
+    are in it; a row in another form (base-256, leading spaces, a sign) needs :func:`octal`."""
+    classes = _CLASS[fields]
+    digits = classes == 1
+    weights = 8 ** np.arange(fields.shape[1] - 1, -1, -1, dtype=np.int64)
+    values = ((fields.astype(np.int64) - 48) * digits) @ weights >> (3 * (fields.shape[1] - digits.sum(axis=1)))
+    return values, _plain(classes)
 
 
 def _plain_fields(blocks: np.ndarray) -> np.ndarray:
@@ -236,10 +247,8 @@ def first_bad_header(blocks: np.ndarray) -> tuple[int, str] | None:
         return None
     field = blocks[:, CHKSUM_AT : CHKSUM_AT + 8]
     unsigned = blocks.sum(axis=1, dtype=np.uint32).astype(np.int64) - field.sum(axis=1, dtype=np.int64) + 8 * 32
-    classes = _CLASS[field]
-    digits = classes == 1
-    stored = ((field.astype(np.int64) - 48) * digits) @ _WEIGHTS >> (3 * (8 - digits.sum(axis=1)))
-    suspect = ~_plain(classes) | (stored != unsigned) | ~_plain_fields(blocks)
+    stored, plain = octal_fields(field)
+    suspect = ~plain | (stored != unsigned) | ~_plain_fields(blocks)
     for row in np.flatnonzero(suspect).tolist():
         problem = header_problem(blocks[row].tobytes())
         if problem is not None:
@@ -261,6 +270,7 @@ __all__ = [
     "is_folder",
     "is_meta",
     "octal",
+    "octal_fields",
     "pax_records",
     "pax_size",
     "text",
