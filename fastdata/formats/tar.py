@@ -40,6 +40,7 @@ from fastdata.formats.tar_headers import (
     header_problem,
     octal,
     text,
+    ustar_name,
 )
 from fastdata.storage import Reader
 
@@ -360,13 +361,17 @@ def _end_at_damage(index: ShardIndex, damage: _Damage, cur_key: str | None, cur:
     between samples, a placeholder) becomes the bad sample that stands for the loss."""
     message, name = damage.message, damage.name
     if damage.block is not None:
-        problem = header_problem(bytes(damage.block))
-        if problem is not None:  # the header is not one at all: say so, and trust none of its fields
-            name = None
-            message = _not_a_header(problem, bytes(damage.block[:16]), damage.at)
+        block = bytes(damage.block)
+        problem = header_problem(block)
+        if problem is not None:
+            message = _not_a_header(problem, block[:16], damage.at)
+        name_f, _, _, typeflag, _, prefix_f = HEADER.unpack_from(block)
+        if problem is not None and problem.startswith("bad checksum"):
+            name = None  # not a header at all: none of its fields can be trusted
+        elif typeflag in EXTENDED:
+            name = None  # which member an extended header was for is unknown: maybe the current sample's
         elif name is None:
-            name_f, _, _, _, _, prefix_f = HEADER.unpack_from(damage.block)
-            name = "/".join(text(f) for f in (prefix_f, name_f) if f[0])
+            name = ustar_name(name_f, prefix_f, typeflag)
     error = _error(index, message, damage.at if index.size else None)
     index.complete, index.tail_error = False, error
     keys, members, spans = index.keys, index.members, index.spans

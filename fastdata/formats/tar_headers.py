@@ -145,8 +145,12 @@ class Chain:
             self.glob.update((k, v) for k, v in records.items() if k == "path" or k[:11] == "GNU.sparse.")
             return
         found = {**self.glob, **records} if self.glob else records
-        if self.name is None and "path" in found:
-            self.name = found["path"].rstrip("/")
+        if self.name is None:
+            for key, value in found.items():  # the last of them wins, as tarfile applies them in order
+                if key == "path":
+                    self.name = value.rstrip("/")
+                elif key == "GNU.sparse.name":  # a PAX sparse file's real name
+                    self.name = value
         if self.size is None and "size" in found:
             self.size = pax_size(found["size"])
         self.sparse = self.sparse or any(k[:11] == "GNU.sparse." for k in found)
