@@ -1,12 +1,16 @@
 """Tar shards made byte by byte for the bad-input, sidecar and fuzz tests: written by Python's
 ``tarfile`` (ustar, GNU, PAX), then damaged in exactly one field, with the header checksum fixed up
-afterwards so that only the damage meant is there."""
+afterwards so that only the damage meant is there. And :func:`within`, the time limit that turns a
+parser loop that does not advance into a failure instead of a hung test."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import signal
 import tarfile
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 
 
 def tar_bytes(
@@ -69,3 +73,28 @@ def member(name: str, data: bytes, size_field: int | None = None) -> bytes:
 
 
 END = bytes(1024)  # the end-of-archive marker
+
+
+class Hung(Exception):
+    """A block ran past its time limit."""
+
+
+@contextlib.contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Raise :class:`Hung` in the block when it runs longer than ``seconds`` (main thread only). The
+    interval timer is pytest-timeout's too: whatever it had left is put back afterwards."""
+
+    def hung(*_: object) -> None:
+        raise Hung(f"still running after {seconds} s")
+
+    start = time.monotonic()
+    old_handler = signal.signal(signal.SIGALRM, hung)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay:
+            left = old_delay - (time.monotonic() - start)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), old_interval)

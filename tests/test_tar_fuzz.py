@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import signal
 import tarfile
 import tempfile
 import warnings
@@ -35,7 +34,7 @@ from fastdata.datasets.tar_source import load_index
 from fastdata.formats.tar import ShardIndex, read_samples, scan, split_key
 from fastdata.formats.tar_writer import TarShardWriter
 from fastdata.storage.local import LocalReader
-from tests.tar_datagen import fix_checksum, tar_bytes
+from tests.tar_datagen import fix_checksum, tar_bytes, within
 
 LIMIT_S = 5.0  # far more than any scan of these few-KB shards takes
 FUZZ = settings(
@@ -165,24 +164,6 @@ def tarfile_members(data: bytes) -> dict[int, tuple[str, int, bytes | None]]:
                     got = None
             out[m.offset_data] = (m.name, m.size, got)
     return out
-
-
-class Hung(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    def hung(*_: object) -> None:
-        raise Hung(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def check_against_tarfile(index: ShardIndex, reader: LocalReader, data: bytes) -> None:
