@@ -16,7 +16,7 @@ from fastdata.core.handles import HandleCache
 from fastdata.core.world import current_worker
 from fastdata.formats.manifest import sample_counts
 from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
-from fastdata.formats.tar_check import check_index
+from fastdata.formats.tar_check import check_once
 from fastdata.formats.tar_gzip import GzipShard, is_gzip, refusal
 from fastdata.storage import Reader, open_reader, scheme
 from fastdata.storage.local import file_identity
@@ -37,19 +37,20 @@ def remote_counters(urls: list[str]) -> tuple[str, ...]:
 
 def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
     """The shard's sidecar index (``URL.idx``) if it exists and matches the shard (checked against the
-    shard's headers by :func:`~fastdata.formats.tar_check.check_index`), else a fresh scan."""
+    shard's headers by :func:`~fastdata.formats.tar_check.check_once`), else a fresh scan."""
     try:
         side = opener(index_url(url))
     except (SourceNotFound, SourceUnreadable):
         return scan(reader)
     try:
-        index = ShardIndex.from_bytes(url, side.read(0, side.size))
+        data = side.read(0, side.size)
+        index = ShardIndex.from_bytes(url, data)
     except Exception as e:  # noqa: BLE001 - a damaged sidecar is rebuilt, never trusted
         warnings.warn(f"{index_url(url)}: unreadable index ({e}); scanning the shard instead", stacklevel=2)
         return scan(reader)
     finally:
         side.close()
-    problem = check_index(index, reader)
+    problem = check_once(index, reader, data)
     if problem is not None:
         warnings.warn(
             f"{index_url(url)}: {problem}; scanning the shard instead (rewrite the sidecar with "
