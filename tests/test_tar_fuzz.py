@@ -58,7 +58,7 @@ def _members() -> list[tuple[str, bytes]]:
 
 def _webdataset() -> bytes:
     buf = io.BytesIO()
-    with wds.TarWriter(buf) as sink:  # a PAX header (float mtime) before every member
+    with wds.TarWriter(buf, mtime=1_700_000_000.25) as sink:  # a PAX header (float mtime) before every member
         for i in range(3):
             sink.write({"__key__": f"w{i}", "jpg": b"w" * (100 * i + 5), "cls": b"%d" % i})
     return buf.getvalue()
@@ -146,16 +146,20 @@ def mutants(draw: st.DrawFn, seeds: dict[str, bytes]) -> tuple[str, bytes]:
 # -- the reference: what tarfile reads -------------------------------------------------------------------
 def tarfile_members(data: bytes) -> dict[int, tuple[str, int, bytes | None]]:
     """Every member tarfile finds, by data offset: (name, size, bytes or None when it cannot read them).
-    tarfile stops at the first header it rejects (silently, mid-archive): what it found until then counts."""
+    tarfile stops at the first header it rejects (silently, mid-archive): what it found until then
+    counts. Python 3.11's tarfile loops forever on a negative size (it goes back to a header it read):
+    it stops there too."""
     out: dict[int, tuple[str, int, bytes | None]] = {}
     try:
         tf = tarfile.open(fileobj=io.BytesIO(data))  # noqa: SIM115 - closed below, once it opened
     except Exception:  # noqa: BLE001 - not a tar to tarfile: it finds nothing
         return out
+    found: list[tarfile.TarInfo] = []
     with tf:
-        with contextlib.suppress(Exception):
-            tf.getmembers()
-        for m in tf.members:
+        with contextlib.suppress(Exception), within(LIMIT_S):
+            while (m := tf.next()) is not None and all(m.offset > f.offset for f in found[-1:]):
+                found.append(m)
+        for m in found:
             got: bytes | None = None
             if m.isreg():
                 try:

@@ -16,8 +16,11 @@ checked against the shard's own headers once, when it is loaded (never per read)
 
 A local shard (a memory map) is checked whole, in numpy for members that follow one another directly
 (the layout of fastdata's writer): about 0.4 of a scan's time for such shards. A remote shard would
-need a request per header, so there the first and last members, evenly spaced ones between (16 in
-all) and the end of the archive are checked, in one batch of ranged reads. :func:`check_once` does it
+need a request per header, so there only the first member (in the bytes fetched when the reader
+opened), the last one with the end of the archive (one request) and two between are checked, in one
+batch of ranged reads: a few requests, against the tens a shard's samples take. A sidecar copied from
+another shard fails at the first member, one for an older version of the shard or listing fewer
+samples at the end. :func:`check_once` does it
 once per process for each version of a local shard and its sidecar (an index dropped from a reader's
 cache and loaded again is not checked again).
 """
@@ -46,7 +49,7 @@ from fastdata.formats.tar_headers import (
 )
 from fastdata.storage import Reader
 
-SAMPLED = 16  # members checked in a remote shard
+SAMPLED = 4  # members checked in a remote shard: first, last, two between
 TAIL_WINDOW = 64 << 10  # bytes read after the last member of a remote shard
 MAX_GAP = 1 << 20  # the most bytes read between two members of a remote shard
 _REGULAR_CODES = (48, 0, 55)  # typeflags '0', NUL, '7'
