@@ -130,6 +130,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             storage_options=options,
             stats=self._shared,
             dealt=batch_size is not None,
+            streaming=True,
         )
         self.total = sum(self.source.counts)
         # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote

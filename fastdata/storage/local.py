@@ -11,6 +11,19 @@ from collections.abc import Sequence
 from fastdata.core.errors import SourceNotFound, SourceUnreadable
 
 
+def identity(st: os.stat_result) -> tuple[int, int, int]:
+    """What a file is (size, mtime in ns, inode), to notice later that its path names another one."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def file_identity(path: str) -> tuple[int, int, int] | None:
+    """:func:`identity` of the file at ``path`` now, or None when there is none."""
+    try:
+        return identity(os.stat(path))
+    except OSError:
+        return None
+
+
 class LocalReader:
     """Random-access reads of one local file.
 
@@ -36,6 +49,7 @@ class LocalReader:
                 kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
                 raise SourceUnreadable(f"{path}: is {kind}, not a file fastdata can read", path)
             self.size = st.st_size
+            self.identity = identity(st)
             # mmap cannot map an empty file; an empty file simply has nothing to read
             self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if self.size else None
         except BaseException:
