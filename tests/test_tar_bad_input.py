@@ -239,7 +239,7 @@ def test_damaged_header_under_skip_keeps_the_samples_before_it_and_counts_the_lo
     url = str(damaged / f"{kind}.tar")
     kept = [f"s{i:04d}" for i in range(DAMAGE[kind][2])]
     ds = fd.TarShardDataset(url, on_error="skip")
-    with within(20), pytest.warns(BadSampleWarning, match=re.escape(f"skipping bad sample(s) in {url}")):
+    with within(20), pytest.warns(BadSampleWarning, match=re.escape(f"skipping bad sample(s): {url}: ")):
         assert keys(loader(ds, num_workers=0)) == kept
     assert ds.skipped == 1  # how many samples followed the damage is unknown: one skip for the shard
     ds = fd.TarShardDataset(url, on_error="skip")
@@ -264,7 +264,7 @@ def test_a_shard_that_is_no_tar_is_named_not_an_empty_plan(damaged: Path, name: 
         warnings.simplefilter("always")
         assert keys(loader(ds, num_workers=0)) == ["s0000", "s0001"]
     said = " ".join(str(w.message) for w in caught if issubclass(w.category, BadSampleWarning))
-    assert ds.skipped == 2 and f"in {url}: " in said and f"in {cut}: " in said
+    assert ds.skipped == 2 and f"(s): {url}: " in said and f"(s): {cut}: " in said
 
 
 def test_damage_in_a_converted_shard_counts_each_sample_the_manifest_lost(tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_damage_in_a_converted_shard_counts_each_sample_the_manifest_lost(tmp_pa
     assert got == [f"class_0/img_{i:04d}" for i in range(3)] and ds.skipped == 3
     said = [str(w.message) for w in caught]
     assert any(re.search(r"\.idx: points at byte \d+, which follows no valid header; scanning", m) for m in said)
-    assert any(m.startswith(f"fastdata: skipping bad sample(s) in {url}: ") and "bad checksum" in m for m in said)
+    assert any(m.startswith(f"fastdata: skipping bad sample(s): {url}: ") and "bad checksum" in m for m in said)
 
 
 # -- PAX sizes are sizes: checked like the ustar field ---------------------------------------------------

@@ -37,19 +37,20 @@ def remote_counters(urls: list[str]) -> tuple[str, ...]:
     return tuple(COUNTERS)
 
 
-def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
-    """The shard's sidecar index (``URL.idx``) if it exists and matches the shard (checked against the
-    shard's headers by :func:`~fastdata.formats.tar_check.check_once`), else a fresh scan."""
+def sidecar_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex | None:
+    """The shard's sidecar index (``URL.idx``) when there is one and it matches the shard (checked against
+    the shard's headers by :func:`~fastdata.formats.tar_check.check_once`); None (warned, for a damaged
+    or mismatched one) when the shard must be scanned."""
     try:
         side = opener(index_url(url))
     except (SourceNotFound, SourceUnreadable):
-        return scan(reader)
+        return None
     try:
         data = side.read(0, side.size)
         index = ShardIndex.from_bytes(url, data)
     except Exception as e:  # noqa: BLE001 - a damaged sidecar is rebuilt, never trusted
-        warnings.warn(f"{index_url(url)}: unreadable index ({e}); scanning the shard instead", stacklevel=2)
-        return scan(reader)
+        warnings.warn(f"{index_url(url)}: unreadable index ({e}); scanning the shard instead", stacklevel=3)
+        return None
     finally:
         side.close()
     problem = check_once(index, reader, data)
@@ -57,11 +58,16 @@ def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_
         warnings.warn(
             f"{index_url(url)}: {problem}; scanning the shard instead (rewrite the sidecar with "
             "'fastdata inspect --write-manifest', or delete it)",
-            stacklevel=2,
+            stacklevel=3,
         )
-        return scan(reader)
+        return None
     index.identity = getattr(reader, "identity", None)
     return index
+
+
+def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
+    """The shard's sidecar index if it matches the shard (:func:`sidecar_index`), else a fresh scan."""
+    return sidecar_index(url, reader, opener) or scan(reader)
 
 
 class TarSource:
@@ -109,6 +115,7 @@ class TarSource:
         self._streaming = streaming
         self._checked_epoch: int | None = None  # the epoch whose start this process last checked shards for
         self._noted: set[str] = set()  # what this process warned about: "ignored", shards that changed
+        self._gzip: set[str] = set()  # shards found to be gzip-compressed (read decompressed)
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
@@ -138,8 +145,8 @@ class TarSource:
     def _open_shard(self, url: str) -> Reader:
         """A shard's reader. A remote one is told what comes next: the sidecar index (fetched together
         with the shard's first bytes) and, when batches are dealt to workers, every n-th stretch.
-        A gzip-compressed shard is decompressed (or refused without ``streaming``); a shard that is not
-        the file its cached index was made from loses that index."""
+        A shard found to be gzip-compressed (see :meth:`index`) is decompressed; a shard that is not the
+        file its cached index was made from loses that index."""
         if not scheme(url):
             reader = open_reader(url)
         else:
@@ -150,10 +157,7 @@ class TarSource:
             if self._sizes.get(url, -1) > 0:
                 hints["size"] = self._sizes[url]  # known: the reader opens without a request of its own
             reader = self.open(url, **hints)
-        if is_gzip(reader):
-            if not self._streaming:
-                reader.close()
-                raise refusal(url)
+        if url in self._gzip:
             reader = GzipShard(reader)
         index = self._indexes.get(url)
         if index is not None and index.identity != getattr(reader, "identity", None):
@@ -189,7 +193,18 @@ class TarSource:
         """The index of shard ``url``, from this process's cache, its sidecar, or a scan."""
         index = self._indexes.get(url)
         if index is None:
-            index = load_index(url, self._readers.get(url), self.open)
+            reader = self._readers.get(url)
+            # a sidecar that matches the shard's headers says it is a plain tar: the gzip sniff (whose small
+            # read would fetch a remote shard's first megabytes in every worker) runs only before a scan
+            index = sidecar_index(url, reader, self.open)
+            if index is None:
+                if url not in self._gzip and is_gzip(reader):
+                    if not self._streaming:
+                        raise refusal(url)
+                    self._gzip.add(url)
+                    self._readers.discard(url)
+                    reader = self._readers.get(url)  # reopened, decompressed
+                index = scan(reader)
             self._indexes[url] = index
             if len(self._indexes) > INDEX_CACHE_SHARDS:
                 self._indexes.popitem(last=False)
