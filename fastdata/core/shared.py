@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastdata.core.world import acting_worker
+
 
 class SharedState:
     """Small state that every worker of one dataset shares with the main process, in shared memory.
@@ -57,11 +59,16 @@ class SharedState:
         self._array[0] = value
 
     def add(self, counter: str, n: int = 1) -> None:
-        """Add ``n`` to this process's slot of ``counter``."""
-        from torch.utils.data import get_worker_info
+        """Add ``n`` to this process's slot of ``counter`` (a loader thread's own slot, in thread mode: each
+        slot has one writer, so no lock is needed)."""
+        acting = acting_worker()
+        if acting is not None:
+            slot = 1 + acting[0] % (self.SLOTS - 1)
+        else:
+            from torch.utils.data import get_worker_info
 
-        info = get_worker_info()
-        slot = 0 if info is None else 1 + info.id % (self.SLOTS - 1)
+            info = get_worker_info()
+            slot = 0 if info is None else 1 + info.id % (self.SLOTS - 1)
         i = self.counters.index(counter)
         self._array[1 + i * self.SLOTS + slot] += n
 

@@ -7,6 +7,9 @@ the worker is read inside ``__iter__``/``__getitem__``, where ``get_worker_info(
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from fastdata.core.errors import ConfigError
@@ -79,8 +82,37 @@ def current_rank() -> tuple[int, int]:
     return rank, world_size
 
 
+_thread = threading.local()  # the worker a loader thread stands for (see acting_as_worker)
+
+
+@contextmanager
+def acting_as_worker(worker: int, num_workers: int) -> Iterator[None]:
+    """Make :func:`current_worker` report ``(worker, num_workers)`` in the calling thread while inside.
+
+    A loader thread (``fd.Loader(workers="threads")``) reads the plan of one DataLoader worker: every
+    fastdata part that asks which worker it is (sharding, counters, read-ahead strides) asks here, so a
+    thread stands for worker ``worker`` exactly as a worker process would. Other threads are unaffected.
+    """
+    World(worker=worker, num_workers=num_workers)  # checks the pair
+    before = getattr(_thread, "worker", None)
+    _thread.worker = (worker, num_workers)
+    try:
+        yield
+    finally:
+        _thread.worker = before
+
+
+def acting_worker() -> tuple[int, int] | None:
+    """``(worker, num_workers)`` the calling loader thread stands for, or None outside one."""
+    return getattr(_thread, "worker", None)
+
+
 def current_worker() -> tuple[int, int]:
-    """``(worker_id, num_workers)`` inside a DataLoader worker, ``(0, 1)`` in the main process."""
+    """``(worker_id, num_workers)`` inside a DataLoader worker (or a loader thread standing for one, see
+    :func:`acting_as_worker`), ``(0, 1)`` in the main process."""
+    acting = getattr(_thread, "worker", None)
+    if acting is not None:
+        return acting  # type: ignore[no-any-return]
     from torch.utils.data import get_worker_info
 
     info = get_worker_info()

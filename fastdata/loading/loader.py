@@ -18,14 +18,15 @@ and samplers also work with) keeps one state per worker and refuses a different 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core.errors import ConfigError, PlanError, check_positive
+from fastdata.core.errors import ConfigError, PlanError, check_choice, check_positive
 from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_span
-from fastdata.loading.builder import as_is, build_dataloader, fastdata_worker_init
+from fastdata.loading import slots
+from fastdata.loading.builder import Transport, as_is, build_dataloader, fastdata_worker_init
 from fastdata.loading.protocol import (
     BatchingDataset,
     Dataset,
@@ -34,6 +35,15 @@ from fastdata.loading.protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
+from fastdata.loading.thread_loader import ThreadLoader, thread_loader_for
+
+Workers = Literal["processes", "threads"]
+"""Who reads: ``"processes"``, DataLoader worker processes (each with ``threads_per_worker`` threads), or
+``"threads"``, threads of the training process (:mod:`fastdata.loading.threads`)."""
+
+DEFAULT_TRANSPORT: Transport = "stock"
+"""The transport ``fd.Loader`` uses with worker processes unless told otherwise (see docs/performance.md
+for the measurements behind it)."""
 
 # DataLoader options the Loader decides itself, and why a user may not pass them.
 _OWNED = {
@@ -61,7 +71,16 @@ class Loader:
             method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
         batch_size (int | None): samples per batch. Required for map-style datasets (unless
             ``batch_sampler`` is given); for iterable ones it defaults to the dataset's and must equal it.
-        num_workers (int): DataLoader worker processes. Defaults to 0.
+        num_workers (int): DataLoader worker processes, or threads with ``workers="threads"``. Defaults to 0
+            (read in the training process).
+        workers ("processes" | "threads"): who reads (:data:`Workers`): worker processes, or threads of
+            this process, for work that releases the GIL (file and S3 reads, PIL/OpenCV/PyAV decode). The
+            batches, their order and resuming are the same either way. Defaults to "processes".
+        threads_per_worker (int): with worker processes: threads in each that fetch and decode (the
+            hybrid, :mod:`fastdata.loading.hybrid`). Defaults to 1.
+        transport ("slots" | "stock" | None): how worker processes hand batches over
+            (:data:`~fastdata.loading.builder.Transport`): reused shared-memory slots, or the DataLoader's
+            own way. Defaults to None: :data:`DEFAULT_TRANSPORT`.
         shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
             dataset, set it on the dataset (it must agree if given here).
         remainder ("drop" | "pad" | "uneven" | None): how an epoch that does not split evenly over ranks
@@ -75,11 +94,12 @@ class Loader:
             ``HDF5Dataset.chunk_sampler(batch_size, ...)`` (a
             :class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler`); it sets the batch size, the order
             and ``drop_last``.
-        worker_init_fn (Callable | None): run in each worker after :data:`fastdata.worker_init_fn`, which
-            the Loader always installs. Defaults to None.
+        worker_init_fn (Callable | None): run in each worker process after :data:`fastdata.worker_init_fn`,
+            which the Loader always installs. Not with threads. Defaults to None.
         **dataloader_kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
             ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``collate_fn`` for map-style ...).
-            ``in_order=False`` is refused: batches out of order cannot be resumed exactly.
+            ``in_order=False`` is refused: batches out of order cannot be resumed exactly. With threads,
+            ``pin_memory``, ``prefetch_factor`` and ``collate_fn`` apply; the options of processes are refused.
 
     Raises:
         ConfigError: for a combination that cannot resume exactly, at construction.
@@ -98,8 +118,32 @@ class Loader:
         sampler: Any = None,
         batch_sampler: Any = None,
         worker_init_fn: Any = None,
+        workers: Workers = "processes",
+        threads_per_worker: int = 1,
+        transport: Transport | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
+        check_choice("workers", workers, Workers)
+        check_positive("num_workers", num_workers, allow_zero=True)
+        check_positive("threads_per_worker", threads_per_worker)
+        if transport is not None:
+            check_choice("transport", transport, Transport)
+        if workers == "threads":
+            if not num_workers:
+                raise ConfigError('workers="threads" reads in num_workers threads: pass num_workers >= 1')
+            if threads_per_worker != 1 or transport is not None:
+                raise ConfigError(
+                    'threads_per_worker and transport are for worker processes; with workers="threads" '
+                    "num_workers threads read, and batches stay in this process: leave them out"
+                )
+            if worker_init_fn is not None:
+                raise ConfigError(
+                    'worker_init_fn runs in worker processes; with workers="threads" there are none (each '
+                    "thread's dataset copy is warmed up as a worker's would be): leave it out"
+                )
+        self.workers: Workers = workers
+        self.threads_per_worker = threads_per_worker
+        self.transport: Transport = transport or DEFAULT_TRANSPORT
         for name, why in _OWNED.items():
             if name in dataloader_kwargs:
                 raise ConfigError(f"Loader sets the DataLoader's {name} itself: {why}")
@@ -140,6 +184,7 @@ class Loader:
         self._worker_init = fastdata_worker_init(worker_init_fn)
         self._kwargs = dataloader_kwargs
         self._dataloader: DataLoader[Any] | None = None
+        self._threads: ThreadLoader | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
         if len(self) == 0 or self._starves_a_rank():
@@ -238,33 +283,52 @@ class Loader:
         ws = sampler.world_size
         return rank_span(sampler.n, ws - 1, ws, sampler.remainder)[1] < self.batch_size
 
+    def _read_args(self) -> dict[str, Any]:
+        """How the dataset is read: what ``build_dataloader`` and ``ThreadLoader`` both take."""
+        if self.iterable:
+            return {}
+        if self._batch_sampler:
+            return {"batch_sampler": self.sampler}
+        return {"batch_size": self.batch_size, "sampler": self.sampler, "drop_last": self._drop_last}
+
     @property
     def dataloader(self) -> DataLoader[Any]:
-        """The ``torch.utils.data.DataLoader`` underneath (built on first use)."""
+        """The ``torch.utils.data.DataLoader`` underneath (built on first use), with worker processes.
+
+        Raises:
+            ConfigError: with ``workers="threads"``, which reads through :attr:`thread_loader` instead.
+        """
+        if self.workers == "threads":
+            raise ConfigError('workers="threads" reads through a ThreadLoader, not a DataLoader: see Loader.thread_loader')
         if self._dataloader is None:
-            if self.iterable:
-                self._dataloader = build_dataloader(
-                    self.dataset, num_workers=self.num_workers, worker_init_fn=self._worker_init, **self._kwargs
-                )
-            elif self._batch_sampler:
-                self._dataloader = build_dataloader(
-                    self.dataset,
-                    batch_sampler=self.sampler,
-                    num_workers=self.num_workers,
-                    worker_init_fn=self._worker_init,
-                    **self._kwargs,
-                )
-            else:
-                self._dataloader = build_dataloader(
-                    self.dataset,
-                    batch_size=self.batch_size,
-                    sampler=self.sampler,
-                    drop_last=self._drop_last,
-                    num_workers=self.num_workers,
-                    worker_init_fn=self._worker_init,
-                    **self._kwargs,
-                )
+            self._dataloader = build_dataloader(
+                self.dataset,
+                num_workers=self.num_workers,
+                worker_init_fn=self._worker_init,
+                transport=self.transport,
+                threads_per_worker=self.threads_per_worker,
+                **self._read_args(),
+                **self._kwargs,
+            )
         return self._dataloader
+
+    @property
+    def thread_loader(self) -> ThreadLoader:
+        """With ``workers="threads"``: the :class:`~fastdata.loading.thread_loader.ThreadLoader` underneath.
+
+        Raises:
+            ConfigError: with worker processes, which read through :attr:`dataloader`.
+        """
+        if self.workers != "threads":
+            raise ConfigError("this Loader reads through worker processes: see Loader.dataloader")
+        if self._threads is None:
+            self._threads = thread_loader_for(
+                self.dataset, self.num_workers, **self._read_args(), **self._kwargs
+            )
+        return self._threads
+
+    def _source(self) -> Any:
+        return self.thread_loader if self.workers == "threads" else self.dataloader
 
     @property
     def epoch(self) -> int:
@@ -286,7 +350,7 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank: the same on every rank, unless ``remainder="uneven"``."""
-        return len(self.dataset) if self.iterable else len(self.dataloader)
+        return len(self.dataset) if self.iterable else len(self._source())
 
     def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch
@@ -302,10 +366,11 @@ class Loader:
             consumed = min(start * self.batch_size, samples)
             self.sampler.load_state_dict(ResumeState(epoch, consumed, "samples").to_dict())
         self._position = (epoch, start)
-        batches = iter(self.dataloader)
+        batches = iter(self._source())
         if self.iterable:
-            # the workers took their copy of the resume position when the iterator started them (the main
-            # process, without workers, when it took the iterator); ours must not apply to a later pass
+            # the workers (or threads) took their copy of the resume position when the iterator started
+            # them (the main process, without workers, when it took the iterator); ours must not apply to a
+            # later pass
             self.dataset.load_state_dict(ResumeState(epoch, 0, "batches").to_dict())
         return self._count(batches, epoch, start)
 
@@ -361,9 +426,14 @@ class Loader:
         self._pending = (s.epoch, s.position)
 
     def close(self) -> None:
-        """Stop the workers (persistent ones too) and close the dataset's handles. Idempotent; the Loader
-        can be iterated again afterwards."""
-        self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
+        """Stop the workers (persistent ones too) or threads, let go of the slots of exited workers, and
+        close the dataset's handles. Idempotent; the Loader can be iterated again afterwards."""
+        if self._dataloader is not None:
+            self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
+            slots.release()
+        if self._threads is not None:
+            self._threads.close()  # each thread closes its dataset copy
+            self._threads = None
         self.dataset.close()
 
     def __enter__(self) -> Loader:
@@ -374,10 +444,15 @@ class Loader:
 
     def __repr__(self) -> str:
         kind = "iterable" if self.iterable else "map-style"
+        if self.workers == "threads":
+            mode = ", workers='threads'"
+        else:
+            mode = f", threads_per_worker={self.threads_per_worker}" if self.threads_per_worker > 1 else ""
+            mode += f", transport={self.transport!r}" if self.num_workers else ""
         return (
             f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
-            f"num_workers={self.num_workers}, epoch={self.epoch})"
+            f"num_workers={self.num_workers}{mode}, epoch={self.epoch})"
         )
 
 
-__all__ = ["Loader", "as_is"]
+__all__ = ["DEFAULT_TRANSPORT", "Loader", "Workers", "as_is"]

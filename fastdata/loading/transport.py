@@ -111,6 +111,20 @@ def slot_default_collate(samples: list[Any]) -> Any:
     return collate(samples, collate_fn_map=_LATER_MAP)
 
 
+def _stack_private(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
+    return torch.stack(batch, 0)
+
+
+_PRIVATE_MAP = {**default_collate_fn_map, torch.Tensor: _stack_private}
+
+
+def private_default_collate(samples: list[Any]) -> Any:
+    """``default_collate``, except that in a worker it stacks tensors into private memory, not into a new
+    shared tensor per batch: for a collate function that wraps ``default_collate`` and must see finished
+    tensors (the harness's probes) under :class:`SlotCollate`, which copies the batch into its slot."""
+    return collate(samples, collate_fn_map=_PRIVATE_MAP)
+
+
 def batch_as_is(batch: Any) -> Any:
     """The collate function for items that are finished batches (``TarShardDataset(batch_size=...)``)."""
     return batch
@@ -267,6 +281,7 @@ __all__ = [
     "SlotCollate",
     "SlotOptions",
     "batch_as_is",
+    "private_default_collate",
     "release",
     "reset_counts",
     "slot_collate_for",
