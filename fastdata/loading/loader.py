@@ -41,7 +41,7 @@ Workers = Literal["processes", "threads"]
 """Who reads: ``"processes"``, DataLoader worker processes (each with ``threads_per_worker`` threads), or
 ``"threads"``, threads of the training process (:mod:`fastdata.loading.threads`)."""
 
-DEFAULT_TRANSPORT: Transport = "stock"
+DEFAULT_TRANSPORT: Transport = "slots"
 """The transport ``fd.Loader`` uses with worker processes unless told otherwise (see docs/performance.md
 for the measurements behind it)."""
 

@@ -4,7 +4,9 @@ The thread-mode counterpart of :func:`fastdata.loading.builder.build_dataloader`
 workers="threads")`` builds one): the same arguments, the same batches in the same order as a DataLoader
 with ``num_workers=N`` processes, from ``N`` threads that each stand for one worker and read their own
 copy of the dataset (see :mod:`fastdata.loading.threads`). It iterates like a DataLoader, has its
-``len``, and keeps its threads (like ``persistent_workers=True``) until :meth:`close`.
+``len``, and keeps its threads and their dataset copies (like ``persistent_workers=True``) until
+:meth:`close`, except for an iterable dataset, whose copies are taken afresh at each pass (each worker
+plans its pass from the dataset's state, as a new worker would).
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ from typing import Any
 from torch.utils.data import BatchSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from fastdata.core.errors import ConfigError, check_positive
-from fastdata.core.resume import ResumeState
 from fastdata.core.sharding import Remainder
 from fastdata.loading.builder import Collate, read_plan
-from fastdata.loading.protocol import BatchingDataset
 from fastdata.loading.threads import ThreadGang, iterable_batches, map_batches, thread_copies
 
 
@@ -101,7 +101,11 @@ class ThreadLoader:
 
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: what the pass reads is settled now, as a DataLoader's workers settle it when
-        # its iterator starts them (an iterable dataset's pending resume position, taken by the copies)
+        # its iterator starts them. An iterable dataset plans its pass in each worker from its own state
+        # (a pending resume position), so, like a DataLoader's workers without persistent_workers, each
+        # pass gets fresh copies, taken now; a map-style one keeps its copies (and their open handles).
+        if self.iterable:
+            self.close()
         gang = self.threads()
         if not self.iterable:
             if self.batch_sampler is not None:
@@ -109,13 +113,7 @@ class ThreadLoader:
             return map_batches(
                 gang, ([i] for i in self.sampler), _one(self.collate), prefetch=self.prefetch, pin_memory=self.pin_memory
             )
-        ds = self.dataset
-        if isinstance(ds, BatchingDataset):
-            state = ds.state_dict()
-            ds.load_state_dict(ResumeState(ds.epoch, 0, "batches").to_dict())
-            start: Callable[[Any], Any] = functools.partial(_resumed, state, self.collate, None, False)
-        else:
-            start = functools.partial(_resumed, None, self.collate, self.batch_size, self.drop_last)
+        start = functools.partial(_items, self.collate, self.batch_size, self.drop_last)
         return iterable_batches(gang, start, prefetch=self.prefetch, pin_memory=self.pin_memory)
 
     def close(self) -> None:
@@ -148,13 +146,9 @@ def _one(collate: Collate) -> Collate:
     return single
 
 
-def _resumed(
-    state: dict[str, Any] | None, collate: Collate, batch_size: int | None, drop_last: bool, copy: Any
-) -> Iterator[Any]:
+def _items(collate: Collate, batch_size: int | None, drop_last: bool, copy: Any) -> Iterator[Any]:
     """In a thread: this copy's part of the pass, each item through ``collate`` (batched first when
     ``batch_size``), as a DataLoader worker hands its items over."""
-    if state is not None:
-        copy.load_state_dict(state)
     items = iter(copy)
     if batch_size is None:
         return _each(items, collate)

@@ -125,6 +125,7 @@ class ThreadGang:
             threading.Thread(target=self._serve, args=(j,), name=f"{name}-{j}", daemon=True) for j in range(len(copies))
         ]
         self.closed = False
+        self.stops: list[threading.Event] = []  # set by close(): streams still running stop putting
         for t in self._threads:
             t.start()
 
@@ -155,6 +156,10 @@ class ThreadGang:
             except Exception:  # noqa: BLE001 - closing must not hide why the gang stopped
                 pass
 
+    def alive(self) -> int:
+        """Threads still running (0 once :meth:`close` has returned)."""
+        return sum(t.is_alive() for t in self._threads)
+
     def submit(self, j: int, fn: Callable[[Any], Any]) -> Future[Any]:
         """Run ``fn(copies[j])`` in thread ``j``; its future."""
         if self.closed:
@@ -168,6 +173,8 @@ class ThreadGang:
         if self.closed:
             return
         self.closed = True
+        for stop in self.stops:  # a pass whose iterator is still held somewhere: its streams stop now
+            stop.set()
         for jobs in self._jobs:
             jobs.put(None)
         for t in self._threads:
@@ -298,6 +305,7 @@ def iterable_batches(
     """
     n = len(gang)
     stop = threading.Event()
+    gang.stops = [s for s in gang.stops if not s.is_set()] + [stop]
     queues: list[queue.Queue[Any]] = [queue.Queue(prefetch) for _ in range(n)]
     futures = [gang.submit(j, functools.partial(_stream, queues[j], stop, pin_memory, start)) for j in range(n)]
     active = [True] * n
