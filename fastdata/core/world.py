@@ -107,15 +107,21 @@ def acting_worker() -> tuple[int, int] | None:
     return getattr(_thread, "worker", None)
 
 
-def current_worker() -> tuple[int, int]:
-    """``(worker_id, num_workers)`` inside a DataLoader worker (or a loader thread standing for one, see
-    :func:`acting_as_worker`), ``(0, 1)`` in the main process."""
-    acting = getattr(_thread, "worker", None)
-    if acting is not None:
-        return acting  # type: ignore[no-any-return]
+def worker_process() -> tuple[int, int]:
+    """``(worker_id, num_workers)`` of this DataLoader worker process, ``(0, 1)`` in the main process,
+    whichever loader thread asks: for what a process holds once for all its threads (a thread pool)."""
     from torch.utils.data import get_worker_info
 
     info = get_worker_info()
     if info is None:
         return 0, 1
     return info.id, info.num_workers
+
+
+def current_worker() -> tuple[int, int]:
+    """``(worker_id, num_workers)`` inside a DataLoader worker (or a loader thread standing for one, see
+    :func:`acting_as_worker`), ``(0, 1)`` in the main process."""
+    acting = getattr(_thread, "worker", None)
+    if acting is not None:
+        return acting  # type: ignore[no-any-return]
+    return worker_process()
