@@ -393,12 +393,15 @@ class Loader:
         """What this rank's batches depend on, besides the epoch: a state saved under another plan
         names other samples."""
         ds = self.dataset
-        return {
+        plan = {
             "batch_size": self.batch_size,
             "world_size": int(ds.world_size),
             "size": int(ds.total if self.iterable else len(ds)),
             "seed": int(ds.seed),
         }
+        if self._batch_sampler:  # what else its batches depend on (a clip sampler's layout ...)
+            plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
+        return plan
 
     def state_dict(self) -> dict[str, Any]:
         """Where to resume: a :class:`~fastdata.core.resume.ResumeState` (as a dict) counting the batches of

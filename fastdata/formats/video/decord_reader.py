@@ -67,14 +67,17 @@ class DecordReader(VideoReader):
         try:
             return self._vr.get_batch(indices).asnumpy()  # type: ignore[no-any-return]
         except Exception as e:
+            self._park()  # its state after a failure is unknown: stop it before it is closed or reused
             raise DecodeFailed(
                 f"{self.path}: decord cannot decode frames {indices[0]}..{indices[-1]} "
                 f"({type(e).__name__}: {str(e).strip()[:300]}); the file is damaged: re-encode "
                 "it, or pass on_error='skip'",
                 self.path,
             ) from e
-        finally:
-            self._park()
+
+    def pause(self) -> None:
+        """Park the reader (1. of the module doc): no read continues from where this one ended."""
+        self._park()
 
     def _park(self) -> None:
         # stop decord's helper thread from decoding ahead in the background (see module docstring)
