@@ -40,7 +40,6 @@ import os
 import platform
 import statistics
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -55,9 +54,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import fastdata as fd  # noqa: E402
 from bench_s3 import ceiling, isolated  # noqa: E402
 from bench_transport import make_jpeg_tar, warm  # noqa: E402
+
+import fastdata as fd  # noqa: E402
 
 PAGE = 4096
 MIN_BATCHES = 4
@@ -259,9 +259,7 @@ def jpeg_section(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     out["ratios"] = ratios
     best_threads = max(med[f"threads/{n}"] for n in args.threads)
     out["target_threads_ge_1.3x_today_best"] = best_threads / today[0] >= 1.3
-    out["target_threads_ge_spdl_same_concurrency"] = all(
-        v >= 1.0 for k, v in ratios.items() if "_vs_spdl" in k
-    )
+    out["target_threads_ge_spdl_same_concurrency"] = all(v >= 1.0 for k, v in ratios.items() if "_vs_spdl" in k)
     return out
 
 

@@ -38,7 +38,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
@@ -46,9 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import fastdata as fd  # noqa: E402
 from bench_s3 import isolated  # noqa: E402
 from bench_video import DecordFresh, cpu_seconds, make_videos  # noqa: E402
+
+import fastdata as fd  # noqa: E402
 
 PAGE = 4096
 
@@ -87,7 +87,9 @@ class OneReadPerVideo(fd.VideoClipDataset):
         out: list[Any] = [None] * len(plan)
         for video, ks in by_video.items():
             frames = [f for k in ks for f in plan[k][1]]
-            clips = self.pool.read(self.paths[video], frames).reshape(len(ks), len(plan[ks[0]][1]), *self.pool.size or (224, 224), 3)
+            clips = self.pool.read(self.paths[video], frames).reshape(
+                len(ks), len(plan[ks[0]][1]), *self.pool.size or (224, 224), 3
+            )
             for k, clip in zip(ks, clips):
                 out[k] = {"clip": torch.from_numpy(clip), "video": video, "frames": torch.tensor(plan[k][1])}
         return out

@@ -20,7 +20,6 @@ from fastdata.core.protocol import Warmable, WorkerAware
 from fastdata.core.seeding import WorkerInit
 from fastdata.loading.builder import as_is, build_dataloader
 from fastdata.loading.chunk_sampler import ChunkBatchSampler
-from fastdata.loading.transport import SlotCollate
 from fastdata.loading.protocol import (
     BatchingDataset,
     Collating,
@@ -31,6 +30,7 @@ from fastdata.loading.protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
+from fastdata.loading.transport import SlotCollate
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 

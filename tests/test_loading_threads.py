@@ -173,7 +173,7 @@ class Locked(fd.IndexedTarDataset):
 
 
 def test_a_dataset_that_cannot_be_copied_is_refused_naming_why(shards: list[str]) -> None:
-    with pytest.raises(ConfigError, match="cannot be pickled.*lock"):
+    with pytest.raises(ConfigError, match=r"cannot be pickled.*lock"):
         thread_copies(Locked(shards), 2)
 
 

@@ -132,7 +132,9 @@ def test_clip_sampler_reads_the_right_frames_the_same_for_any_worker_count(decod
 def test_clip_sampler_resumes_through_the_loader(videos: list[str]) -> None:
     ds = fd.VideoClipDataset(videos, clip_len=4, frame_stride=2, clips_per_video=4, index_cache=False)
     want = clips_of(fd.Loader(ds, batch_sampler=ds.clip_sampler(4, num_workers=2)))
-    loader = fd.Loader(ds, batch_sampler=ds.clip_sampler(4, num_workers=2), num_workers=2, multiprocessing_context="fork")
+    loader = fd.Loader(
+        ds, batch_sampler=ds.clip_sampler(4, num_workers=2), num_workers=2, multiprocessing_context="fork"
+    )
     it = iter(loader)
     for _ in range(2):
         next(it)

@@ -248,7 +248,9 @@ def slot_collate(plan: ReadPlan, wrap_collate: Callable[[Collate, bool], Collate
     which must see finished tensors, it stacks into private memory (never into a fresh shared tensor
     per batch, which is the cost slots remove)."""
     if wrap_collate is None:
-        return slot_collate_for(None if plan.default else plan.collate, prebatched=not plan.batched, pin_memory=pin_memory)
+        return slot_collate_for(
+            None if plan.default else plan.collate, prebatched=not plan.batched, pin_memory=pin_memory
+        )
     inner = private_default_collate if plan.default else plan.collate
     return slot_collate_for(wrap_collate(inner, plan.batched), pin_memory=pin_memory)
 

@@ -33,7 +33,7 @@ from fastdata.core.errors import BadSample, ConfigError
 from fastdata.core.resume import ResumeState
 from fastdata.core.world import World, current_worker
 from fastdata.loading.protocol import BatchingDataset
-from fastdata.loading.threads import ThreadGang, iterable_batches, thread_copies
+from fastdata.loading.threads import ThreadGang, add_note, iterable_batches, thread_copies
 
 
 class _Threaded:
@@ -111,7 +111,7 @@ class ThreadedMap(_Threaded, Dataset[Any]):
                 except BadSample as e:
                     # a run whose every sample was skipped: only the whole batch being empty is an error
                     if getattr(self.dataset, "on_error", "raise") != "skip":
-                        e.add_note(f"(raised in worker thread {j} of {len(gang)})")
+                        add_note(e, f"(raised in worker thread {j} of {len(gang)})")
                         raise
                     emptied = e
         finally:

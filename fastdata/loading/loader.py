@@ -11,6 +11,12 @@ the DataLoader hands batches out in that order. So ``(epoch, batches consumed)``
 resume from, in a new process, with any number of workers. The state is the same on every rank (all
 ranks consume the same number of batches per step), so saving rank 0's is enough.
 
+Who reads: worker processes (``num_workers``; batches handed over through reused shared-memory slots by
+default, ``transport="slots"``, see :mod:`fastdata.loading.transport`; ``threads_per_worker`` threads in
+each, :mod:`fastdata.loading.hybrid`), or ``workers="threads"``: threads of this process, each standing
+for one worker (:mod:`fastdata.loading.thread_loader`). The batches, their order and the resume state are
+the same in every mode, so a state saved in one resumes in another.
+
 We write this small wrapper because ``torchdata``'s ``StatefulDataLoader`` (which fastdata's datasets
 and samplers also work with) keeps one state per worker and refuses a different ``num_workers`` on resume.
 """
@@ -18,28 +24,21 @@ and samplers also work with) keeps one state per worker and refuses a different 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core.errors import ConfigError, PlanError, check_choice, check_positive
+from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_span
 from fastdata.loading import slots
 from fastdata.loading.builder import Transport, as_is, build_dataloader, fastdata_worker_init
+from fastdata.loading.loader_checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
 from fastdata.loading.protocol import (
-    BatchingDataset,
     Dataset,
-    MapDataset,
     RankSampler,
-    ResumableBatchSampler,
-    ResumableSampler,
 )
 from fastdata.loading.thread_loader import ThreadLoader, thread_loader_for
-
-Workers = Literal["processes", "threads"]
-"""Who reads: ``"processes"``, DataLoader worker processes (each with ``threads_per_worker`` threads), or
-``"threads"``, threads of the training process (:mod:`fastdata.loading.threads`)."""
 
 DEFAULT_TRANSPORT: Transport = "slots"
 """The transport ``fd.Loader`` uses with worker processes unless told otherwise (see docs/performance.md
@@ -123,24 +122,7 @@ class Loader:
         transport: Transport | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
-        check_choice("workers", workers, Workers)
-        check_positive("num_workers", num_workers, allow_zero=True)
-        check_positive("threads_per_worker", threads_per_worker)
-        if transport is not None:
-            check_choice("transport", transport, Transport)
-        if workers == "threads":
-            if not num_workers:
-                raise ConfigError('workers="threads" reads in num_workers threads: pass num_workers >= 1')
-            if threads_per_worker != 1 or transport is not None:
-                raise ConfigError(
-                    'threads_per_worker and transport are for worker processes; with workers="threads" '
-                    "num_workers threads read, and batches stay in this process: leave them out"
-                )
-            if worker_init_fn is not None:
-                raise ConfigError(
-                    'worker_init_fn runs in worker processes; with workers="threads" there are none (each '
-                    "thread's dataset copy is warmed up as a worker's would be): leave it out"
-                )
+        check_mode(workers, num_workers, threads_per_worker, transport, worker_init_fn)
         self.workers: Workers = workers
         self.threads_per_worker = threads_per_worker
         self.transport: Transport = transport or DEFAULT_TRANSPORT
@@ -166,20 +148,18 @@ class Loader:
         if self.iterable:
             if batch_sampler is not None:
                 raise ConfigError(f"{type(dataset).__name__} is iterable and batches itself: pass no batch_sampler")
-            self.batch_size = self._check_iterable(
-                batch_size, shuffle, remainder, drop_last, sampler, dataloader_kwargs
+            self.batch_size = check_iterable(
+                dataset, batch_size, shuffle, remainder, drop_last, sampler, dataloader_kwargs
             )
         elif batch_sampler is not None:
-            self.batch_size = self._check_batch_sampler(
-                batch_sampler, batch_size, shuffle, remainder, drop_last, sampler
-            )
+            self.batch_size = check_batch_sampler(batch_sampler, batch_size, shuffle, remainder, drop_last, sampler)
             self.sampler, self._batch_sampler = batch_sampler, True
         else:
             if batch_size is None:
                 raise ConfigError("Loader needs batch_size= for a map-style dataset (or a batch_sampler=)")
             check_positive("batch_size", batch_size)
             self.batch_size = batch_size
-            self.sampler = self._make_sampler(sampler, shuffle, remainder)
+            self.sampler = make_sampler(dataset, sampler, shuffle, remainder)
         self._drop_last = bool(drop_last)
         self._worker_init = fastdata_worker_init(worker_init_fn)
         self._kwargs = dataloader_kwargs
@@ -193,85 +173,6 @@ class Loader:
                 "drop_last=True leaves it no batch; use a smaller batch_size, fewer ranks, or "
                 "drop_last=False"
             )
-
-    def _check_iterable(
-        self,
-        batch_size: int | None,
-        shuffle: bool | None,
-        remainder: Remainder | None,
-        drop_last: bool | None,
-        sampler: Any,
-        kwargs: dict[str, Any],
-    ) -> int:
-        ds = self.dataset
-        name = type(ds).__name__
-        if sampler is not None:
-            raise ConfigError(f"{name} is iterable and reads its own part of the epoch: pass no sampler")
-        if "collate_fn" in kwargs:
-            raise ConfigError(f"{name} batches itself: pass collate_fn to the dataset, not the Loader")
-        if not isinstance(ds, BatchingDataset) or ds.batch_size is None:
-            raise ConfigError(
-                f"Loader needs {name}(batch_size=...): an iterable dataset batches itself, so that "
-                "its batches do not depend on num_workers and can be resumed"
-            )
-        own = ds.batch_size
-        if batch_size is not None and batch_size != own:
-            raise ConfigError(f"batch_size={batch_size} differs from {name}(batch_size={own}); pass one or the other")
-        for option, given, planned in (
-            ("shuffle", shuffle, ds.shuffle),
-            ("remainder", remainder, ds.remainder),
-            ("drop_last", drop_last, ds.drop_last),
-        ):
-            if given is not None and given != planned:
-                raise ConfigError(
-                    f"{option}={given!r} differs from {name}({option}={planned!r}); "
-                    f"an iterable dataset plans its epoch itself, so set {option} there"
-                )
-        return int(own)
-
-    def _check_batch_sampler(
-        self,
-        batch_sampler: Any,
-        batch_size: int | None,
-        shuffle: bool | None,
-        remainder: Remainder | None,
-        drop_last: bool | None,
-        sampler: Any,
-    ) -> int:
-        if not isinstance(batch_sampler, ResumableBatchSampler):
-            raise ConfigError(
-                f"batch_sampler {type(batch_sampler).__name__} cannot resume (it needs set_epoch, state_dict, "
-                "load_state_dict, batch_size and samples); use HDF5Dataset.chunk_sampler(batch_size), or "
-                "pass batch_size= and let the Loader batch"
-            )
-        if sampler is not None:
-            raise ConfigError("pass a sampler or a batch_sampler, not both")
-        if shuffle is not None or remainder is not None or drop_last is not None:
-            raise ConfigError("pass shuffle/remainder/drop_last to the batch sampler you built, not to the Loader")
-        if batch_size is not None and batch_size != batch_sampler.batch_size:
-            raise ConfigError(
-                f"batch_size={batch_size} differs from the batch sampler's {batch_sampler.batch_size}; "
-                "pass one or the other"
-            )
-        return int(batch_sampler.batch_size)
-
-    def _make_sampler(self, sampler: Any, shuffle: bool | None, remainder: Remainder | None) -> Any:
-        if sampler is None:
-            if not isinstance(self.dataset, MapDataset):
-                raise ConfigError(
-                    f"Loader needs {type(self.dataset).__name__}.sampler() (a rank-aware sampler), or pass sampler="
-                )
-            return self.dataset.sampler(shuffle=True if shuffle is None else shuffle, remainder=remainder or "drop")
-        if shuffle is not None or remainder is not None:
-            raise ConfigError("pass shuffle/remainder to the sampler you built, not to the Loader")
-        if isinstance(sampler, ResumableBatchSampler):
-            raise ConfigError(f"{type(sampler).__name__} yields whole batches: pass it as batch_sampler=")
-        if not isinstance(sampler, ResumableSampler):
-            raise ConfigError(
-                f"sampler {type(sampler).__name__} cannot resume (it needs epoch, set_epoch, state_dict and "
-                "load_state_dict); use fastdata.EpochSampler"
-            )
-        return sampler
 
     def _starves_a_rank(self) -> bool:
         """Whether ``drop_last`` leaves the rank that reads the fewest samples (the last one, under
@@ -299,7 +200,9 @@ class Loader:
             ConfigError: with ``workers="threads"``, which reads through :attr:`thread_loader` instead.
         """
         if self.workers == "threads":
-            raise ConfigError('workers="threads" reads through a ThreadLoader, not a DataLoader: see Loader.thread_loader')
+            raise ConfigError(
+                'workers="threads" reads through a ThreadLoader, not a DataLoader: see Loader.thread_loader'
+            )
         if self._dataloader is None:
             self._dataloader = build_dataloader(
                 self.dataset,
@@ -322,9 +225,7 @@ class Loader:
         if self.workers != "threads":
             raise ConfigError("this Loader reads through worker processes: see Loader.dataloader")
         if self._threads is None:
-            self._threads = thread_loader_for(
-                self.dataset, self.num_workers, **self._read_args(), **self._kwargs
-            )
+            self._threads = thread_loader_for(self.dataset, self.num_workers, **self._read_args(), **self._kwargs)
         return self._threads
 
     def _source(self) -> Any:

@@ -20,6 +20,7 @@ them costs less than a reference does.
 from __future__ import annotations
 
 import copy as _copy
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
@@ -63,9 +64,18 @@ class Rebuilt:
         return (Rebuilt, (self.fn, self.args))
 
 
+def _strong(ref: weakref.ref[Any]) -> Callable[[Any], Any]:
+    fn = ref()
+    assert fn is not None  # the caller is that very function
+    return fn  # type: ignore[no-any-return]
+
+
 def _as_call(leaf: Any) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
     """``(fn, args)`` when ``leaf`` pickles as ``fn(*args)`` by a ``__reduce__`` of its own class."""
-    if isinstance(leaf, (type, np.generic)) or getattr(type(leaf), "__reduce__", object.__reduce__) is object.__reduce__:
+    if (
+        isinstance(leaf, (type, np.generic))
+        or getattr(type(leaf), "__reduce__", object.__reduce__) is object.__reduce__
+    ):
         return None
     try:
         r = leaf.__reduce__()
@@ -298,13 +308,13 @@ def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
         call = _as_call(leaf)
         if call is not None:
             writes = len(p.writes)
-            args = _walk(call[1], take)
+            args = _walk(call[1], _strong(me))
             if len(p.writes) > writes:  # payloads inside: they go into the slot, the call is rebuilt there
                 return Rebuilt(call[0], args)
         return leaf
 
+    me = weakref.ref(take)  # take refers to itself weakly: a cycle would keep the batch alive until gc
     p.skeleton = _walk(batch, take)
-    del take  # it refers to itself (for the args of calls): a cycle that would keep the batch alive until gc
     return p
 
 
@@ -387,11 +397,10 @@ def rebuild(skeleton: Any, flat: np.ndarray, bytes_as: BytesAs, copy: bool) -> A
         if isinstance(leaf, BytesRef):
             return flat[leaf.offset : leaf.offset + leaf.length].tobytes()
         if isinstance(leaf, Rebuilt):
-            return leaf.fn(*_walk(leaf.args, take))
+            return leaf.fn(*_walk(leaf.args, _strong(me)))
         if isinstance(leaf, list):
             return leaf if _atoms(leaf) else _DESCEND
         return leaf
 
-    batch = _walk(skeleton, take)
-    del take  # it refers to itself (for the args of calls): a cycle that would keep the slot's views alive until gc
-    return batch
+    me = weakref.ref(take)  # take refers to itself weakly: a cycle would keep the slot's views alive until gc
+    return _walk(skeleton, take)

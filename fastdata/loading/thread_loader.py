@@ -109,9 +109,15 @@ class ThreadLoader:
         gang = self.threads()
         if not self.iterable:
             if self.batch_sampler is not None:
-                return map_batches(gang, self.batch_sampler, self.collate, prefetch=self.prefetch, pin_memory=self.pin_memory)
+                return map_batches(
+                    gang, self.batch_sampler, self.collate, prefetch=self.prefetch, pin_memory=self.pin_memory
+                )
             return map_batches(
-                gang, ([i] for i in self.sampler), _one(self.collate), prefetch=self.prefetch, pin_memory=self.pin_memory
+                gang,
+                ([i] for i in self.sampler),
+                _one(self.collate),
+                prefetch=self.prefetch,
+                pin_memory=self.pin_memory,
             )
         start = functools.partial(_items, self.collate, self.batch_size, self.drop_last)
         return iterable_batches(gang, start, prefetch=self.prefetch, pin_memory=self.pin_memory)
@@ -126,7 +132,7 @@ class ThreadLoader:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
+        except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
     def __repr__(self) -> str:

@@ -40,7 +40,7 @@ import threading
 import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -62,9 +62,7 @@ class _SharingPickler(pickle.Pickler):
 
     def persistent_id(self, obj: Any) -> int | None:
         if isinstance(obj, (torch.Tensor, np.ndarray, types.FunctionType)) or (
-            type(obj) in (list, tuple)
-            and len(obj) >= SHARE_ATOMS_FROM
-            and all(type(v) in _ATOMS for v in obj)  # noqa: E721 - exact types: no subclass with state
+            type(obj) in (list, tuple) and len(obj) >= SHARE_ATOMS_FROM and all(type(v) in _ATOMS for v in obj)
         ):
             self.shared.append(obj)
             return len(self.shared) - 1
@@ -93,7 +91,7 @@ def thread_copies(dataset: Any, n: int) -> list[Any]:
         ConfigError: the dataset cannot be pickled (it holds something like a lock or an open file
             outside a handle cache), naming what failed.
     """
-    buffer, shared = io.BytesIO(), []
+    buffer, shared = io.BytesIO(), cast(list[Any], [])
     try:
         _SharingPickler(buffer, shared).dump(dataset)
     except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -182,10 +180,17 @@ class ThreadGang:
                 t.join()
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` (Python 3.11), also on 3.10, where nothing shows the notes."""
+    notes = getattr(error, "__notes__", None)
+    if notes is None:
+        setattr(error, "__notes__", [note])  # noqa: B010 - what add_note does
+    elif note not in notes:
+        notes.append(note)
+
+
 def _noted(error: BaseException, where: str) -> BaseException:
-    note = f"(raised in {where})"
-    if note not in getattr(error, "__notes__", ()):
-        error.add_note(note)
+    add_note(error, f"(raised in {where})")
     return error
 
 
@@ -250,7 +255,7 @@ def map_batches(
             if not future.cancelled():
                 try:
                     future.result()
-                except BaseException:  # noqa: BLE001, S110 - their batches are not wanted any more
+                except BaseException:  # noqa: BLE001 - their batches are not wanted any more
                     pass
 
 
@@ -328,7 +333,7 @@ def iterable_batches(
         for f in futures:
             try:
                 f.result()  # the streams see ``stop`` within 50 ms, or end their current batch first
-            except BaseException:  # noqa: BLE001, S110 - a stream's error already went to its queue
+            except BaseException:  # noqa: BLE001 - a stream's error already went to its queue
                 pass
 
 

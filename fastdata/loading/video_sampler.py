@@ -28,6 +28,7 @@ bookkeeping it shares. Build one with :meth:`fastdata.VideoClipDataset.clip_samp
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from fastdata.core.errors import ConfigError, check_positive
