@@ -257,6 +257,18 @@ def jpeg_section(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             if f"{peer}/{n}" in med:
                 ratios[f"threads/{n}_vs_{peer}/{n}"] = round(t / med[f"{peer}/{n}"], 3)
     out["ratios"] = ratios
+    # the same ratio round by round (each round's contenders run seconds apart): on a machine whose load
+    # swings, the median of these is less at the mercy of which round a median lands in
+    rounds = len(measured["today/0"]["runs"])
+    for name in [f"threads/{n}" for n in args.threads] + ["hybrid/2x2", "slots/2", "slots/3"]:
+        paired = [
+            measured[name]["runs"][i] / max(measured[k]["runs"][i] for k in measured if k.startswith("today/"))
+            for i in range(rounds)
+        ]
+        out.setdefault("paired_vs_today_best", {})[name] = {
+            "median": round(statistics.median(paired), 3),
+            "rounds": [round(x, 2) for x in paired],
+        }
     best_threads = max(med[f"threads/{n}"] for n in args.threads)
     out["target_threads_ge_1.3x_today_best"] = best_threads / today[0] >= 1.3
     out["target_threads_ge_spdl_same_concurrency"] = all(v >= 1.0 for k, v in ratios.items() if "_vs_spdl" in k)

@@ -17,7 +17,9 @@ Each contender runs in its own forked process, the contenders taking turns for `
 (medians kept); rates are clips per second over a window of ``--seconds`` after the first batch, and CPU
 milliseconds per clip (all processes). ``videos_per_batch`` is what the staggered sampler's batches draw
 from (mean and least, over all but the last ``W`` batches of an epoch), against the batch size. The
-targets: ``decord_staggered >= 2 x decord_fresh``, ``pyav_staggered >= 1.5 x pyav_random_stock``, videos per
+JSON also holds ``decord_cpu_ms_per_clip_one_process``: decord alone on the same clips (a fresh reader per
+clip, a kept reader with a call per clip, one call per video). The targets: ``decord_staggered >= 2 x
+decord_fresh``, ``pyav_staggered >= 1.5 x pyav_random_stock``, videos per
 batch >= half the batch.
 
     PYTHONPATH=. python benchmarks/bench_video_sampler.py --out bench-out/video_sampler.json
@@ -158,6 +160,50 @@ def videos_per_batch(paths: list[str], workers: int) -> dict[str, float]:
     return {"mean": statistics.mean(counts), "least": min(counts), "batch_size": 8}
 
 
+def decord_calls(paths: list[str]) -> dict[str, float]:
+    """decord alone, in this process, on the same clips (8 random ones per video, sorted): CPU ms per clip
+    with a fresh reader per clip, one reader per video with one ``get_batch`` per clip, and one reader
+    per video with one ``get_batch`` for all its clips: what a call costs beyond the decoding."""
+    import decord
+
+    ds = dataset(paths, "pyav")
+    clips: dict[int, list[list[int]]] = {}
+    for i in range(len(ds)):
+        video, frames = ds.frames_of(i)
+        clips.setdefault(video, []).append(frames)
+    for frames in clips.values():
+        frames.sort()
+
+    def fresh() -> None:
+        for v, cs in clips.items():
+            for f in cs:
+                decord.VideoReader(paths[v], num_threads=1).get_batch(f).asnumpy()
+
+    def per_clip() -> None:
+        for v, cs in clips.items():
+            reader = decord.VideoReader(paths[v], num_threads=1)
+            for f in cs:
+                reader.get_batch(f).asnumpy()
+
+    def one_call() -> None:
+        for v, cs in clips.items():
+            decord.VideoReader(paths[v], num_threads=1).get_batch(sorted({i for f in cs for i in f})).asnumpy()
+
+    out = {}
+    for name, fn in (
+        ("fresh_reader_per_clip", fresh),
+        ("kept_reader_call_per_clip", per_clip),
+        ("kept_reader_one_call", one_call),
+    ):
+        times = []
+        for _ in range(3):
+            c = time.process_time()
+            fn()
+            times.append(1e3 * (time.process_time() - c) / len(ds))
+        out[name] = statistics.median(times)
+    return out
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("torch", "numpy", "av", "decord", "fastdata"):
@@ -206,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["measured"] = med
         result["videos_per_batch"] = videos_per_batch(paths, w)
+        result["decord_cpu_ms_per_clip_one_process"] = decord_calls(paths)
     rate = {k: v["clips_per_s"] for k, v in med.items()}
     result["ratios"] = {
         "decord_staggered_vs_decord_fresh": rate["decord_staggered"] / rate["decord_fresh"],

@@ -162,6 +162,8 @@ def test_thread_mode_refuses_what_does_not_apply(shards: list[str]) -> None:
             fd.Loader(ds, **kwargs)
     with pytest.raises(ConfigError, match="multiprocessing_context"):
         len(fd.Loader(ds, num_workers=2, workers="threads", multiprocessing_context="fork").thread_loader)
+    with pytest.raises(ConfigError, match="take no generator"):
+        len(fd.Loader(ds, num_workers=2, workers="threads", generator=None).thread_loader)
     with pytest.raises(ConfigError, match="num_workers >= 1"):
         build_dataloader(ds, threads_per_worker=2)
 

@@ -200,7 +200,29 @@ def thread_loader_for(dataset: Any, num_threads: int, **kwargs: Any) -> ThreadLo
                 f"{name}= is for worker processes; loader threads run in this process (each thread's dataset "
                 "copy is warmed up as a worker's would be): leave it out"
             )
+    unknown = sorted(set(kwargs) - _TAKES)
+    if unknown:
+        raise ConfigError(
+            f"loader threads take no {', '.join(unknown)}; they take {', '.join(sorted(_TAKES))} (the options of "
+            "worker processes do not apply to threads)"
+        )
     return ThreadLoader(dataset, num_threads=num_threads, **kwargs)
+
+
+_TAKES = frozenset(
+    {
+        "batch_size",
+        "sampler",
+        "batch_sampler",
+        "shuffle",
+        "remainder",
+        "drop_last",
+        "collate_fn",
+        "prefetch_factor",
+        "pin_memory",
+        "wrap_collate",
+    }
+)
 
 
 __all__ = ["ThreadLoader", "thread_loader_for"]
