@@ -35,6 +35,7 @@ versions and the machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -61,7 +62,13 @@ from fastdata.bench.result import Config, Point
 
 
 def alternate(
-    factory: Any, configs: dict[str, Config], *, rounds: int, timing: Timing, probes: dict[str, bool] | None = None
+    factory: Any,
+    configs: dict[str, Config],
+    *,
+    rounds: int,
+    timing: Timing,
+    probes: dict[str, bool] | None = None,
+    collate_fn: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Measure each named configuration ``rounds`` times, in turn, the order reversed every other round
     (A B C C B A ...: a load that rises or falls through the run favours no one); medians per name."""
@@ -72,7 +79,9 @@ def alternate(
         for name, config in order:
             ds = factory()
             try:
-                point = measure(ds, config, timing=timing, probes=(probes or {}).get(name, True), cores=cores)
+                point = measure(
+                    ds, config, timing=timing, probes=(probes or {}).get(name, True), cores=cores, collate_fn=collate_fn
+                )
             finally:
                 close = getattr(ds, "close", None)
                 if callable(close):
@@ -266,10 +275,18 @@ def hook_cost(factory: Any, batch: int, batches: int = 20, reps: int = 20_000) -
     }
 
 
-def check_backend(name: str, factory: Any, args: argparse.Namespace, batch: int) -> dict[str, Any]:
+def check_backend(name: str, factory: Any, args: argparse.Namespace, batch: int, batched: Any = None) -> dict[str, Any]:
+    """``batched``: the factory of the dataset-batched form (a tar dataset that makes whole batches in
+    the worker, as ``fastdata bench`` reads it by default); the sweeps and checks then use it, with
+    ``batch_size=None`` on the DataLoader. The hook and probe costs are per sample, from ``factory``."""
+    per_sample = factory
+    loader_batch: int | None = batch
+    collate: Any = None
+    if batched is not None:
+        factory, loader_batch, collate = batched, None, fd.as_is
     workers = args.workers or default_workers()
     started = time.perf_counter()
-    quick = fd.bench.sweep(factory, workers=workers, batch_size=batch, seconds=args.seconds)
+    quick = fd.bench.sweep(factory, workers=workers, batch_size=loader_batch, seconds=args.seconds, collate_fn=collate)
     quick_s = time.perf_counter() - started
     rec = fd.bench.recommend(quick)
     pins = [False, True] if torch.cuda.is_available() else [False]
@@ -277,7 +294,8 @@ def check_backend(name: str, factory: Any, args: argparse.Namespace, batch: int)
     full = fd.bench.sweep(
         factory,
         workers=workers,
-        batch_size=batch,
+        batch_size=loader_batch,
+        collate_fn=collate,
         prefetch_factor=[2, 4],
         persistent_workers=[False, True],
         pin_memory=pins,
@@ -292,10 +310,10 @@ def check_backend(name: str, factory: Any, args: argparse.Namespace, batch: int)
     arms = {
         "recommended": rec.config,
         "exhaustive_best": best.config,
-        "folklore_cpu_count": Config(os.cpu_count() or 1, 2, False, False, batch),
-        "folklore_4": Config(4, 2, False, False, batch),
+        "folklore_cpu_count": Config(os.cpu_count() or 1, 2, False, False, loader_batch),
+        "folklore_4": Config(4, 2, False, False, loader_batch),
     }
-    check = alternate(factory, arms, rounds=args.rounds, timing=timing)
+    check = alternate(factory, arms, rounds=args.rounds, timing=timing, collate_fn=collate)
     ratio = check["recommended"]["samples_per_s"] / check["exhaustive_best"]["samples_per_s"]
     over = alternate(
         factory,
@@ -303,12 +321,13 @@ def check_backend(name: str, factory: Any, args: argparse.Namespace, batch: int)
         rounds=2 * args.rounds,
         timing=timing,
         probes={"probes_on": True, "probes_off": False},
+        collate_fn=collate,
     )
     overhead = over["probes_on"]["samples_per_s"] / over["probes_off"]["samples_per_s"]
-    hooks = hook_cost(factory, batch)
+    hooks = hook_cost(per_sample, batch)
     cost = probe_cost(
-        factory,
-        rec.config,
+        per_sample,
+        dataclasses.replace(rec.config, batch_size=batch),
         check["recommended"]["samples_per_s"],
         timing.window,
         calls_per_sample=hooks["calls_per_sample"],
@@ -449,9 +468,13 @@ def main() -> int:
             else:
                 try:
                     with backend.demo(Path(tmp) / name) as data:
-                        report["backends"][name] = check_backend(
-                            name, functools.partial(backend.open, data.spec, **data.options), args, batch
+                        opened = functools.partial(backend.open, data.spec, **data.options)
+                        batched = (
+                            functools.partial(backend.open, data.spec, **data.options, batch_size=batch)
+                            if backend.dataset_batches
+                            else None
                         )
+                        report["backends"][name] = check_backend(name, opened, args, batch, batched)
                 except backends.DemoUnavailable as e:  # e.g. moto missing for the S3 demo: say so, go on
                     report["backends"][name] = {"skipped": str(e)}
                     print(f"{name}: skipped: {e}", file=sys.stderr)

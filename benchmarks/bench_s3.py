@@ -17,12 +17,19 @@ Then the same with latency added to every request by the fault proxy (``--latenc
 through 10% ``503 SlowDown`` and 10% bodies cut midway (throughput vs the fault-free run through the
 same proxy, every object checked byte for byte).
 
+Egress (``egress``): one epoch, then a second, of ``TarShardDataset`` on ``s3://`` shards (with their
+``.idx`` sidecars and ``manifest.json``, as ``fastdata convert`` writes them), shuffled or not, per sample
+or batched, with 0 and 2 workers (``--egress-workers``): bytes fetched and requests per epoch (from the
+dataset's counters, summed over its workers) as multiples of the shards' bytes and of their number, and
+whether the second epoch's order differs from the first.
+
 Rates are medians of ``--repeats`` windows of ``--seconds`` (and at least 4 batches) each, the first
 batch (start-up) excluded; the contenders take turns, round after round, so that a change in the load
 of the (shared) machine reaches all of them. Figures are only comparable within one run.
 
     python benchmarks/bench_s3.py --json bench-out/s3.json
     python benchmarks/bench_s3.py --objects 600 --seconds 1 --repeats 1 --no-shards   # a quick look
+    python benchmarks/bench_s3.py --only egress --json bench-out/s3-egress.json   # the egress figures
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from tests.fault_proxy import FaultProxy  # noqa: E402
 from tests.s3_server import CREDENTIALS, REGION, MotoServer  # noqa: E402
 
 BUCKET = "bench"
+SECTIONS = ("small", "latency", "shards", "faults", "egress")
 FORK = multiprocessing.get_context("fork")
 
 
@@ -425,6 +433,76 @@ def faults(args: argparse.Namespace, urls: list[str], proxy: FaultProxy, expecte
     return out
 
 
+def _egress_epochs(spec: str, shuffle: bool, batch_size: int | None, workers: int) -> dict[str, Any]:
+    """Two epochs of one configuration: each epoch's requests, bytes and sample order."""
+    ds = fd.TarShardDataset(spec, shuffle=shuffle, batch_size=batch_size)
+    loader = DataLoader(
+        ds,
+        batch_size=None,
+        collate_fn=fd.as_is if batch_size else None,
+        num_workers=workers,
+        multiprocessing_context=FORK if workers else None,
+    )
+    epochs = []
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        before, t0 = ds.counters(), time.perf_counter()
+        keys: list[str] = []
+        for batch in loader:
+            key = batch["__key__"]
+            keys.extend(key if isinstance(key, list) else [key])
+        after = ds.counters()
+        epochs.append(
+            {
+                "requests": after["s3_requests"] - before["s3_requests"],
+                "bytes": after["s3_bytes"] - before["s3_bytes"],
+                "seconds": round(time.perf_counter() - t0, 3),
+                "keys": keys,
+            }
+        )
+    ds.close()
+    return {"epochs": epochs, "window": getattr(ds, "window", None)}  # (None: fastdata before the bound)
+
+
+def egress(args: argparse.Namespace, client: Any, rng: np.random.Generator) -> dict[str, Any]:
+    """Bytes and requests per epoch of TarShardDataset on S3, against the shards' bytes and count."""
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-s3-egress-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    sized = argparse.Namespace(**{**vars(args), "shards": args.egress_shards})
+    made = make_shards_sized(folder, sized, rng)
+    upload(client, {f"egress/{name}": q for name, q in made.items()})
+    tars = sorted(q for name, q in made.items() if name.endswith(".tar"))
+    nbytes, count = sum(os.path.getsize(q) for q in tars), len(tars)
+    samples = count * args.samples_per_shard
+    spec = f"s3://{BUCKET}/egress/train-{{000000..{count - 1:06d}}}.tar"
+    print(f"egress: {count} shards x {args.samples_per_shard} samples, {nbytes / 1e6:.1f} MB", flush=True)
+    out: dict[str, Any] = {"shards": count, "shard_bytes": nbytes, "samples": samples, "runs": {}}
+    for shuffle in (False, True):
+        for batch_size in (None, args.batch_size):
+            for w in args.egress_workers:
+                name = f"shuffle={shuffle}/batch_size={batch_size}/workers={w}"
+                got = isolated(lambda s=shuffle, b=batch_size, w=w: _egress_epochs(spec, s, b, w))
+                first, second = got["epochs"]
+                assert sorted(first["keys"]) == sorted(second["keys"]) and len(first["keys"]) == samples, name
+                run = {
+                    "bytes_vs_shards": [round(e["bytes"] / nbytes, 3) for e in got["epochs"]],
+                    "requests_vs_shards": [round(e["requests"] / count, 2) for e in got["epochs"]],
+                    "requests": [e["requests"] for e in got["epochs"]],
+                    "bytes": [e["bytes"] for e in got["epochs"]],
+                    "seconds": [e["seconds"] for e in got["epochs"]],
+                    "order_differs_between_epochs": first["keys"] != second["keys"],
+                    "window": got["window"],
+                }
+                out["runs"][name] = run
+                print(
+                    f"  {name:>44}: bytes {run['bytes_vs_shards'][0]:.2f}x, requests "
+                    f"{run['requests'][0]} ({run['requests_vs_shards'][0]:.2f} per shard), new order "
+                    f"{run['order_differs_between_epochs']}",
+                    flush=True,
+                )
+    return out
+
+
 # -- set-up and report -----------------------------------------------------------------------------------
 
 
@@ -461,6 +539,12 @@ def upload(client: Any, files: dict[str, bytes | str]) -> None:
 
 def summarize(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {}
+    if "egress" in results:
+        runs = results["egress"]["runs"]
+        summary["egress_bytes_vs_shards"] = {k: r["bytes_vs_shards"][0] for k, r in runs.items()}
+        summary["egress_requests_vs_shards"] = {k: r["requests_vs_shards"][0] for k, r in runs.items()}
+    if "small" not in results:
+        return summary
     small = results["small"]
     fast = {int(w): r["median"] for w, r in small["fastdata"].items()}
     best_w = max(fast, key=fast.__getitem__)
@@ -524,10 +608,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--fault-workers", type=int, default=2, help="workers for the fault runs (default 2)")
     p.add_argument("--no-faults", action="store_true", help="skip the fault runs")
     p.add_argument("--no-peers", action="store_true", help="only fastdata and the ceiling")
+    p.add_argument("--egress-shards", type=int, default=8, help="tar shards of the egress runs (default 8)")
+    p.add_argument("--egress-workers", default="0,2", help="worker counts of the egress runs (default 0,2)")
+    p.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"the sections to run, of {','.join(SECTIONS)} (default: all)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write the results here")
     args = p.parse_args(argv)
     args.workers = [int(w) for w in args.workers.split(",")]
+    args.egress_workers = [int(w) for w in args.egress_workers.split(",")]
+    sections = {x.strip() for x in args.only.split(",") if x.strip()}
+    if sections - set(SECTIONS):
+        p.error(
+            f"--only: unknown section(s) {', '.join(sorted(sections - set(SECTIONS)))}; known: {', '.join(SECTIONS)}"
+        )
     torch.set_num_threads(1)  # collate stalls with 2 intra-op threads on a busy machine (docs/bench.md)
     rng = np.random.default_rng(args.seed)
     t_start = time.time()
@@ -542,8 +639,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"small/{i:06d}.bin": rng.bytes(int(rng.uniform(0.5 * mean, 1.5 * mean))) for i in range(args.objects)
         }
         expected = {f"s3://{BUCKET}/{k}": hashlib.sha1(v).hexdigest() for k, v in files.items() if isinstance(v, bytes)}
-        print(f"uploading {args.objects} objects ...", flush=True)
-        upload(client, files)
+        if sections & {"small", "latency", "faults"}:
+            print(f"uploading {args.objects} objects ...", flush=True)
+            upload(client, files)
         urls = sorted(expected)
         modes = ["fastdata"] if args.no_peers else ["fastdata", "naive", "per_worker"]
         if not args.no_peers:
@@ -553,16 +651,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 modes.append("s3torchconnector")
             except ImportError:
                 print("s3torchconnector is not installed: skipped", flush=True)
-        print(f"small objects, direct to the server ({server.endpoint_url}):", flush=True)
-        results["small"] = small_objects(args, urls, server.endpoint_url, modes)
-        if args.latency_ms > 0:
+        if "small" in sections:
+            print(f"small objects, direct to the server ({server.endpoint_url}):", flush=True)
+            results["small"] = small_objects(args, urls, server.endpoint_url, modes)
+        if args.latency_ms > 0 and "latency" in sections:
             proxy.configure(latency_ms=args.latency_ms)
             print(f"small objects, {args.latency_ms:g} ms added to every request:", flush=True)
             results["latency"] = small_objects(
                 args, urls, proxy.endpoint_url, [m for m in modes if m in ("fastdata", "per_worker")]
             )
             proxy.reset()
-        if args.shards > 0:
+        if args.shards > 0 and "shards" in sections:
             with_tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-s3-shards-{os.getpid()}"
             with_tmp.mkdir(parents=True, exist_ok=True)
             made = make_shards_sized(with_tmp, args, rng)
@@ -577,9 +676,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 args.shards * args.samples_per_shard,
                 nbytes,
             )
-        if not args.no_faults:
+        if not args.no_faults and "faults" in sections:
             print("through 10% 503 SlowDown and 10% bodies cut midway:", flush=True)
             results["faults"] = faults(args, urls, proxy, expected)
+        if "egress" in sections:
+            results["egress"] = egress(args, client, rng)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     report = {
         "benchmark": "bench_s3",

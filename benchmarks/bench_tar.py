@@ -3,7 +3,8 @@
 same shards vs the original small files read one by one vs a raw sequential read of the shard files
 (the physical limit); each through a DataLoader with 0, 1, 2, 4 workers; raw bytes and JPEG decode;
 page cache hot and cold. Plus conversion (fastdata with 1 and 2 workers, ``tar cf``, webdataset's
-``ShardWriter``), the cost of fastdata's worker-safety core, and where the time goes with workers.
+``ShardWriter``; ``benchmarks/bench_convert.py`` measures it, and has more), the cost of fastdata's
+worker-safety core, and where the time goes with workers.
 
     python benchmarks/bench_tar.py                      # ~10k ~30 KB JPEGs, a few minutes
     python benchmarks/bench_tar.py --files 3000 --repeats 1 --workers 0,2   # a quick look
@@ -258,60 +259,13 @@ def readers(
 
 # -- conversion ----------------------------------------------------------------------------------------
 def bench_convert(src: Path, work: Path, shard_size: str, repeats: int, payload: int) -> dict[str, Any]:
-    import webdataset as wds
+    """The conversion figures of this run, measured by ``benchmarks/bench_convert.py`` (the conversion
+    benchmark: also fsync with one worker, and the Ray engine)."""
+    from bench_convert import measure
 
-    files = corpus_files(src)
-    warm([f for f, _ in files])
-
-    def ours(workers: int, fsync: bool) -> Callable[[], None]:
-        def run() -> None:
-            convert(src, work / "conv", shard_size=shard_size, workers=workers, progress=False, fsync=fsync)
-
-        return run
-
-    def tar_cf() -> None:
-        (work / "conv").mkdir()
-        subprocess.run(["tar", "cf", str(work / "conv" / "all.tar"), "-C", str(src), "."], check=True)
-
-    def shardwriter() -> None:
-        (work / "conv").mkdir()
-        with wds.ShardWriter(str(work / "conv" / "w-%06d.tar"), maxsize=int(fd_size(shard_size)), verbose=0) as sink:
-            for path, label in files:
-                with open(path, "rb") as f:
-                    sink.write({"__key__": Path(path).stem, "jpg": f.read(), "cls": label})
-
-    methods = {
-        "fastdata_workers1": ours(1, False),
-        "fastdata_workers2": ours(2, False),
-        "fastdata_workers2_fsync": ours(2, True),
-        "tar_cf": tar_cf,
-        "webdataset_shardwriter": shardwriter,
-    }
-    times: dict[str, list[float]] = {m: [] for m in methods}
-    cpu: dict[str, list[float]] = {m: [] for m in methods}
-    for _ in range(repeats):
-        for name, run in methods.items():  # interleaved, so a burst of load hits every method alike
-            shutil.rmtree(work / "conv", ignore_errors=True)
-            os.sync()  # each starts with no dirty pages of the others to be throttled by
-            cpu0 = cpu_seconds()
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-            cpu[name].append(cpu_seconds() - cpu0)
-    shutil.rmtree(work / "conv", ignore_errors=True)
-    out: dict[str, Any] = {}
-    for name, ts in times.items():
-        t = statistics.median(ts)
-        out[name] = {
-            "seconds": t,
-            "mb_per_s": payload / t / 1e6,
-            "files_per_s": len(files) / t,
-            "cpu_seconds": statistics.median(cpu[name]),
-        }
-    for name in methods:
-        out[name]["vs_tar_cf"] = out[name]["mb_per_s"] / out["tar_cf"]["mb_per_s"]
-        out[name]["cpu_vs_tar_cf"] = out[name]["cpu_seconds"] / out["tar_cf"]["cpu_seconds"]
-    return out
+    names = ["fastdata_workers1", "fastdata_workers2", "fastdata_workers2_fsync", "tar_cf", "webdataset_shardwriter"]
+    figures, _ = measure(src, work, shard_size, repeats, names)
+    return figures
 
 
 def cpu_seconds() -> float:

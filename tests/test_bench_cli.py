@@ -44,7 +44,9 @@ def test_bench_a_shard_pattern_writes_json_and_plot(
     )
     out = capsys.readouterr().out
     assert rc == 0
-    assert "★" in out and "DataLoader(dataset, batch_size=8" in out
+    # the dataset-batched path by default (batches of --batch-size made in the worker), decoded
+    assert "★" in out and "DataLoader(dataset, batch_size=None" in out and "collate_fn=fd.as_is" in out
+    assert "batch_size=8) (decoded)" in out
     data = json.loads((tmp_path / "b.json").read_text())
     points = data["result"]["points"]
     assert [p["config"]["num_workers"] for p in points] == [0, 1]
@@ -52,8 +54,10 @@ def test_bench_a_shard_pattern_writes_json_and_plot(
     # the tar backend reports its stages
     assert all(p["stage_ms"]["fetch"] is not None and p["stage_ms"]["decode"] is not None for p in points)
     assert data["result"]["settings"]["format"] == "tar"
-    assert data["result"]["settings"]["options"] == {"decode": "torch"}
-    assert data["recommendation"]["kwargs"]["batch_size"] == 8
+    assert data["result"]["settings"]["options"] == {"decode": "torch", "batch_size": 8}
+    assert data["result"]["settings"]["dataset_batch_size"] == 8
+    assert data["recommendation"]["kwargs"]["batch_size"] is None
+    assert data["recommendation"]["evidence"]
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -94,7 +98,7 @@ def test_the_registry_finds_every_backend_by_its_module() -> None:
 
 
 def test_demo_flags_need_demo(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "data/x.tar", "--quick"]) == 2
+    assert main(["bench", "data/x.tar", "--keep", "somewhere"]) == 2
     assert "go with --demo" in capsys.readouterr().err
 
 
@@ -125,7 +129,7 @@ def test_demo_builds_data_sweeps_and_summarises_every_backend(
     data = json.loads((tmp_path / "demo.json").read_text())
     assert data["not_measured"] == {}
     assert set(data["backends"]) == {"tar", "hdf5", "video", "s3"}
-    for name, batch in (("tar", 64), ("hdf5", 256), ("video", 8), ("s3", 32)):
+    for name, batch in (("tar", None), ("hdf5", 256), ("video", 8), ("s3", 32)):
         assert f"{name}: DataLoader(dataset, batch_size={batch}" in out
         result = data["backends"][name]["result"]
         assert result["settings"]["demo"] is True and result["settings"]["format"] == name
@@ -141,3 +145,46 @@ def test_demo_builds_data_sweeps_and_summarises_every_backend(
     port = int(re.search(r"endpoint_url='http://127\.0\.0\.1:(\d+)'", config).group(1))  # type: ignore[union-attr]
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_raw_bytes_only_on_request_and_said(shards: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", shards[0], "--workers", "0", *FAST, "-o", "decode=raw", "-o", "batch_size=null"]) == 0
+    out = capsys.readouterr().out
+    assert "(raw bytes, not decoded: as asked)" in out
+    assert "DataLoader(dataset, batch_size=8" in out  # per sample: the DataLoader batches
+
+
+def test_off_a_terminal_the_table_is_not_cut_to_80_columns(
+    shards: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", shards[0], "--workers", "0,1", *FAST]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) > 120
+    assert "…" not in out  # no column squeezed into an ellipsis
+    header = next(line for line in out.splitlines() if "samples/s" in line)
+    assert "1st batch s" in header and "PSS MB main+w" in header
+
+
+FACTORY_MODULE = """
+import fastdata as fd
+
+SHARDS = {shards!r}
+
+
+def make():
+    return fd.TarShardDataset(SHARDS, decode="numpy", batch_size=4), {{"num_workers": 7}}
+"""
+
+
+def test_a_module_factory_spec_benches_the_dataset_you_train_with(
+    shards: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "my_training_data.py").write_text(FACTORY_MODULE.format(shards=shards))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["bench", "my_training_data:make", "--workers", "0,1", "--seconds", "0.5", "--start-method", "spawn"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "TarShardDataset(3 shards" in out and "start method spawn" in out
+    assert "num_workers were ignored" in out
+    assert main(["bench", "my_training_data:nosuch"]) == 2
+    assert "has no 'nosuch'" in capsys.readouterr().err

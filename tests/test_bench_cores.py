@@ -130,3 +130,19 @@ def test_a_process_pinned_to_one_cpu_has_one_usable_core() -> None:
     finally:
         proc.join(timeout=60)
     assert proc.exitcode == 0
+
+
+def test_smt_siblings_count_once(tmp_path: Path) -> None:
+    from fastdata.bench.cores import physical_cores
+
+    # 8 CPUs: 4 cores with two hyperthreads each (cpu k and k+4 share a core)
+    for cpu in range(8):
+        topo = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/topology"
+        topo.mkdir(parents=True)
+        topo.joinpath("thread_siblings_list").write_text(f"{cpu % 4},{cpu % 4 + 4}\n")
+    assert physical_cores(list(range(8)), tmp_path) == 4
+    assert physical_cores([0, 4], tmp_path) == 1  # one core's two hyperthreads
+    assert physical_cores([0, 1, 2], tmp_path) == 3
+    topo = tmp_path / "sys/devices/system/cpu/cpu9/topology"
+    assert physical_cores([9], tmp_path) == 1  # no topology: each CPU is a core
+    assert not topo.exists()

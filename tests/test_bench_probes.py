@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 from typing import Any
@@ -174,3 +175,110 @@ def test_leading_dim_and_payload_bytes() -> None:
     assert payload_bytes({"a": b"xyz", "b": np.zeros(4, dtype=np.uint8), "c": "hi"}) == 9
     # long lists are estimated from a sample of their items, exactly when the items are alike
     assert payload_bytes([b"1234"] * 100_000) == 400_000
+
+
+def test_every_thread_of_a_process_is_counted_a_helper_thread_included() -> None:
+    import threading
+
+    from fastdata.bench.synthetic import spin
+    from fastdata.loading.probes import ProcessProbe, python_thread_names
+
+    probe = ProcessProbe(os.getpid(), names=python_thread_names)
+    before = probe.read()
+    worked, release = threading.Event(), threading.Event()
+
+    def decode() -> None:
+        spin(3_000_000)
+        worked.set()
+        release.wait()
+
+    helper = threading.Thread(target=decode, name="decoder-helper")
+    helper.start()
+    worked.wait()
+    mid = probe.read()  # seen alive, by its Python name
+    release.set()
+    helper.join()  # the helper has exited: its last reading still counts
+    after = probe.read()
+    seen = {k: v.name for k, v in probe._seen.items()}
+    assert mid.by_thread.get("decoder-helper", 0.0) - before.by_thread.get("decoder-helper", 0.0) > 0.05, seen
+    assert after.by_thread["decoder-helper"] >= mid.by_thread["decoder-helper"], seen
+    assert after.cpu >= mid.cpu >= before.cpu
+    after = after.minus(before)
+    assert after.voluntary + after.involuntary > 0 and after.threads >= 1
+
+
+def test_voluntary_and_involuntary_switches_are_told_apart() -> None:
+    from fastdata.loading.probes import read_thread
+
+    tid = threading_id()
+    before = read_thread(os.getpid(), tid)
+    for _ in range(50):
+        time.sleep(0.001)  # each sleep gives the core up: a voluntary switch (the workload measured)
+    after = read_thread(os.getpid(), tid)
+    assert before is not None and after is not None
+    assert after.voluntary - before.voluntary >= 40
+
+
+def threading_id() -> int:
+    import threading
+
+    return threading.get_native_id()
+
+
+def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill() -> None:
+    from fastdata.bench.synthetic import ShuffleBufferDataset
+    from fastdata.loading.stage_table import start_split
+
+    def slow_init(worker_id: int) -> None:
+        time.sleep(0.2)  # the workers' set-up this test measures
+
+    ds = ShuffleBufferDataset(n=128, window=120, delay=0.002)
+    table = StageTable(2)
+    loader = make_loader(ds, Config(1, 2, False, False, 8), table=table, worker_init_fn=slow_init)
+    table.new_epoch()
+    asked = time.perf_counter()
+    it = iter(loader)
+    started = time.perf_counter()
+    first = next(it)
+    split = start_split(table, 1, asked, started, time.perf_counter(), restarted=True)
+    del it
+    assert first.n == 8
+    assert split.init >= 0.2  # the worker_init_fn
+    # the whole buffer before the first item, then a read per item for the other 7 of the batch
+    assert split.read == 120 + 7 and split.batch == 8
+    assert split.fill > 10 * split.produce
+
+
+def test_the_d_state_sampler_looks_at_our_threads() -> None:
+    from fastdata.loading.probes import DStateSampler
+
+    sampler = DStateSampler([os.getpid()], interval=0.01).start()
+    deadline = time.perf_counter() + 5
+    while sampler.counts()[0] < 5 and time.perf_counter() < deadline:
+        time.sleep(0.01)  # waiting for the sampler's looks, bounded
+    sampler.stop()
+    looks, blocked = sampler.counts()
+    assert looks >= 5 and 0 <= blocked <= looks
+
+
+def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings() -> None:
+    from fastdata.bench.synthetic import CPUDataset, spin
+
+    started = time.thread_time()
+    for _ in range(20):
+        spin(30_000)
+    per_item = (time.thread_time() - started) / 20  # CPU-seconds one item costs here
+    # epochs of 4 batches per worker (tens of ms): each worker exits long before a window's reading
+    point = measure(
+        CPUDataset(n=32, iterations=30_000),
+        Config(2, 2, False, False, 4),
+        timing=Timing(seconds=1.0, window=0.5, warmup=0.2, min_windows=2),
+        cores=2,
+    )
+    assert point.ok, point.error
+    assert point.restart_s is not None  # epochs did end while measuring
+    # what the workers computed is counted (each wrote its own CPU into the stage table): most of
+    # the CPU the items they made cost (without it, most of it was lost: a third here)
+    made = point.samples_per_s * point.measured_s
+    assert point.worker_cores * point.measured_s > 0.8 * made * per_item
+    assert point.ctx_voluntary + point.ctx_involuntary > 0

@@ -12,6 +12,11 @@ from fastdata.bench.result import Config, Point, SweepResult
 from fastdata.core.errors import ConfigError
 
 GIB = 2**30
+# what workers waiting on reads show: most of their time in fetch, little of it computing
+WAITING = {
+    "stage_ms": {"fetch": 9.0, "decode": None, "transform": None, "collate": 0.01},
+    "stage_busy": {"fetch": 0.9, "decode": None, "transform": None, "collate": 0.001},
+}
 
 
 def pt(workers: int, sps: float, *, prefetch: int = 2, **fields: Any) -> Point:
@@ -33,6 +38,12 @@ def pt(workers: int, sps: float, *, prefetch: int = 2, **fields: Any) -> Point:
         "pss_workers": [0.1 * GIB] * workers,
     }
     defaults.update(fields)
+    # CPU used follows what the point is said to be busy with, unless given
+    if "per_worker_cores" not in fields and "worker_busy" in fields:
+        defaults["per_worker_cores"] = list(fields["worker_busy"])
+        defaults["worker_cores"] = sum(fields["worker_busy"])
+    if "main_loader_cores" not in fields:
+        defaults["main_loader_cores"] = fields.get("main_process_busy", defaults["main_busy"])
     return Point(config, **defaults)
 
 
@@ -81,16 +92,16 @@ def test_with_a_step_time_the_smallest_that_keeps_the_stall_under_target() -> No
     )
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 2
-    assert rec.bottleneck == "none"
-    assert "keeps up" in rec.diagnosis[0]
+    assert rec.bottleneck == "step"
+    assert "training step is the bottleneck" in rec.diagnosis[0] and "4.0% of the time" in rec.diagnosis[0]
     assert fd.bench.recommend(result, stall_target=0.02).config.num_workers == 4  # type: ignore[union-attr]
 
 
 def test_with_a_step_time_nothing_keeps_up_the_fastest_is_recommended() -> None:
-    result = sweep_of(pt(0, 50, stall=0.7), pt(1, 90, stall=0.5), pt(2, 120, stall=0.3), step_time=0.05)
+    result = sweep_of(pt(0, 50, stall=0.7), pt(1, 90, stall=0.5), pt(2, 120, stall=0.3, **WAITING), step_time=0.05)
     rec = fd.bench.recommend(result)
     assert rec.config is not None and rec.config.num_workers == 2
-    assert rec.bottleneck == "storage"  # the loop waits 30% of the time: the loader is the limit
+    assert rec.bottleneck == "storage"  # the loop waits 30% of the time and the workers wait in fetch
     assert any("No configuration keeps the stall under 5%" in s for s in rec.diagnosis)
 
 
@@ -99,7 +110,8 @@ def test_with_a_step_time_a_loader_that_nearly_keeps_up_is_not_judged() -> None:
     result = sweep_of(pt(0, 50, stall=0.7), pt(1, 90, stall=0.3), pt(2, 120, stall=0.1), step_time=0.05)
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "unknown"
-    assert "without --step-ms" in rec.diagnosis[0]
+    assert "the workers may be waiting for it" in rec.diagnosis[0]
+    assert any("without a step" in s for s in rec.diagnosis)
     assert any("No configuration keeps the stall under 5%" in s for s in rec.diagnosis)
 
 
@@ -110,8 +122,9 @@ def test_storage_bound_when_workers_wait_and_the_best_is_the_largest_tested() ->
         pt(
             4,
             400,
-            iowait=0.3,
-            procs_blocked=3,
+            dstate_share=0.3,
+            device_mb_s=80.0,
+            read_mb_s=80.0,
             stage_ms={"fetch": 9.0, "decode": 0.5, "transform": None, "collate": 0.01},
             stage_busy={"fetch": 0.9, "decode": 0.05, "transform": None, "collate": 0.001},
         ),
@@ -119,8 +132,8 @@ def test_storage_bound_when_workers_wait_and_the_best_is_the_largest_tested() ->
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "storage"
     text = " ".join(rec.diagnosis)
-    assert "Storage-bound" in text and "fetching takes 9.00 ms per sample" in text
-    assert "iowait 30%" in text
+    assert "Storage-bound" in text and "90% of its time in fetch (9.00 ms per sample)" in text
+    assert "D state) in 30% of the looks" in text and "reach the disk" in text
     assert "try more (--workers 4,8,16)" in text
     assert "2.00x from 2 workers to 4 workers" in text
 
@@ -136,7 +149,8 @@ def test_cpu_bound_when_the_workers_demand_every_core() -> None:
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "cpu"
     assert rec.config is not None and rec.config.num_workers == 2
-    assert "saturated" in rec.diagnosis[0] and "decode (2.00 ms per sample)" in rec.diagnosis[0]
+    assert "Decode/CPU-bound" in rec.diagnosis[0] and "decode (2.00 ms per sample)" in rec.diagnosis[0]
+    assert any("cores are the limit" in s for s in rec.diagnosis)
     # one worker computing flat out with a core to spare: CPU-bound, and more workers would help
     assert classify(result.points[1], 2) == "cpu"
 
@@ -165,7 +179,7 @@ def test_main_process_bound_when_the_main_process_is_always_busy() -> None:
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "main-process"
     assert rec.config is not None and rec.config.num_workers == 2
-    assert "Main-process-bound" in rec.diagnosis[0] and "unpickling" in rec.diagnosis[0]
+    assert "Main-process-bound" in rec.diagnosis[0] and "rebuilding received batches 80%" in rec.diagnosis[0]
 
 
 def test_ipc_bound_when_no_workers_is_fastest() -> None:
@@ -183,7 +197,7 @@ def test_ipc_bound_when_no_workers_is_fastest() -> None:
 def test_no_workers_fastest_while_the_main_process_waits_is_storage_bound() -> None:
     # a slow store on the same machine (the S3 demo's local server): no workers wins, but the main
     # process mostly waits for reads, so moving items between processes is not what limits
-    result = sweep_of(pt(0, 150, main_busy=0.1), pt(1, 120, main_busy=0.03), pt(2, 130, main_busy=0.03))
+    result = sweep_of(pt(0, 150, main_busy=0.1, **WAITING), pt(1, 120, main_busy=0.03), pt(2, 130, main_busy=0.03))
     rec = fd.bench.recommend(result)
     assert rec.bottleneck == "storage"
     assert rec.config is not None and rec.config.num_workers == 0
@@ -215,17 +229,94 @@ def test_a_worker_killed_is_reported_as_memory_trouble() -> None:
     assert any("failed" in s and "Killed" in s for s in rec.diagnosis)
 
 
-def test_start_up_bound_asks_for_persistent_workers() -> None:
-    # epochs of 2000 samples at 1000 samples/s (2 s) and a 3 s start-up
-    result = sweep_of(pt(0, 300), pt(2, 1000, startup_s=3.0), epoch_samples=2000)
-    rec = fd.bench.recommend(result)
-    assert rec.bottleneck == "start-up"
-    assert rec.kwargs["persistent_workers"] is True
-    # a start-up that is a small but real part of an epoch: a note, and the same advice
+def split(**parts: float) -> dict[str, float]:
+    base = dict.fromkeys(("launch", "init", "fill", "produce", "deliver"), 0.01)
+    base.update(parts)
+    return {"total": sum(base.values()), "read": 32.0, "batch": 32.0, **base}
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected", "says"),
+    [
+        ({"launch": 0.4}, "fork", "copies the page tables of the 2.0 GiB parent"),
+        ({"init": 0.4}, "worker-init", "set-up before its first sample"),
+        ({"fill": 0.4}, "shuffle-fill", "reads 512 (a shuffle buffer)"),
+    ],
+)
+def test_start_up_is_split_into_fork_set_up_and_shuffle_fill(parts: dict[str, float], expected: str, says: str) -> None:
+    s = split(**parts)
+    if expected == "shuffle-fill":
+        s["read"] = 512.0
+    waits = pt(2, 1000, epoch_start=0.6, restart_split=s, parent_rss=2.0 * GIB, restart_s=0.45)
+    rec = fd.bench.recommend(sweep_of(pt(0, 300), waits, epoch_samples=2000))
+    assert rec.bottleneck == expected, rec.text()
+    assert says in rec.diagnosis[0]
+    # only what was measured is recommended: the kwargs are the starred point's
+    assert rec.kwargs == rec.point.config.loader_kwargs()  # type: ignore[union-attr]
+    refill = [s for s in rec.diagnosis if "refilled at every epoch" in s]
+    assert bool(refill) == (expected == "shuffle-fill")  # persistent workers do not cure a refill
+
+
+def test_the_first_batch_of_a_short_epoch_alone_is_not_a_start_up_label() -> None:
+    # a third of the time at epoch starts, but spent making the first batch itself: not fork/init/fill
+    waits = pt(2, 1000, epoch_start=0.6, restart_split=split(produce=0.4), worker_busy=[0.9, 0.9])
+    assert fd.bench.recommend(sweep_of(pt(0, 300), waits)).bottleneck == "cpu"
+
+
+def test_unmeasured_persistent_workers_are_mentioned_not_recommended() -> None:
     result = sweep_of(pt(0, 300), pt(2, 1000, startup_s=0.4), epoch_samples=2000)
     rec = fd.bench.recommend(result)
-    assert rec.bottleneck != "start-up" and rec.kwargs["persistent_workers"] is True
-    assert any("persistent_workers=True" in s for s in rec.diagnosis)
+    assert rec.kwargs["persistent_workers"] is False
+    assert any("persistent_workers=True would save it" in s and "not measured" in s for s in rec.diagnosis)
+
+
+def test_measurements_that_disagree_make_the_label_uncertain() -> None:
+    noisy = pt(2, 300, spread=0.7, round_labels=["cpu", "storage"], worker_busy=[0.9, 0.9])
+    rec = fd.bench.recommend(sweep_of(pt(0, 100), noisy))
+    assert rec.bottleneck == "uncertain"
+    assert "said cpu, storage" in rec.diagnosis[0] and "70% apart" in rec.diagnosis[0]
+    steady = pt(2, 300, spread=0.05, round_labels=["cpu", "cpu"], worker_busy=[0.9, 0.9])
+    assert fd.bench.recommend(sweep_of(pt(0, 100), steady)).bottleneck == "cpu"
+    # two of three measurements back the pooled label: a clear majority, not a doubt
+    mostly = pt(2, 300, spread=0.3, round_labels=["cpu", "storage", "cpu"], worker_busy=[0.9, 0.9])
+    assert fd.bench.recommend(sweep_of(pt(0, 100), mostly)).bottleneck == "cpu"
+
+
+def test_idle_workers_with_no_sign_of_storage_are_unknown_not_storage() -> None:
+    rec = fd.bench.recommend(sweep_of(pt(0, 100), pt(2, 200)))
+    assert rec.bottleneck == "unknown"
+    assert "no measurement shows where the time goes" in rec.diagnosis[0]
+
+
+def test_a_helper_thread_computing_at_no_workers_is_cpu() -> None:
+    # the main thread waits on a decoder thread, which computes
+    decoding = pt(
+        0,
+        200,
+        main_busy=0.3,
+        main_process_busy=1.2,
+        main_threads={"fastdata-decode": 0.9},
+        stage_ms={"fetch": 0.1, "decode": 4.0, "transform": None, "collate": 0.2},
+        stage_busy={"fetch": 0.02, "decode": 0.8, "transform": None, "collate": 0.04},
+    )
+    rec = fd.bench.recommend(sweep_of(decoding))
+    assert rec.bottleneck == "cpu"
+    assert "'fastdata-decode' 0.90 cores" in rec.diagnosis[0]
+
+
+def test_the_estimate_and_the_rules_of_thumb_are_reported() -> None:
+    stages = {"fetch": 0.1, "decode": 0.8, "transform": None, "collate": 0.01}
+    result = sweep_of(
+        pt(1, 500, stall=0.5, wait=0.5, stage_ms=stages, worker_busy=[0.9]),
+        pt(2, 900, stall=0.2, wait=0.2, stage_ms=stages, worker_busy=[0.9, 0.9]),
+        step_time=0.02,
+    )
+    rec = fd.bench.recommend(result)
+    assert rec.estimate is not None and rec.estimate[0] == 2
+    assert "min(2, 58.2 ms / 20 ms) = 2" in rec.estimate[1]
+    fired = {c.name: c.fires for c in rec.checks}
+    assert fired == {"next batch vs step": True, "worker start-up": False, "pin time": False}
+    assert rec.to_dict()["checks"][0]["fires"] is True
 
 
 def test_ddp_per_rank_advice_shares_the_cores_when_cpu_bound() -> None:
@@ -236,7 +327,9 @@ def test_ddp_per_rank_advice_shares_the_cores_when_cpu_bound() -> None:
     assert rec.bottleneck == "cpu" and rec.config is not None and rec.config.num_workers == 8
     assert rec.per_rank is not None
     assert rec.per_rank["kwargs"]["num_workers"] == 1  # (8 cores - 4 main processes) // 4 ranks
-    storage = sweep_of(pt(0, 100), pt(4, 390), pt(8, 800), cores=8)
+    assert "Per GPU (per rank)" in rec.per_rank["advice"] and "4 x (1 + 1) = 8 processes" in rec.per_rank["advice"]
+    assert any("oversubscribed" in w for w in rec.per_rank["warnings"])  # 4 x (8 + 1) on 8 cores
+    storage = sweep_of(pt(0, 100), pt(4, 390, **WAITING), pt(8, 800, **WAITING), cores=8)
     rec = fd.bench.recommend(storage, procs_per_node=4)
     assert rec.per_rank is not None and rec.per_rank["kwargs"]["num_workers"] == 8
     assert "per rank" in rec.text()
@@ -244,11 +337,34 @@ def test_ddp_per_rank_advice_shares_the_cores_when_cpu_bound() -> None:
 
 
 def test_ddp_per_rank_advice_fits_memory() -> None:
-    storage = sweep_of(pt(0, 100), pt(8, 800, pss_workers=[1 * GIB] * 8, pss_main=1 * GIB), cores=8, memory=32 * GIB)
+    storage = sweep_of(
+        pt(0, 100), pt(8, 800, pss_workers=[1 * GIB] * 8, pss_main=1 * GIB, **WAITING), cores=8, memory=32 * GIB
+    )
     rec = fd.bench.recommend(storage, procs_per_node=4)
     assert rec.per_rank is not None
     # 60% of 32 GiB over 4 ranks = 4.8 GiB each; 1 GiB for the main process leaves room for 3 workers
     assert rec.per_rank["kwargs"]["num_workers"] == 3
+
+
+def test_ddp_on_a_small_machine_counts_physical_cores_and_warns() -> None:
+    # 8 ranks of JPEG decode on 2 cores: no room for workers, and the ranks alone oversubscribe
+    cpu = sweep_of(pt(0, 100, main_busy=1.0), pt(2, 300, worker_busy=[0.95] * 2), cores=2)
+    rec = fd.bench.recommend(cpu, procs_per_node=8)
+    assert rec.per_rank is not None and rec.per_rank["kwargs"]["num_workers"] == 0
+    assert "8 ranks on 2 physical cores oversubscribe" in rec.per_rank["advice"]
+    # 8 CPUs that are 4 cores with two hyperthreads each: 2 ranks get one worker each, not three
+    smt = sweep_of(pt(0, 100, main_busy=1.0), pt(4, 390, worker_busy=[0.95] * 4), cores=8)
+    smt.machine["physical_cores"] = 4
+    rec = fd.bench.recommend(smt, procs_per_node=2)
+    assert rec.per_rank is not None and rec.per_rank["kwargs"]["num_workers"] == 1
+    assert "SMT siblings counted once" in rec.per_rank["advice"]
+
+
+def test_torchrun_local_world_size_is_the_default_procs_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = sweep_of(pt(0, 100, main_busy=1.0), pt(8, 800, worker_busy=[0.97] * 8), cores=8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    rec = fd.bench.recommend(cpu)
+    assert rec.per_rank is not None and rec.per_rank["procs_per_node"] == 4
 
 
 def test_every_point_failed() -> None:
@@ -259,7 +375,7 @@ def test_every_point_failed() -> None:
 
 
 def test_unknown_stages_are_said_to_be_unknown() -> None:
-    rec = fd.bench.recommend(sweep_of(pt(0, 100), pt(2, 200)))
+    rec = fd.bench.recommend(sweep_of(pt(0, 100), pt(2, 200, worker_busy=[0.9, 0.9])))
     assert any("stage times are unknown" in s for s in rec.diagnosis)
 
 
@@ -290,9 +406,9 @@ def test_slow_collate_without_workers_points_at_torch_threads() -> None:
 def test_many_waiting_workers_on_a_crowded_machine_are_not_oversubscribed() -> None:
     # 8 workers that mostly sleep, each runnable a quarter of the time (late wake-ups), on 2 cores
     result = sweep_of(
-        pt(2, 100, worker_busy=[0.25] * 2),
-        pt(4, 190, worker_busy=[0.25] * 4),
-        pt(8, 380, worker_busy=[0.25] * 8),
+        pt(2, 100, worker_busy=[0.25] * 2, **WAITING),
+        pt(4, 190, worker_busy=[0.25] * 4, **WAITING),
+        pt(8, 380, worker_busy=[0.25] * 8, **WAITING),
         cores=2,
     )
     rec = fd.bench.recommend(result)
@@ -318,6 +434,51 @@ def test_doubts_name_the_points_to_measure_again() -> None:
 def test_computing_workers_as_many_as_the_cores_are_not_told_to_add_more() -> None:
     result = sweep_of(pt(1, 450, worker_busy=[0.7]), pt(2, 800, worker_busy=[0.65, 0.65]), cores=2)
     rec = fd.bench.recommend(result)
-    assert rec.bottleneck == "cpu" and "more workers than cores will not help" in rec.diagnosis[0]
+    assert rec.bottleneck == "cpu" and any("cores are the limit" in s for s in rec.diagnosis)
     fewer = sweep_of(pt(1, 450, worker_busy=[0.7]), pt(2, 800, worker_busy=[0.65, 0.65]), cores=8)
-    assert "try more workers" in fd.bench.recommend(fewer).diagnosis[0]
+    assert any("more workers would help" in s for s in fd.bench.recommend(fewer).diagnosis)
+    # the probes see cores left, but more workers were measured and were slower: said, not advised
+    tried = sweep_of(pt(1, 800, worker_busy=[0.7], machine_busy_cores=1.9), pt(2, 600, worker_busy=[0.6] * 2))
+    said = " ".join(fd.bench.recommend(tried).diagnosis)
+    assert "more workers would help" not in said and "2w pf2 measured no faster (600 against 800" in said
+
+
+def test_busy_fetch_threads_on_a_crowded_machine_are_storage_not_cpu() -> None:
+    # S3 read-ahead threads wake on every reply and wait for a core each time: "busy" adds up, CPU does not
+    waiting = pt(
+        0,
+        100,
+        main_busy=0.1,
+        main_process_busy=0.9,
+        main_loader_cores=0.14,
+        stage_ms={"fetch": 12.0, "decode": None, "transform": None, "collate": 0.01},
+        stage_busy={"fetch": 0.99, "decode": None, "transform": None, "collate": 0.001},
+    )
+    rec = fd.bench.recommend(sweep_of(waiting, pt(2, 90, **WAITING)))
+    assert rec.bottleneck == "storage" and "uses only 0.14 cores" in rec.diagnosis[0]
+    # a decoder starved of CPU looks as busy, but its time is in decode: cpu
+    starved = pt(
+        2,
+        300,
+        worker_busy=[0.98, 0.95],
+        per_worker_cores=[0.15, 0.15],
+        stage_ms={"fetch": 0.05, "decode": 2.0, "transform": None, "collate": 0.01},
+        stage_busy={"fetch": 0.01, "decode": 0.4, "transform": None, "collate": 0.001},
+    )
+    assert fd.bench.recommend(sweep_of(pt(0, 100), starved)).bottleneck == "cpu"
+
+
+def test_no_workers_fastest_without_a_transfer_cost_seen_is_not_ipc() -> None:
+    # video decoded on a helper thread at no workers measured fastest on a crowded machine, but with
+    # workers the main process was idle, not receiving: the label is the no-worker point's own (cpu)
+    decoding = pt(
+        0,
+        300,
+        main_busy=0.3,
+        main_process_busy=1.1,
+        main_threads={"fastdata-decode": 0.8},
+        stage_ms={"fetch": 0.1, "decode": 4.0, "transform": None, "collate": 0.2},
+        stage_busy={"fetch": 0.02, "decode": 0.8, "transform": None, "collate": 0.04},
+    )
+    rec = fd.bench.recommend(sweep_of(decoding, pt(2, 200, main_busy=0.1, worker_busy=[0.9, 0.9])))
+    assert rec.bottleneck == "cpu", rec.text()

@@ -11,15 +11,15 @@ from rich.console import Console
 import fastdata as fd
 from fastdata.bench import report
 from fastdata.bench.environment import describe
-from tests.test_bench_recommend import pt, sweep_of
+from tests.test_bench_recommend import WAITING, pt, sweep_of
 
 
 def a_result(step_time: float = 0.0) -> fd.bench.SweepResult:
-    stall = {"stall": 0.3} if step_time else {}
+    stall = {"stall": 0.3, **WAITING} if step_time else dict(WAITING)
     result = sweep_of(
         pt(0, 100, **stall),
         pt(1, 180, **stall),
-        pt(2, 340, **({"stall": 0.02} if step_time else {})),
+        pt(2, 340, **({"stall": 0.02} if step_time else {}), **WAITING),
         pt(2, 330, prefetch=4, **stall),
         pt(4, 350, **stall),
         step_time=step_time,
@@ -51,7 +51,9 @@ def test_the_table_stars_the_recommendation_and_shows_the_diagnosis() -> None:
     text = console.export_text()
     assert "★" in text and "2w pf2" in text and "4w pf2" in text
     assert "DataLoader(dataset, batch_size=64, num_workers=2" in text
-    assert "Storage-bound" in text
+    assert "Storage-bound" in text and "90% of its time in fetch" in text
+    assert "per process" in text and "ctx/s invol" in text  # the process table
+    assert "Rule of thumb, worker start-up [✓]" in text
     starred = [line for line in text.splitlines() if "★" in line]
     assert len(starred) == 1 and "2w pf2" in starred[0] and "340" in starred[0]
 

@@ -15,7 +15,7 @@ import pytest
 
 import fastdata as fd
 from fastdata.bench.cores import usable_cores
-from fastdata.bench.synthetic import CheapDataset, CPUDataset, HeavyBatchDataset, IOWaitDataset
+from fastdata.bench.synthetic import CheapDataset, CPUDataset, IOWaitDataset
 
 # short measurements: a few windows per point; rounds=2 interleaves the grid so that a burst of load
 # from another program is shared by every point instead of landing on one
@@ -77,18 +77,6 @@ def test_trivially_cheap_items_are_best_loaded_without_workers() -> None:
 
 
 @pytest.mark.slow
-def test_huge_python_batches_are_diagnosed_main_process_bound() -> None:
-    ds = HeavyBatchDataset()
-    result = fd.bench.sweep(ds, workers=[0, 2, 4, 8], batch_size=4, collate_fn=ds.collate_fn, **QUICK)
-    rec = fd.bench.recommend(result)
-    assert rec.config is not None and rec.config.num_workers >= 2, rec.text()
-    assert rec.bottleneck == "main-process", rec.text()
-    # the main process's time goes to unpickling, as the diagnosis says (wall time: a crowded machine may
-    # keep it waiting for a core in the middle of it)
-    assert rec.best is not None and rec.best.unpickle > 0.25
-
-
-@pytest.mark.slow
 def test_with_a_step_time_the_smallest_loader_that_keeps_up_wins() -> None:
     # one worker makes a batch of 8 in 160 ms, six in 27 ms (up to 3.7 times that when other programs
     # delay the wake-ups); the step takes 100 ms: one worker stalls, six keep up, twelve need not. Int
@@ -102,4 +90,20 @@ def test_with_a_step_time_the_smallest_loader_that_keeps_up_wins() -> None:
     # a 10% target: on a crowded machine the main process alone can lose 5 ms a step waiting for a core
     rec = fd.bench.recommend(result, stall_target=0.1)
     assert rec.config is not None and rec.config.num_workers == 6, rec.text()
-    assert rec.bottleneck == "none"
+    assert rec.bottleneck == "step"
+
+
+def test_a_sweep_moves_a_fastdata_dataset_to_a_new_epoch_at_every_pass(tmp_path) -> None:
+    # short epochs restart many times within one point: each restart is a new epoch, as in training,
+    # so a shuffled dataset is never read twice in the same order (and never warns that it was)
+    import warnings
+
+    from fastdata.core.seeding import RepeatedEpochWarning
+    from tests.datagen import make_shards
+
+    ds = fd.TarShardDataset(make_shards(tmp_path, shards=2, per_shard=8), shuffle=True, batch_size=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RepeatedEpochWarning)
+        result = fd.bench.sweep(ds, workers=[0], batch_size=4, **QUICK)
+    assert result.points[0].error is None, result.points[0].error
+    assert ds.epoch > 1

@@ -117,7 +117,7 @@ def test_a_prefix_holding_other_objects_is_refused_before_anything_is_written(
     # options that only an s3:// output takes, and a format that cannot go there
     with pytest.raises(ConfigError, match="s3:// outputs only"):
         convert(corpus[0], tmp_path / "local", staging=tmp_path / "stage", progress=False)
-    with pytest.raises(ConfigError, match="format='hdf5' writes a local file"):
+    with pytest.raises(ConfigError, match="format='hdf5' writes local files"):
         convert(corpus[0], f"s3://{s3_bucket}/h5", format="hdf5", progress=False)
     assert main(["convert", str(corpus[0]), str(tmp_path / "local"), "--endpoint-url", "http://x:1"]) == 2
 

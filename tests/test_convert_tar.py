@@ -6,10 +6,8 @@ import hashlib
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +22,7 @@ from fastdata.convert.tar import CorpusProblems
 from fastdata.core.errors import ConfigError
 from fastdata.formats.tar import ShardIndex, scan
 from fastdata.storage.local import LocalReader
+from tests.convert_driver import kill, start_paused
 from tests.datagen import jpeg_bytes, make_image_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +105,11 @@ def test_keys_are_one_per_file_and_keep_extensions(corpus, converted) -> None:
             members[key] = sorted(m[0] for m in ms)
     # a.v2.jpg and a_v2.jpg would both be 'a_v2': each gets its extension appended (then a number)
     assert members["class_1/a_v2_jpg"] == ["cls", "jpg"] and members["class_1/a_v2_jpg_1"] == ["cls", "jpg"]
-    assert members["class_1/a_jpg"] == ["cls", "jpg"] and members["class_1/a_png"] == ["cls", "png"]
+    # a.png keeps its own key, but is stored under the corpus's one image extension (mixed ones do not batch)
+    assert members["class_1/a_jpg"] == ["cls", "jpg"] and members["class_1/a_png"] == ["cls", "jpg"]
+    assert manifest["image_ext"] == "jpg" and manifest["image_exts"] == {"jpg": 43, "png": 1}
+    renamed = {k: v for s in manifest["shards"] for k, v in s.get("renamed", {}).items()}
+    assert renamed == {"class_1/a_png": "png"}
     assert members["class_1/UPPER"] == ["cls", "jpg"]  # extensions lower-cased, as readers expect
     assert members["class_0/noext"] == ["bin", "cls"]
     assert members["class_0/" + "n" * 120] == ["cls", "jpg"]
@@ -212,21 +215,15 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path) -> None:
     root = tmp_path / "src"
     make_image_folder(root, classes=4, per_class=40, seed=3)
     out = tmp_path / "killed"
-    args = [str(root), str(out), "--shard-count", "80", "--workers", "2", "--shuffle", "--seed", "1", "--quiet"]
-    proc = subprocess.Popen(_cli(*args), env=_env(), cwd=ROOT, stderr=subprocess.PIPE)
+    options = {"shard_count": 80, "workers": 2, "shuffle": True, "seed": 1}
+    # paused (in its on_shard hook) once 3 shards are finished: killed mid-way, every time
+    kill(start_paused(str(root), str(out), 3, options))
     done = out / STATE_DIR / "done"
-    deadline = time.monotonic() + 120
-    # wait until a few shards are recorded as finished, then kill it mid-run
-    while time.monotonic() < deadline and proc.poll() is None:
-        if done.is_dir() and len(os.listdir(done)) >= 3:
-            break
-        time.sleep(0.002)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
-    assert not (out / "manifest.json").exists(), "the run finished before it was killed: make it longer"
-    finished_before = len(os.listdir(done))
-    assert finished_before < 80
+    assert not (out / "manifest.json").exists()
+    recorded = [p.name[: -len(".json")] for p in done.glob("*.json")]
+    before = {n: (out / n).stat().st_mtime_ns for n in recorded}
+    assert 3 <= len(recorded) < 80
+    args = [str(root), str(out), "--shard-count", "80", "--workers", "2", "--shuffle", "--seed", "1", "--quiet"]
     resumed = subprocess.run(_cli(*args), env=_env(), cwd=ROOT, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     # the same conversion, never interrupted, through the script users run from a checkout
@@ -236,6 +233,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path) -> None:
     b = json.loads((clean / "manifest.json").read_text())
     assert a["shards"] == b["shards"] and a["samples"] == 160
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())  # no leftovers
+    assert {n: (out / n).stat().st_mtime_ns for n in recorded} == before, "finished shards were written again"
     keys = [k for s in a["shards"] for k in scan(LocalReader(str(out / s["name"]))).keys]
     assert len(keys) == len(set(keys)) == 160
 
@@ -265,3 +263,127 @@ def test_a_file_that_vanishes_mid_run_is_named_or_skipped(tmp_path, workers: int
     )
     assert manifest["samples"] == 11 and manifest["skipped"] == 1 and "img_0003.jpg" in manifest["problems"][0]
     assert manifest["class_counts"] == {"class_0": 6, "class_1": 5}
+
+
+def test_symlinks_each_real_file_once_whichever_way_a_link_points(tmp_path) -> None:
+    root = tmp_path / "src"
+    make_image_folder(root, classes=3, per_class=2, seed=5)
+    (root / "class_0" / "to_later").symlink_to(root / "class_2")  # to a later sibling
+    (root / "class_2" / "to_earlier").symlink_to(root / "class_0")  # to an earlier one
+    (root / "class_1" / "twin.jpg").symlink_to(root / "class_1" / "img_0000.jpg")  # a file inside
+    outside = tmp_path / "elsewhere"
+    make_image_folder(outside, classes=1, per_class=2, seed=6)
+    (root / "class_1" / "more").symlink_to(outside / "class_0")  # a folder outside: followed
+    (root / "class_2" / "again").symlink_to(outside / "class_0")  # ... a second link to it: once
+    with pytest.raises(CorpusProblems) as e:
+        convert(root, tmp_path / "out", progress=False)
+    text = str(e.value)
+    # the links into the corpus are refused alike, the earlier one and the later one
+    assert "class_0/to_later: symlink to 'class_2' inside the corpus" in text
+    assert "class_2/to_earlier: symlink to 'class_0' inside the corpus" in text
+    assert "class_1/twin.jpg: symlink to 'class_1/img_0000.jpg'" in text
+    assert "class_2/again: leads to the same file or folder as" in text
+    manifest = convert(root, tmp_path / "out", skip_bad=True, progress=False, fsync=False)
+    assert manifest["class_counts"] == {"class_0": 2, "class_1": 4, "class_2": 2} and manifest["skipped"] == 4
+    samples = read_all([str(tmp_path / "out" / s["name"]) for s in manifest["shards"]], num_workers=0)
+    keys = sorted(s["__key__"] for s in samples)
+    assert keys == sorted(
+        [f"class_{c}/img_{i:04d}" for c in range(3) for i in range(2)] + [f"class_1/more/img_{i:04d}" for i in range(2)]
+    )
+    assert all(int(s["cls"]) == 1 for s in samples if s["__key__"].startswith("class_1/more/"))
+
+
+def test_an_output_that_is_a_file_is_refused_before_any_work(corpus, tmp_path, capsys) -> None:
+    from fastdata.cli import main
+
+    target = tmp_path / "shards.tar"
+    target.write_bytes(b"mine")
+    for fmt in ("tar", "hdf5"):
+        with pytest.raises(ConfigError, match=r"shards\.tar: is a file, not a folder"):
+            convert(corpus[0], target, format=fmt, progress=False)  # type: ignore[arg-type]
+    assert main(["convert", str(corpus[0]), str(target), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "Traceback" not in err
+    assert target.read_bytes() == b"mine" and sorted(os.listdir(tmp_path)) == ["shards.tar"]
+
+
+def test_not_enough_free_space_is_refused_before_anything_is_written(tmp_path) -> None:
+    from fastdata.convert.space import DiskFull, free_bytes
+
+    root = tmp_path / "src"
+    make_image_folder(root, classes=1, per_class=2)
+    with open(root / "class_0" / "huge.bin", "wb") as f:  # sparse: planned bytes, no disk used
+        f.truncate(free_bytes(str(tmp_path)) + (1 << 30))
+    for fmt in ("tar", "hdf5"):
+        out = tmp_path / f"out-{fmt}"
+        with pytest.raises(DiskFull, match=r"needs about [\d,.]+ MB more, but only [\d,.]+ MB are free there"):
+            convert(root, out, format=fmt, progress=False)  # type: ignore[arg-type]
+        assert not out.exists(), "a refused conversion left its folder behind"
+
+
+FILL_DRIVER = """
+import json, os, sys
+from fastdata.convert import convert
+from fastdata.convert.space import DiskFull
+src, out, filler = sys.argv[1:4]
+def fill(record):  # after the first shard, something else fills the disk
+    if not os.path.exists(filler):
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(bytes(1 << 16))
+                    f.flush()
+            except OSError:
+                pass
+result = {}
+try:
+    convert(src, out, shard_count=6, progress=False, on_shard=fill)
+except DiskFull as e:
+    result["error"] = str(e)
+result["left"] = sorted(os.listdir(out))
+os.unlink(filler)
+result["manifest"] = convert(src, out, shard_count=6, progress=False)
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs in a private mount namespace (needs root)")
+def test_a_disk_that_fills_up_mid_run_is_a_clear_error_leaving_nothing_behind(tmp_path) -> None:
+    root = tmp_path / "src"
+    make_image_folder(root, classes=2, per_class=30, seed=2)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = tmp_path / "fill.py"
+    script.write_text(FILL_DRIVER)
+    command = (
+        f"mount -t tmpfs -o size=40m tmpfs {disk} && {sys.executable} {script} {root} {disk / 'out'} {disk / 'filler'}"
+    )
+    run = subprocess.run(["unshare", "-m", "sh", "-c", command], env=_env(), capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert "the disk filled up while writing" in result["error"] and "rerun the same command" in result["error"]
+    assert "Traceback" not in run.stderr
+    left = result["left"]
+    assert not [n for n in left if n.endswith(".tmp")], left
+    assert "manifest.json" not in left and "shard-000000.tar" in left  # the finished shard is kept
+    assert result["manifest"]["samples"] == 60 and len(result["manifest"]["shards"]) == 6
+
+
+def test_mixed_image_extensions_batch_under_one_key(tmp_path) -> None:
+    from PIL import Image
+
+    root = tmp_path / "src"
+    make_image_folder(root, classes=2, per_class=6, seed=8)
+    for i, rel in enumerate(sorted(root.rglob("*.jpg"))[::3]):
+        with Image.open(rel) as img:
+            img.save(rel.with_suffix(".png" if i % 2 else ".jpeg"), format="PNG" if i % 2 else "JPEG")
+        rel.unlink()
+    manifest = convert(root, tmp_path / "out", shard_count=2, progress=False, fsync=False)
+    assert manifest["image_ext"] == "jpg" and manifest["image_exts"] == {"jpeg": 2, "jpg": 8, "png": 2}
+    urls = [str(tmp_path / "out" / s["name"]) for s in manifest["shards"]]
+    loader = DataLoader(fd.IndexedTarDataset(urls, decode="torch"), batch_size=4, num_workers=0)
+    batches = list(loader)
+    assert sum(len(b["jpg"]) for b in batches) == 12  # every sample has 'jpg': default collate batches them
+    assert all(b["jpg"].shape[1:] == (3, 24, 32) for b in batches)
+    renamed = {k: v for s in manifest["shards"] for k, v in s.get("renamed", {}).items()}
+    assert sorted(renamed.values()) == ["jpeg", "jpeg", "png", "png"]

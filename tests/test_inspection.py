@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -165,6 +166,10 @@ def test_a_folder_of_videos_reports_codecs_and_frames_and_names_unreadable_files
         "width": 96,
         "height": 64,
         "seconds": 0.48,
+        "stream": 0,
+        "video_streams": 1,
+        "rotation": 0,
+        "constant_frame_rate": True,
     }
     assert files["class_b/v000.avi"]["details"]["codec"] == "mjpeg"
     broken = files["class_b/broken.mp4"]
@@ -174,6 +179,25 @@ def test_a_folder_of_videos_reports_codecs_and_frames_and_names_unreadable_files
     out = capsys.readouterr().out
     assert "v001.mp4  20 frames" in out and "video: mpeg4, 20 frames, 25.0 fps, 96x64" in out
     assert "bad: " in out and "broken.mp4" in out
+
+
+def test_a_video_cut_short_with_its_index_in_front_is_bad_and_a_turned_one_is_reported_turned(tmp_path: Path) -> None:
+    """The index of a ``+faststart`` MP4 announces frames the cut file does not hold: named as bad (it
+    used to be reported as a complete, shorter video). A turned video reports its displayed size."""
+    from tests.videogen import frames_for, write_h264, write_pyav
+
+    full = write_h264(tmp_path / "full.mp4", frames_for(0, 30), faststart=True)
+    data = Path(full).read_bytes()
+    (tmp_path / "cut.mp4").write_bytes(data[: len(data) // 2])
+    write_pyav(tmp_path / "turned.mp4", [frames_for(0, 10)], rotation=90)
+    files = {os.path.basename(r["url"]): r for r in inspect_paths(str(tmp_path))["files"]}
+    cut = files["cut.mp4"]
+    assert not cut["complete"] and re.search(
+        r"cut\.mp4: the container announces 30 frames, the file holds", cut["bad"][0]
+    )
+    assert files["full.mp4"]["complete"] and files["full.mp4"]["samples"] == 30
+    turned = files["turned.mp4"]["details"]
+    assert (turned["width"], turned["height"], turned["rotation"]) == (64, 96, 90)
 
 
 # -- S3 ------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 import fastdata as fd
 from fastdata.core.errors import ConfigError, SourceNotFound
 from fastdata.core.shared import SharedState
-from fastdata.formats.tar import scan
+from fastdata.formats.tar import ShardIndex, scan
 from fastdata.storage import open_reader, s3_client
 from fastdata.storage.local import LocalReader
 from fastdata.storage.s3 import COUNTERS, ObjectChanged, S3Config, S3Reader, Stats
@@ -216,14 +216,46 @@ def test_readers_are_never_pickled_datasets_are(blob: tuple[str, bytes], s3_opti
     assert copy[0]["bin"] == data
 
 
-def test_index_sidecar_is_read_from_s3(
+def test_index_sidecar_is_read_from_s3_and_checked(
     s3_server: MotoServer, s3_bucket: str, s3_env: dict[str, str], tmp_path: Any
 ) -> None:
     (path,) = make_shards(tmp_path, shards=1, per_shard=20, seed=4)
     with LocalReader(path) as local:
         index = scan(local)
-    # a sidecar that differs from a scan (renamed keys): the dataset's keys show which one it used
-    index.keys = [f"from-sidecar-{k}" for k in index.keys]
-    upload_files(s3_server.client(), s3_bucket, {"t-000000.tar": path, "t-000000.tar.idx": index.to_bytes()})
-    ds = fd.IndexedTarDataset(f"s3://{s3_bucket}/t-000000.tar")
-    assert ds[7]["__key__"] == index.keys[7]
+    # a sidecar the check accepts that a scan would not write (spans are not used to read): shows it was used
+    index.spans = [(0, 0)] * len(index)
+    client = s3_server.client()
+    upload_files(client, s3_bucket, {"t-000000.tar": path, "t-000000.tar.idx": index.to_bytes()})
+    url = f"s3://{s3_bucket}/t-000000.tar"
+    ds = fd.IndexedTarDataset(url)
+    assert ds[7]["__key__"] == index.keys[7] and ds.source.index(url).spans == index.spans
+    # one that names other members (renamed keys) is checked against the shard's headers and not used
+    wrong = ShardIndex.from_bytes(url, index.to_bytes())
+    wrong.keys = [f"from-sidecar-{k}" for k in wrong.keys]
+    upload_files(client, s3_bucket, {"t-000000.tar.idx": wrong.to_bytes()})
+    with pytest.warns(UserWarning, match=r"t-000000\.tar\.idx: says the member at byte \d+ is from-sidecar-s000000"):
+        ds = fd.IndexedTarDataset(url)
+    assert ds[7]["__key__"] == "s000007"
+
+
+def test_a_known_size_opens_without_a_request_and_pins_the_first_gets_version(
+    s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]
+) -> None:
+    data = np.random.default_rng(4).bytes(600 * KiB)
+    client = s3_server.client()
+    upload_files(client, s3_bucket, {"shard.tar": data})
+    url = f"s3://{s3_bucket}/shard.tar"
+    stats, shared = counted()
+    with S3Reader(url, size=len(data), follow_streams=False, stats=stats, **s3_options) as r:
+        assert shared.total("s3_requests") == 0 and r.size == len(data)
+        # dense calls of a stream, without read-ahead: each fetches exactly its span, in one GET
+        for lo in (0, 200 * KiB):
+            ranges = [(o, 9 * KiB) for o in range(lo, lo + 200 * KiB, 10 * KiB)]
+            assert r.read_ranges(ranges) == [data[o : o + n] for o, n in ranges]
+        assert shared.total("s3_requests") == 2 and shared.total("s3_prefetch_hits") == 0
+        assert shared.total("s3_bytes") == 2 * (190 * KiB + 9 * KiB)
+        upload_files(client, s3_bucket, {"shard.tar": data[::-1]})
+        with pytest.raises(ObjectChanged, match="changed while it was being read"):
+            r.read(500 * KiB, 10)
+    with S3Reader(url, size=len(data) + 1, **s3_options) as r, pytest.raises(ObjectChanged, match="bytes"):
+        r.read(0, 10)

@@ -131,3 +131,88 @@ def test_a_file_that_fails_is_left_out_whole(tmp_path: Path, buffer_size: int) -
     assert index.keys == ["one", "three"] and index.complete
     assert ShardIndex.from_bytes(str(path), (tmp_path / "a.tar.idx").read_bytes()).spans == index.spans
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+# -- add_files: a batch of planned files -----------------------------------------------------------------
+def _planned(tmp_path: Path) -> list[tuple[str, str, Path, bytes]]:
+    """(key, ext, path, bytes) of files that cover the header paths: short names, the ustar prefix field,
+    a PAX path record, an empty file, one bigger than a small buffer."""
+    rng = np.random.default_rng(7)
+    specs = [
+        ("a", "jpg", rng.bytes(3000)),
+        ("empty", "bin", b""),
+        (LONG_PREFIXED, "jpg", rng.bytes(700)),
+        (LONG_PAX, "png", rng.bytes(1)),
+        ("big", "bin", rng.bytes(9000)),
+        ("z/last", "jpg", rng.bytes(512)),
+    ]
+    out = []
+    for n, (key, ext, data) in enumerate(specs):
+        path = tmp_path / f"src{n}.{ext}"
+        path.write_bytes(data)
+        os.utime(path, (1_600_000_000 + n, 1_600_000_000 + n))
+        out.append((key, ext, path, data))
+    return out
+
+
+@pytest.mark.parametrize("buffer_size", [2048, 4 << 20])
+def test_add_files_writes_what_add_file_writes_and_the_index_a_scan_finds(tmp_path: Path, buffer_size: int) -> None:
+    from fastdata.formats.tar_writer import FileMember
+
+    files = _planned(tmp_path)
+    one, batch = tmp_path / "one.tar", tmp_path / "batch.tar"
+    with TarShardWriter(one, buffer_size=buffer_size, fsync=False) as w:
+        for key, ext, path, _ in files:
+            w.add_file(key, ext, str(path))
+            w.add_bytes(key, "cls", b"7")
+    members = [FileMember(k, e, str(p), len(d), 1_600_000_000 + n) for n, (k, e, p, d) in enumerate(files)]
+    with TarShardWriter(batch, buffer_size=buffer_size, fsync=False) as w:
+        assert w.add_files(members[:2], extras=[(("cls", b"7"),)] * 2) == 3000
+        w.add_files(members[2:], extras=[(("cls", b"7"),)] * 4)
+    assert batch.read_bytes() == one.read_bytes()  # byte for byte, mtimes and PAX records included
+    side = ShardIndex.from_bytes(str(batch), (tmp_path / "batch.tar.idx").read_bytes())
+    fresh = scan(LocalReader(str(batch)))
+    assert (side.keys, side.members, side.spans, side.size) == (fresh.keys, fresh.members, fresh.spans, fresh.size)
+    expected = {f"{k}.{e}": d for k, e, _, d in files} | {f"{k}.cls": b"7" for k, *_ in files}
+    assert members_by_tarfile(batch) == expected
+
+
+@pytest.mark.parametrize("buffer_size", [2048, 4 << 20])
+def test_add_files_leaves_out_a_file_gone_grown_or_shrunk_whole_or_names_it(tmp_path: Path, buffer_size: int) -> None:
+    from fastdata.formats.tar_writer import FileMember
+
+    files = _planned(tmp_path)
+    members = [FileMember(k, e, str(p), len(d), 0) for k, e, p, d in files]
+    members[0] = members[0]._replace(size=2999)  # the file grew since it was listed
+    members[4] = members[4]._replace(size=9001)  # ... shrank (the big one: the path with undo)
+    members[5] = members[5]._replace(path=str(tmp_path / "gone.jpg"))
+    skipped: list[tuple[int, str]] = []
+    path = tmp_path / "a.tar"
+    with TarShardWriter(path, buffer_size=buffer_size, fsync=False) as w:
+        w.add_files(members, skip=lambda i, e: skipped.append((i, str(e))))
+    assert [i for i, _ in skipped] == [0, 4, 5]
+    assert "changed since the corpus was listed (2999 bytes then, holds more now)" in skipped[0][1]
+    assert "9001 bytes then, holds only 9000 now" in skipped[1][1] and "gone.jpg: no such file" in skipped[2][1]
+    kept = {f"{k}.{e}": d for n, (k, e, _, d) in enumerate(files) if n in (1, 2, 3)}
+    assert members_by_tarfile(path) == kept and scan(LocalReader(str(path))).keys == [files[n][0] for n in (1, 2, 3)]
+    with pytest.raises(SourceUnreadable, match=r"src0\.jpg: changed since"), TarShardWriter(tmp_path / "b.tar") as w:
+        w.add_files(members)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".tar", ".tmp")) == ["a.tar"]
+
+
+def test_close_later_publishes_on_the_executor_and_a_failure_there_leaves_nothing(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def refuse(tmp: str, final: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    with ThreadPoolExecutor(1) as pool:
+        w = TarShardWriter(tmp_path / "a.tar", fsync=True)
+        w.add_bytes("k", "txt", b"x")
+        result = w.close_later(pool).result()
+        assert result.bytes == (tmp_path / "a.tar").stat().st_size and (tmp_path / "a.tar.idx").exists()
+        w = TarShardWriter(tmp_path / "b.tar", fsync=True, publish=refuse)
+        w.add_bytes("k", "txt", b"x")
+        with pytest.raises(OSError, match="No space"):
+            w.close_later(pool).result()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp") or p == "b.tar"]

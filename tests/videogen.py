@@ -9,6 +9,7 @@ texture that moves, so that P-frames carry real motion. Stripes survive any code
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -76,20 +77,71 @@ def write_h264(
     faststart: bool = False,
 ) -> str:
     """Write RGB frames as H.264 with B-frames through PyAV (OpenCV's wheel cannot write H.264)."""
+    return write_pyav(path, [frames], fps=fps, gop=gop, bframes=bframes, faststart=faststart)
+
+
+def write_pyav(
+    path: str | os.PathLike[str],
+    streams: list[np.ndarray],
+    *,
+    codec: str = "libx264",
+    fps: int = 25,
+    gop: int = 10,
+    bframes: int = 2,
+    faststart: bool = False,
+    pts_ms: list[int] | None = None,
+    rotation: int = 0,
+    hflip: bool = False,
+    default: list[bool] | None = None,
+) -> str:
+    """Write one video stream per array of RGB frames through PyAV (FFmpeg's encoders).
+
+    Args:
+        codec (str): ``"libx264"``, ``"libx265"`` (open GOPs, x265's default), ``"libsvtav1"`` ...
+        gop, bframes (int): keyframe interval and B-frames between references.
+        faststart (bool): put the MP4 index (``moov``) in front of the frames.
+        pts_ms (list[int] | None): each frame's timestamp in ms (variable frame rate), first stream.
+        rotation, hflip: the display matrix of the first stream (counter-clockwise degrees, mirror).
+        default (list[bool] | None): each stream's "default" disposition. Defaults to the muxer's.
+    """
     import av
 
-    h, w = frames.shape[1:3]
     options = {"movflags": "+faststart"} if faststart else {}
     with av.open(os.fspath(path), "w", options=options) as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        stream.codec_context.options = {"g": str(gop), "bf": str(bframes), "preset": "ultrafast", "crf": "18"}
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+        out = []
+        for k, frames in enumerate(streams):
+            stream = container.add_stream(codec, rate=fps)
+            stream.height, stream.width = frames.shape[1:3]
+            stream.pix_fmt = "yuv420p"
+            stream.codec_context.options = _encoder_options(codec, gop, bframes)
+            if pts_ms is not None and k == 0:
+                stream.codec_context.time_base = stream.time_base = Fraction(1, 1000)
+            if (rotation or hflip) and k == 0:
+                stream.set_display_rotation(rotation, hflip=hflip)
+            if default is not None:
+                stream.disposition = av.stream.Disposition.default if default[k] else av.stream.Disposition(0)
+            out.append(stream)
+        for i in range(max(len(frames) for frames in streams)):  # interleaved, as a camera writes
+            for k, (stream, frames) in enumerate(zip(out, streams)):
+                if i < len(frames):
+                    frame = av.VideoFrame.from_ndarray(frames[i], format="rgb24")
+                    if pts_ms is not None and k == 0:
+                        frame.pts, frame.time_base = pts_ms[i], Fraction(1, 1000)
+                    container.mux(stream.encode(frame))
+        for stream in out:
+            container.mux(stream.encode())
     return os.fspath(path)
+
+
+def _encoder_options(codec: str, gop: int, bframes: int) -> dict[str, str]:
+    if codec == "libx264":
+        return {"g": str(gop), "bf": str(bframes), "preset": "ultrafast", "crf": "18"}
+    if codec == "libx265":
+        params = f"keyint={gop}:min-keyint={gop}:bframes={bframes}:log-level=error"
+        return {"preset": "ultrafast", "crf": "18", "x265-params": params}
+    if codec == "libsvtav1":
+        return {"g": str(gop), "preset": "12", "crf": "30", "svtav1-params": "lp=1"}
+    return {"g": str(gop)}
 
 
 CODECS = {
@@ -114,3 +166,15 @@ def make_videos(
     return [
         CODECS[codec](Path(folder) / f"{prefix}{k:03d}", frames_for(k, n, seed=seed)) for k, n in enumerate(lengths)
     ]
+
+
+def damage(path: str | os.PathLike[str], out: str | os.PathLike[str], *, start: float = 0.4, stop: float = 0.6) -> str:
+    """Copy an MP4 to ``out`` with the bytes from ``start`` to ``stop`` (fractions) of its frame data
+    (the ``mdat`` box) zeroed: the index is intact, so decoders open it; the frames there do not decode."""
+    data = bytearray(Path(path).read_bytes())
+    mdat = data.index(b"mdat") + 4
+    end = len(data) if data.rfind(b"moov") < mdat else data.rindex(b"moov") - 4
+    lo, hi = mdat + int((end - mdat) * start), mdat + int((end - mdat) * stop)
+    data[lo:hi] = bytes(hi - lo)
+    Path(out).write_bytes(bytes(data))
+    return os.fspath(out)

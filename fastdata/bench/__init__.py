@@ -6,13 +6,17 @@
     result = fd.bench.sweep(dataset, workers=[0, 1, 2, 4], batch_size=64)
     rec = fd.bench.recommend(result)
     print(rec.kwargs)        # {'batch_size': 64, 'num_workers': 2, 'prefetch_factor': 2, ...}
-    print(rec.text())        # the diagnosis: storage-, CPU-, main-process-, memory- or start-up-bound
+    print(rec.text())        # the label (cpu, storage, main-process, ipc, fork, worker-init,
+                             # shuffle-fill, memory, step, uncertain, unknown) and its evidence
 
-Modules: :mod:`~fastdata.bench.measure` (``sweep``: run the grid), :mod:`~fastdata.bench.probes` (what
-is measured), :mod:`~fastdata.core.stages` (the hook datasets call), :mod:`~fastdata.bench.cores`
-(usable cores and memory), :mod:`~fastdata.bench.advise` (``recommend``) and
-:mod:`~fastdata.bench.diagnose`, :mod:`~fastdata.bench.report` (table, JSON, plot),
-:mod:`~fastdata.bench.backends` (one module per data format for ``fastdata bench``). The modules are
+Modules: :mod:`~fastdata.bench.measure` (``sweep``: run the grid), :mod:`~fastdata.bench.loop` (one
+configuration), :mod:`~fastdata.bench.probes` (the envelope around each batch, and the system probe
+over the library's :mod:`fastdata.loading.probes`), :mod:`~fastdata.core.stages` (the hook datasets
+call), :mod:`~fastdata.bench.cores` (usable and physical cores, memory), :mod:`~fastdata.bench.advise`
+(``recommend``, per-rank advice) and :mod:`~fastdata.bench.diagnose` (the sweep's headline over the
+library's label rules, :mod:`fastdata.loading.diagnosis`), :mod:`~fastdata.bench.report` (table, JSON,
+plot), :mod:`~fastdata.bench.profile` (``--profile``: py-spy), :mod:`~fastdata.bench.backends` (one
+module per data format for ``fastdata bench``). The modules are
 not named after the functions ``sweep`` and ``recommend``, so that importing a module never hides the
 function of the same name on this package.
 

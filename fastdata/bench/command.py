@@ -6,7 +6,10 @@ Heavy imports (torch, rich, matplotlib) happen inside :func:`run`, so ``fastdata
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import re
+import sys
 from typing import Any
 
 from fastdata.core.errors import ConfigError
@@ -16,7 +19,14 @@ EPILOG = """examples:
   fastdata bench 'data/train-{000000..000099}.tar' --workers 0,2,4,8 --json out.json --plot out.png
   fastdata bench data/ --step-ms 40            with a 40 ms training step: the smallest loader that keeps up
   fastdata bench data/ -o decode=numpy         backend options (see docs/bench.md)
+  fastdata bench mypkg.data:make_dataset       the dataset you train with: a function returning it
+                                               (or a dataset and its DataLoader keyword arguments)
+  fastdata bench data/ --procs-per-node 8      per-GPU advice for 8 DDP ranks on this node
+  fastdata bench data/ --profile prof/         also record py-spy at the recommended setting
 """
+
+# ``package.module:function``: a Python name, not a path (no slash, no "://")
+FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 def _ints(text: str) -> list[int]:
@@ -50,7 +60,11 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "spec", nargs="?", metavar="SPEC", help="a shard pattern, an HDF5 file, a folder of videos or an s3:// prefix"
+        "spec",
+        nargs="?",
+        metavar="SPEC",
+        help="a shard pattern, an HDF5 file, a folder of videos, an s3:// prefix, or package.module:function "
+        "(a function returning the dataset you train with, or (dataset, DataLoader keyword arguments))",
     )
     p.add_argument(
         "--demo",
@@ -109,9 +123,33 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--procs-per-node",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="training processes per machine (DDP): adds per-rank advice",
+        help="training processes (GPUs) per machine (DDP): adds per-rank advice within the physical cores "
+        "(default: torchrun's LOCAL_WORLD_SIZE where set, else 1)",
+    )
+    p.add_argument(
+        "--start-method",
+        choices=("fork", "spawn", "forkserver"),
+        default=None,
+        help="how DataLoader workers start (default: the platform's, fork on Linux)",
+    )
+    p.add_argument(
+        "--memory-gb",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="memory the loader may use, in GiB (default: the cgroup limit or the machine's RAM)",
+    )
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="fastdata-profile",
+        default=None,
+        metavar="DIR",
+        help="after the sweep, record py-spy (--subprocesses) for a few seconds at the recommended setting: "
+        "a flame graph in DIR (default fastdata-profile/) and the top frames by stage (pip install "
+        "'fastdata[profile]')",
     )
     p.add_argument(
         "-o",
@@ -129,8 +167,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="with --demo: a quarter of the data and 1 s per configuration (a first look in well "
-        "under a minute; rougher figures)",
+        help="1 s per configuration (with --demo, also a quarter of the data): a first look in well under "
+        "a minute; rougher figures",
     )
     p.set_defaults(run=run)
 
@@ -149,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
     if args.demo:
         if args.spec:
             raise ConfigError("pass either SPEC or --demo, not both")
-    elif args.quick or args.keep or args.backends:
-        raise ConfigError("--quick, --keep and --backends go with --demo")
+    elif args.keep or args.backends:
+        raise ConfigError("--keep and --backends go with --demo")
     if args.demo:
         from fastdata.bench.demo import run_demo
 
@@ -162,6 +200,64 @@ def run(args: argparse.Namespace) -> int:
     return run_spec(args)
 
 
+# DataLoader keyword arguments a factory may return that the sweep takes as they are; the ones it
+# sweeps (num_workers, prefetch_factor, persistent_workers, pin_memory) are its to choose
+_PASSED = {"batch_size", "collate_fn", "worker_init_fn", "multiprocessing_context", "shuffle"}
+_SWEPT = {"num_workers", "prefetch_factor", "persistent_workers", "pin_memory"}
+
+
+class Factory:
+    """``package.module:function`` from the command line: called afresh for every point of the sweep.
+
+    The function returns the dataset, or ``(dataset, kwargs)`` with the ``DataLoader`` keyword
+    arguments the user trains with (``batch_size``, ``collate_fn``, ``worker_init_fn``,
+    ``multiprocessing_context``, ``shuffle``; the swept ones are ignored, with a note).
+    """
+
+    def __init__(self, spec: str) -> None:
+        module, _, name = spec.partition(":")
+        if "" not in sys.path:
+            sys.path.insert(0, "")  # as `python -m` does: a module in the current folder is found
+        try:
+            target: Any = importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"{spec}: cannot import {module!r} ({e}); is it on PYTHONPATH?") from e
+        for part in name.split("."):
+            if not hasattr(target, part):
+                raise ConfigError(f"{spec}: {module} has no {name!r}; name a function that returns a dataset")
+            target = getattr(target, part)
+        if not callable(target):
+            raise ConfigError(f"{spec}: {name} is not callable; name a function that returns a dataset")
+        self.spec, self.fn = spec, target
+        self.kwargs: dict[str, Any] = {}
+        self.ignored: list[str] = []
+        first = self()
+        close = getattr(first, "close", None)
+        if callable(close):
+            close()
+
+    def __call__(self) -> Any:
+        out = self.fn()
+        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+            ds, kwargs = out
+            unknown = set(kwargs) - _PASSED - _SWEPT
+            if unknown:
+                raise ConfigError(
+                    f"{self.spec}: DataLoader keyword argument(s) {', '.join(sorted(unknown))} are not taken; "
+                    f"known: {', '.join(sorted(_PASSED | _SWEPT))}"
+                )
+            self.kwargs = {k: v for k, v in kwargs.items() if k in _PASSED}
+            self.ignored = sorted(set(kwargs) & _SWEPT)
+            return ds
+        return out
+
+
+def _batches_itself(ds: Any) -> bool:
+    from torch.utils.data import IterableDataset
+
+    return isinstance(ds, IterableDataset) and getattr(ds, "batch_size", None) is not None
+
+
 def run_spec(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -169,15 +265,46 @@ def run_spec(args: argparse.Namespace) -> int:
     from fastdata.bench import backends, report
     from fastdata.bench.measure import default_workers, grid
     from fastdata.bench.options import progress_bar, sweep_args
+    from fastdata.loading.loader import as_is
 
-    backend = backends.get(args.fmt) if args.fmt else backends.detect(args.spec)
+    kwargs = sweep_args(args, batch_size=64, seconds=1.0 if args.quick else 6.0)
+    if args.quick:
+        kwargs.setdefault("window", 0.25)
+        kwargs.setdefault("warmup", 0.25)
     options = dict(args.option)
-    kwargs = sweep_args(args, batch_size=64, seconds=6.0)
-    # open once here, so a bad SPEC or option fails before any worker starts
-    probe_ds = backend.open(args.spec, **options)
+    factory: Any
+    if FACTORY.match(args.spec) and not args.fmt:
+        if options:
+            raise ConfigError("-o options go to a backend's dataset; a package.module:function SPEC takes none")
+        made = Factory(args.spec)
+        factory, name = made, args.spec
+        kwargs.update({k: v for k, v in made.kwargs.items() if k != "batch_size" or not args.batch_size})
+        probe_ds = made()
+        settings: dict[str, Any] = {"spec": args.spec, "format": "factory", "options": {}}
+        if made.ignored:
+            settings["ignored_kwargs"] = made.ignored
+    else:
+        backend = backends.get(args.fmt) if args.fmt else backends.detect(args.spec)
+        if backend.dataset_batches and "batch_size" not in options:
+            options["batch_size"] = args.batch_size or 64  # the dataset-batched path, as the README advises
+        # open once here, so a bad SPEC or option fails before any worker starts
+        probe_ds = backend.open(args.spec, **options)
+        factory, name = (lambda: backend.open(args.spec, **options)), backend.name
+        settings = {"spec": args.spec, "format": backend.name, "options": options}
+        decoded = options.get("decode", backend.default_decode)
+        if decoded is not None:
+            settings["decoded"] = decoded != "raw"
+    if _batches_itself(probe_ds):
+        kwargs["batch_size"] = None  # the dataset yields whole batches
+        kwargs.setdefault("collate_fn", as_is)
+        settings["dataset_batch_size"] = probe_ds.batch_size
     close = getattr(probe_ds, "close", None)
     if callable(close):
         close()
+    if args.start_method:
+        kwargs["multiprocessing_context"] = args.start_method
+    if args.memory_gb:
+        kwargs["memory"] = args.memory_gb * 2**30
     console = Console(stderr=True)
     out = Console()
     workers = kwargs["workers"] or default_workers()
@@ -187,26 +314,28 @@ def run_spec(args: argparse.Namespace) -> int:
                 workers,
                 kwargs["prefetch_factor"],
                 kwargs["pin_memory"] or [False],
-                kwargs["persistent_workers"],
+                kwargs["persistent_workers"] or [False],
                 kwargs["batch_size"],
             )
         )
         * kwargs["rounds"]
     )
-    with progress_bar(console, points, backend.name) as bar:
-        task = bar.add_task(f"{backend.name}: sweeping", total=points)
-        result = fb.sweep(
-            lambda: backend.open(args.spec, **options),
-            progress=lambda d, t, p: bar.update(task, completed=d, total=t),
-            **kwargs,
-        )
-    result.settings["spec"], result.settings["format"], result.settings["options"] = args.spec, backend.name, options
+    with progress_bar(console, points, name) as bar:
+        task = bar.add_task(f"{name}: sweeping", total=points)
+        result = fb.sweep(factory, progress=lambda d, t, p: bar.update(task, completed=d, total=t), **kwargs)
+    result.settings.update(settings)
     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
-    report.print_report(result, rec, out, title=f"fastdata bench {backend.name}: {args.spec}")
+    report.print_report(result, rec, None if not out.is_terminal else out, title=f"fastdata bench {name}: {args.spec}")
+    if settings.get("ignored_kwargs"):
+        out.print(f"(the factory's {', '.join(settings['ignored_kwargs'])} were ignored: the sweep chooses them)")
     if args.json:
         report.write_json(args.json, report.to_json(result, rec))
         out.print(f"JSON: {args.json}")
     if args.plot:
-        report.write_plot(args.plot, result, rec, title=f"{backend.name}: {args.spec}")
+        report.write_plot(args.plot, result, rec, title=f"{name}: {args.spec}")
         out.print(f"plot: {args.plot}")
+    if args.profile and rec.config is not None:
+        from fastdata.bench.profile import profile_and_report
+
+        profile_and_report(factory, rec.config, args.profile, out, sweep_kwargs=kwargs)
     return 0 if rec.config is not None else 1

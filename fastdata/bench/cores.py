@@ -166,6 +166,46 @@ def usable_cores(root: str | os.PathLike[str] = "/", *, affinity: int | None = N
     return max(1, cpus)
 
 
+def _cpu_list(text: str) -> set[int]:
+    """``0-3,8,10-11`` as a set of CPU numbers."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def physical_cores(cpus: list[int] | None = None, root: str | os.PathLike[str] = "/") -> int:
+    """Physical cores among ``cpus`` (default: the affinity mask): SMT siblings (hyperthreads of one core,
+    ``ROOT/sys/devices/system/cpu/cpuN/topology/thread_siblings_list``) counted once. Where the topology
+    cannot be read, every CPU counts as a core."""
+    if cpus is None:
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = list(range(os.cpu_count() or 1))
+    groups: set[frozenset[int]] = set()
+    for cpu in cpus:
+        text = _read(Path(root, f"sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"))
+        try:
+            siblings = _cpu_list(text) if text else {cpu}
+        except ValueError:
+            siblings = {cpu}
+        groups.add(frozenset(siblings & set(cpus)) or frozenset({cpu}))
+    return max(1, len(groups))
+
+
+def usable_physical_cores(root: str | os.PathLike[str] = "/", *, cpus: list[int] | None = None) -> int:
+    """Physical cores this process can keep busy: SMT siblings counted once, within the cgroup quota."""
+    cores = physical_cores(cpus, root)
+    quota = cpu_quota(root)
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota - 1e-9)))
+    return cores
+
+
 def usable_memory(root: str | os.PathLike[str] = "/") -> int:
     """Bytes of memory this process's group may use: the cgroup limit or the machine's RAM."""
     import psutil
@@ -182,6 +222,8 @@ __all__ = [
     "cpu_quota",
     "memory_limit",
     "own_cgroups",
+    "physical_cores",
     "usable_cores",
+    "usable_physical_cores",
     "usable_memory",
 ]

@@ -40,6 +40,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from fastdata.bench import backends, report
     from fastdata.bench.measure import default_workers, grid
     from fastdata.bench.options import progress_bar, sweep_args
+    from fastdata.loading.loader import as_is
 
     everything = backends.backends()
     if args.backends:
@@ -75,7 +76,7 @@ def run_demo(args: argparse.Namespace) -> int:
                         workers,
                         kw["prefetch_factor"],
                         kw["pin_memory"] or [False],
-                        kw["persistent_workers"],
+                        kw["persistent_workers"] or [False],
                         kw["batch_size"],
                     )
                 )
@@ -96,9 +97,14 @@ def run_demo(args: argparse.Namespace) -> int:
                         def advance(done_here: int, _total: int, _point: Any, base: int = base, n: int = n) -> None:
                             bar.update(task, completed=base + 1 + min(done_here, n))  # confirmations: extra
 
-                        result = fb.sweep(functools.partial(b.open, data.spec, **data.options), progress=advance, **kw)
+                        options = dict(data.options)
+                        if b.dataset_batches and "batch_size" not in options:
+                            # the dataset-batched path: whole batches made in the worker
+                            options["batch_size"] = kw["batch_size"]
+                            kw = {**kw, "batch_size": None, "collate_fn": as_is}
+                        result = fb.sweep(functools.partial(b.open, data.spec, **options), progress=advance, **kw)
                     result.settings.update(
-                        {"spec": data.spec, "format": b.name, "options": public_options(data.options), "demo": True}
+                        {"spec": data.spec, "format": b.name, "options": public_options(options), "demo": True}
                     )
                     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
                     rows.append((b.name, result, rec, ""))

@@ -1,65 +1,63 @@
-"""What limits a loader, in plain words, from what the probes measured.
+"""What limits a loader, in plain words, from what a sweep measured.
 
-Each point gets a label (:func:`classify`); the sweep as a whole gets a headline and sentences that
-follow from the numbers (:func:`diagnose`). The rules, in order:
+Each point's label comes from the library's rules (:func:`fastdata.loading.diagnosis.classify`) over
+the point's :func:`evidence`; the same rules label a training loop's windows. This module adds what only
+a sweep can see, in order:
 
-* ``memory``: the processes' PSS at some point comes near the usable memory (or a point died).
-* ``none``: with a step time, the loader keeps the stall under the target: the model is the limit.
-* ``ipc``: no workers is fastest, with the main process busy making items: they are so cheap that
-  moving them between processes costs more than making them.
-* ``main-process``: the main process is busy receiving batches (unpickling, pinning) most of the time,
-  so more workers cannot help.
-* ``ipc`` again, with workers: the main process mostly waits in the middle of receiving batches (the
-  hand-over of each tensor's shared memory) while neither it nor the workers compute.
-* ``cpu``: the usable cores are saturated (decode, transforms): more workers cannot help.
-* ``storage``: workers are neither computing nor held up by the main process: they wait for reads.
-* ``start-up``: starting workers costs a large part of an epoch (suggest ``persistent_workers``).
+* ``memory``: a point died (the OOM killer) or held 80% of the usable memory.
+* ``step``: with a step time, the recommended point keeps the stall under the target.
+* ``ipc``: no workers is fastest while the main process computes all the time, and with workers the
+  main process is seen busy receiving: items are so cheap that moving them between processes costs
+  more than making them.
+* ``uncertain``: the best point's separate measurements (rounds, confirmations) got different labels,
+  and fewer than two thirds of them agree with the label of the pooled figures.
+* otherwise the best point's own label, with its evidence.
+
+Beside the label: the rule-of-thumb checks users know (:func:`checks`) and the estimate
+``min(cores, data time per batch / step time)`` (:func:`estimate`), printed beside the measured answer.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from dataclasses import dataclass
 
 from fastdata.bench.result import Point, SweepResult
 from fastdata.core.stages import STAGES
+from fastdata.loading.diagnosis import (
+    COMPUTING,
+    CORES_SATURATED,
+    MAIN_BUSY,
+    MEMORY_NEAR,
+    Evidence,
+    Label,
+    Verdict,
+    agree,
+    storage_signs,
+)
+from fastdata.loading.diagnosis import classify as classify_evidence
+from fastdata.loading.stage_table import StartSplit
 
-Bottleneck = Literal["storage", "cpu", "main-process", "memory", "start-up", "ipc", "none", "unknown"]
+Bottleneck = Label
 
-MAIN_BUSY = 0.8  # main thread running or runnable this much of the time: it is the limit
-RECEIVE = 0.5  # ... or computing to rebuild and pin batches this much of the time
-CORES_SATURATED = 0.85  # the loader's demand for cores, against the usable cores
-WORKER_COMPUTING = 0.5  # a worker running or runnable half the time or more is computing, not waiting
-MEMORY_NEAR = 0.8  # PSS of all our processes against the usable memory
 STARTUP_NOTE = 0.05  # start-up against one epoch's time: worth persistent workers
-STARTUP_BOUND = 0.5  # ... the main cost
+TRANSFER_BUSY = 0.4  # with workers, the main process busy this much (or receiving half of it): moving costs
 NOISY = 0.5  # windows' spread, (max - min) / median, beyond which a 5% comparison is guesswork
-LOADER_BOUND_STALL = 0.25  # with a step time, the loop waits this much: the loader is the limit, not the step
+WORKER_COMPUTING = COMPUTING
 
-
-def cores_saturated(p: Point, cores: int) -> bool:
-    """The loader alone wants (nearly) every usable core.
-
-    Judged by demand (running or runnable), not by CPU used: on a machine shared with other programs,
-    a computing worker gets less CPU but stays runnable, so the verdict does not depend on the neighbours.
-    The workers must also be computing most of the time: many workers that mostly wait add up run-queue
-    waits on a crowded machine without wanting the cores.
-    """
-    computing = not p.config.num_workers or _per_worker_busy(p) >= WORKER_COMPUTING
-    return computing and p.demand >= CORES_SATURATED * cores
-
-
-def oversubscribed(p: Point, cores: int) -> bool:
-    """More workers than cores, all computing, wanting every core between them: any gain over ``cores``
-    workers is CPU taken from other programs (the training process, on a real job), not loader speed.
-
-    Workers that mostly wait (on storage) are never oversubscribed, even when, on a crowded machine,
-    the run-queue waits of their many wake-ups add up to the cores.
-    """
-    return (
-        p.config.num_workers > cores
-        and _per_worker_busy(p) >= WORKER_COMPUTING
-        and sum(p.worker_busy) >= CORES_SATURATED * cores
-    )
+HEADLINE: dict[str, str] = {
+    "storage": "Storage-bound",
+    "cpu": "Decode/CPU-bound",
+    "main-process": "Main-process-bound",
+    "ipc": "Transfer-bound",
+    "fork": "Start-up-bound (starting the worker processes)",
+    "worker-init": "Start-up-bound (the workers' set-up)",
+    "shuffle-fill": "Start-up-bound (filling the shuffle buffer)",
+    "memory": "Memory-bound",
+    "step": "The training step is the bottleneck; the loader keeps up",
+    "uncertain": "Uncertain",
+    "unknown": "Unknown",
+}
 
 
 def _per_worker_busy(p: Point) -> float:
@@ -68,62 +66,20 @@ def _per_worker_busy(p: Point) -> float:
     return p.worker_cores / max(1, p.config.num_workers)
 
 
-def classify(p: Point, cores: int | None = None) -> Bottleneck:
-    """What limits this one configuration's throughput."""
-    cores = cores or p.usable_cores
-    if not p.ok:
-        return "unknown"
-    if p.config.num_workers == 0:
-        # the main process makes every batch itself: it is the limit unless it waits on reads
-        return "main-process" if p.main_busy >= MAIN_BUSY else "storage"
-    if p.unpickle_cpu + p.pin >= RECEIVE or p.main_busy >= MAIN_BUSY:
-        return "main-process"
-    if cores_saturated(p, cores) or _per_worker_busy(p) >= WORKER_COMPUTING:
-        return "cpu"  # (with cores to spare in the second case: more workers would help)
-    if p.unpickle >= RECEIVE:
-        # neither side computes, yet the main process waits in the middle of receiving: the hand-over
-        # of every tensor (a socket round trip per storage) is the cost
-        return "ipc"
-    return "storage"
+def cores_saturated(p: Point, cores: int) -> bool:
+    """The loader alone wants (nearly) every usable core, its workers computing (not waiting)."""
+    computing = not p.config.num_workers or _per_worker_busy(p) >= WORKER_COMPUTING
+    return computing and p.demand >= CORES_SATURATED * cores
 
 
-def _dominant_stage(p: Point, among: tuple[str, ...] = STAGES) -> tuple[str, float, float] | None:
-    """(stage, ms per sample, share of producer time) of the stage that takes the most time, when the
-    dataset reports its stages (collate alone, timed by the harness, says little)."""
-    known = [(s, p.stage_ms[s], p.stage_busy[s]) for s in among if p.stage_ms.get(s) is not None]
-    if not any(s != "collate" for s, _, _ in known):
-        return None
-    s, ms, share = max(known, key=lambda k: k[2] or 0.0)
-    return s, float(ms or 0.0), float(share or 0.0)
-
-
-def _stage_text(p: Point) -> str:
-    known = {s: ms for s, ms in p.stage_ms.items() if ms is not None and s != "collate"}
-    if not known:
-        return "stage times are unknown (the dataset does not report them; see 'Stage probes' in docs/bench.md)"
-    parts = [f"{s} {ms:.2f} ms" for s, ms in p.stage_ms.items() if ms is not None]
-    return "per sample: " + ", ".join(parts)
-
-
-def _workers(n: int) -> str:
-    return "no workers" if n == 0 else "1 worker" if n == 1 else f"{n} workers"
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
-def _mem_pressure(result: SweepResult) -> Point | None:
-    mem = result.usable_memory
-    if not mem:
-        return None
-    heavy = [p for p in result.ok_points() if p.pss_total >= MEMORY_NEAR * mem]
-    return min(heavy, key=lambda p: p.config) if heavy else None
-
-
-def _died(result: SweepResult) -> list[Point]:
-    words = ("killed", "memory", "oom", "signal")
-    return [p for p in result.points if p.error and any(w in p.error.lower() for w in words)]
+def oversubscribed(p: Point, cores: int) -> bool:
+    """More workers than cores, all computing, wanting every core between them: any gain over ``cores``
+    workers is CPU taken from other programs (the training process, on a real job), not loader speed."""
+    return (
+        p.config.num_workers > cores
+        and _per_worker_busy(p) >= WORKER_COMPUTING
+        and sum(p.worker_busy) >= CORES_SATURATED * cores
+    )
 
 
 def startup_share(result: SweepResult, p: Point) -> float | None:
@@ -134,85 +90,89 @@ def startup_share(result: SweepResult, p: Point) -> float | None:
     return p.startup_s / epoch_s if epoch_s > 0 else None
 
 
-def diagnose(
-    result: SweepResult, rec: Point, best: Point, *, stall_target: float = 0.05
-) -> tuple[Bottleneck, list[str]]:
-    """The headline bottleneck and the sentences that explain it (most important first)."""
-    cores = result.usable_cores
-    notes: list[str] = []
-    by_workers = sorted(result.ok_points(), key=lambda p: p.config)
-    largest = max(p.config.num_workers for p in by_workers)
-
-    heavy, died = _mem_pressure(result), _died(result)
-    if heavy is not None or died:
-        mem = result.usable_memory or 0.0
-        if heavy is not None:
-            notes.append(
-                f"Memory-bound: at {_workers(heavy.config.num_workers)} the loader's processes take "
-                f"{_gib(heavy.pss_total)} (PSS) of {_gib(mem)} usable; more workers or a larger "
-                "prefetch_factor risk the OOM killer."
-            )
-        for p in died:
-            notes.append(f"{p.config.label()} failed: {p.error}.")
-        return "memory", notes + _explain(result, rec, best, cores, largest, stall_target)
-
-    if result.step_time and rec.stall is not None and rec.stall < stall_target:
-        step = result.settings.get("step_time")
-        step_text = f"a step of {float(step) * 1000:.0f} ms" if isinstance(step, (int, float)) else "the step"
-        notes.append(
-            f"The loader keeps up: with {_workers(rec.config.num_workers)} the training loop waits for data "
-            f"{rec.stall:.1%} of the time with {step_text}; the model, not the data, sets the pace."
-        )
-        return "none", notes + _explain(result, rec, best, cores, largest, stall_target, headline=False)
-
-    return _headline(result, rec, best, cores, largest, stall_target)
+def memory_budget(result: SweepResult) -> float | None:
+    """Bytes the loader may use: the sweep's ``memory`` setting, else the usable memory."""
+    given = result.settings.get("memory")
+    return float(given) if given else result.usable_memory
 
 
-def _headline(
-    result: SweepResult, rec: Point, best: Point, cores: int, largest: int, stall_target: float
-) -> tuple[Bottleneck, list[str]]:
-    share = startup_share(result, rec)
-    if share is not None and share >= STARTUP_BOUND and rec.config.num_workers:
-        text = (
-            f"Start-up-bound: starting {_workers(rec.config.num_workers)} takes {rec.startup_s:.2f} s, "
-            f"{share:.0%} of an epoch ({result.epoch_samples} samples); use persistent_workers=True."
-        )
-        return "start-up", [text, *_explain(result, rec, best, cores, largest, stall_target)]
-    with_workers = [p for p in result.ok_points() if p.config.num_workers]
-    if rec.config.num_workers == 0 and with_workers and not result.step_time and rec.main_busy >= MAIN_BUSY:
-        # no workers is fastest while the main process computes all the time: making items is cheaper
-        # than moving them. (When it mostly waits instead, on a slow store, the verdict is storage.)
-        top = max(with_workers, key=lambda p: p.samples_per_s)
-        if top.samples_per_s < rec.samples_per_s:
-            text = (
-                f"Transfer-bound: items are so cheap that sending them between processes costs more than "
-                f"making them: no workers gives {rec.samples_per_s:,.0f} samples/s, the best with workers "
-                f"{top.samples_per_s:,.0f} ({_workers(top.config.num_workers)}, the main process busy "
-                f"{top.main_busy:.0%} of the time receiving). Load in the main "
-                "process, or do more work per item (decode, augment) in the dataset before workers pay off."
-            )
-            return "ipc", [text]
-    if result.step_time and best.stall is not None and best.stall < LOADER_BOUND_STALL:
-        # the workers wait for the training loop part of the time (their queue is full): their idle
-        # time says nothing about what limits them
-        text = (
-            f"The loader nearly keeps up: at best ({best.config.label()}) the training loop waits for data "
-            f"{best.stall:.0%} of the time. Its workers spend part of the time waiting for the loop, so what "
-            "limits them cannot be read from this sweep: run it again without --step-ms (step_time=0)."
-        )
-        return "unknown", [text, *_explain(result, rec, best, cores, largest, stall_target, headline=False)]
-    return classify(best, cores), _explain(result, rec, best, cores, largest, stall_target)
+def evidence(p: Point, result: SweepResult) -> Evidence:
+    """The figures the label rules read, from one point of a sweep."""
+    split = p.restart_split or p.start_split
+    epoch_start = p.epoch_start
+    if not epoch_start and p.restart_s is None and result.epoch_samples and p.samples_per_s:
+        # no epoch ended while measuring: the first batch's wait against an epoch's time, predicted
+        epoch_s = result.epoch_samples / p.samples_per_s
+        epoch_start = p.startup_s / (p.startup_s + epoch_s)
+    return Evidence(
+        workers=p.config.num_workers,
+        cores=result.usable_cores,
+        step=bool(result.step_time),
+        stall=p.stall,
+        main_busy=p.main_busy,
+        main_process_busy=p.main_process_busy or p.main_busy,
+        main_threads=dict(p.main_threads),
+        main_cores=p.main_loader_cores or p.main_cores,
+        recv=p.unpickle,
+        recv_cpu=p.unpickle_cpu,
+        pin=p.pin,
+        worker_busy=list(p.worker_busy),
+        worker_cores=list(p.per_worker_cores),
+        worker_threads=dict(p.worker_threads),
+        stage_busy=dict(p.stage_busy),
+        stage_ms=dict(p.stage_ms),
+        blkio=p.blkio_share,
+        blkio_known=p.blkio_known,
+        dstate=p.dstate_share,
+        device_mb_s=p.device_mb_s,
+        read_mb_s=p.read_mb_s,
+        epoch_start=epoch_start,
+        start=StartSplit(**split) if split else None,
+        pss=p.pss_total,
+        memory=memory_budget(result),
+        parent_rss=p.parent_rss,
+        start_method=str(result.settings.get("multiprocessing_context") or "fork"),
+        others=max(0.0, p.machine_busy_cores - p.total_cores),
+    )
+
+
+def verdict(p: Point, result: SweepResult, stall_target: float = 0.05) -> Verdict:
+    """The label of one point, and its evidence."""
+    if not p.ok:
+        return Verdict("unknown", [f"{p.config.label()} failed: {p.error}"])
+    return classify_evidence(evidence(p, result), stall_target)
 
 
 def label(p: Point, result: SweepResult, stall_target: float = 0.05) -> Bottleneck:
-    """The table's label of one point: :func:`classify`, or, with a step time, "none" where the loader
-    keeps up and "unknown" where it nearly does (its workers then wait for the training loop)."""
-    if result.step_time and p.ok and p.stall is not None:
-        if p.stall < stall_target:
-            return "none"
-        if p.stall < LOADER_BOUND_STALL:
-            return "unknown"
-    return classify(p, result.usable_cores)
+    """The table's label of one point."""
+    return verdict(p, result, stall_target).label
+
+
+def classify(p: Point, cores: int | None = None) -> Bottleneck:
+    """The label of one point on its own (no sweep around it: no epoch length, no step)."""
+    result = SweepResult([p], {}, {"usable_cores": cores or p.usable_cores})
+    return label(p, result)
+
+
+def _workers(n: int) -> str:
+    return "no workers" if n == 0 else "1 worker" if n == 1 else f"{n} workers"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _died(result: SweepResult) -> list[Point]:
+    words = ("killed", "memory", "oom", "signal")
+    return [p for p in result.points if p.error and any(w in p.error.lower() for w in words)]
+
+
+def _heavy(result: SweepResult) -> Point | None:
+    mem = memory_budget(result)
+    if not mem:
+        return None
+    heavy = [p for p in result.ok_points() if p.pss_total >= MEMORY_NEAR * mem]
+    return min(heavy, key=lambda p: p.config) if heavy else None
 
 
 def _growth(result: SweepResult, p: Point) -> str:
@@ -228,17 +188,22 @@ def _growth(result: SweepResult, p: Point) -> str:
     if not prev.samples_per_s:
         return ""
     return (
-        f" Throughput went {p.samples_per_s / prev.samples_per_s:.2f}x from {_workers(prev.config.num_workers)} "
+        f"Throughput went {p.samples_per_s / prev.samples_per_s:.2f}x from {_workers(prev.config.num_workers)} "
         f"to {_workers(p.config.num_workers)}."
     )
 
 
-def _main_collate_note(result: SweepResult) -> list[str]:
-    """Collating in the main process (no workers) much slower than in workers: torch's intra-op threads.
+def _stage_text(p: Point) -> str:
+    known = {s: ms for s, ms in p.stage_ms.items() if ms is not None and s != "collate"}
+    if not known:
+        return "stage times are unknown (the dataset does not report them; see 'Stage probes' in docs/bench.md)"
+    parts = [f"{s} {ms:.2f} ms" for s, ms in p.stage_ms.items() if ms is not None]
+    return "per sample: " + ", ".join(parts)
 
-    Workers run torch with one thread; the main process with several, and on a machine where another
-    program holds a core, ``torch.stack`` then waits for the thread that cannot run.
-    """
+
+def _main_collate_note(result: SweepResult) -> list[str]:
+    """Collating in the main process (no workers) much slower than in workers: torch's intra-op threads
+    stall when another program holds a core (workers run torch with one thread)."""
     threads = int(result.settings.get("main_threads") or result.machine.get("torch_threads") or 1)
     mains = [p for p in result.ok_points() if not p.config.num_workers and p.stage_ms.get("collate")]
     workers = [
@@ -259,136 +224,135 @@ def _main_collate_note(result: SweepResult) -> list[str]:
     ]
 
 
-def _explain(
-    result: SweepResult, rec: Point, best: Point, cores: int, largest: int, stall_target: float, headline: bool = True
-) -> list[str]:
-    """Sentences about the best point's limit (and start-up, stages, stall). With ``headline`` False
-    (the loader keeps up with the model), only the notes: what limits the loader does not matter then."""
-    out: list[str] = []
-    kind = classify(best, cores) if headline else "none"
-    w = best.config.num_workers
-    if kind == "main-process" and w:
-        out.append(
-            f"Main-process-bound: at {_workers(w)} the main process spends {best.unpickle:.0%} of its time "
-            f"rebuilding received batches (unpickling) and {best.pin:.0%} pinning them, and is busy "
-            f"{best.main_busy:.0%} of the time; more workers cannot help. Return tensors or numpy arrays "
-            "(they travel through shared memory) rather than Python lists and dicts, send fewer, larger "
-            "batches, or decode later, on the GPU."
+@dataclass
+class Diagnosis:
+    """The headline, its evidence, and the notes around it.
+
+    Attributes:
+        label (Label): what limits the loader.
+        evidence (list[str]): the measurements behind the label.
+        advice (list[str]): what to do about it.
+        notes (list[str]): other findings (noise, other programs, stages, start-up ...).
+        point (Point | None): the point the label was read from.
+    """
+
+    label: Bottleneck
+    evidence: list[str]
+    advice: list[str]
+    notes: list[str]
+    point: Point | None = None
+
+    def sentences(self) -> list[str]:
+        head = f"{HEADLINE[self.label]}: {self.evidence[0]}." if self.evidence else f"{HEADLINE[self.label]}."
+        out = [head, *(e[0].upper() + e[1:] + ("" if e.endswith(".") else ".") for e in self.evidence[1:])]
+        out += [a[0].upper() + a[1:] + ("" if a.endswith(".") else ".") for a in self.advice]
+        return out + self.notes
+
+
+def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: float = 0.05) -> Diagnosis:
+    """The headline bottleneck, its evidence and the notes (see the module docstring)."""
+    notes = _notes(result, rec, best, stall_target)
+    died = _died(result)
+    heavy = _heavy(result)
+    if heavy is not None or died:
+        v = verdict(heavy, result, stall_target) if heavy is not None else Verdict("memory", [])
+        ev = v.evidence if v.label == "memory" else []
+        ev = [f"at {_workers(heavy.config.num_workers)} {ev[0]}" if ev and heavy else "", *ev[1:]]
+        ev = [e for e in ev if e] + [f"{p.config.label()} failed: {p.error}" for p in died]
+        return Diagnosis("memory", ev, ["fewer workers or a smaller prefetch_factor"], notes, heavy)
+    if result.step_time and rec.stall is not None and rec.stall < stall_target:
+        v = verdict(rec, result, stall_target)
+        step = result.settings.get("step_time")
+        step_text = f"a step of {float(step) * 1000:.0f} ms" if isinstance(step, (int, float)) else "the step"
+        text = (
+            f"with {_workers(rec.config.num_workers)} the training loop waits for data {rec.stall:.1%} of the "
+            f"time with {step_text}"
         )
-    elif kind == "main-process":
-        out.append(
-            f"Main-process-bound: with no workers the main process makes every batch itself ({_stage_text(best)})."
-        )
-    elif kind == "cpu":
-        if cores_saturated(best, cores):
-            stage = _dominant_stage(best, ("decode", "transform", "collate", "fetch"))
-            where = f"; most of the workers' time goes to {stage[0]} ({stage[1]:.2f} ms per sample)" if stage else ""
-            if stage is not None and stage[0] == "fetch":
-                # computing to fetch: the storage client's work per request (an S3 client spends a few ms of
-                # CPU per GET), or a storage server sharing these cores
-                label, cure = (
-                    "CPU-bound",
-                    (
-                        "Fewer, larger reads (tar shards rather than an object per sample), "
-                        "storage served from another machine, or more cores will."
-                    ),
-                )
-            else:
-                label, cure = "Decode/CPU-bound", "Cheaper decoding or transforms, smaller images, or more cores will."
-            out.append(
-                f"{label}: the {cores} usable cores are saturated (at {_workers(w)} the loader keeps "
-                f"{best.demand:.1f} cores busy or waiting for one){where}; more workers will not help. "
-                f"{cure}"
+        return Diagnosis("step", [text], ["a faster loader would not train faster"], notes, rec)
+    with_workers = [p for p in result.ok_points() if p.config.num_workers]
+    if rec.config.num_workers == 0 and with_workers and not result.step_time:
+        top = max(with_workers, key=lambda p: p.samples_per_s)
+        waits = storage_signs(evidence(rec, result))  # a slow store: the verdict is storage, not transfer
+        # and with workers, receiving must be seen to cost: the main process busy, or rebuilding batches
+        # (a decode-heavy loader that measured fastest with no workers on a crowded machine is not "ipc")
+        moving = top.main_busy >= TRANSFER_BUSY or top.unpickle + top.pin >= TRANSFER_BUSY / 2
+        computing = (rec.main_process_busy or rec.main_busy) >= MAIN_BUSY
+        if top.samples_per_s < rec.samples_per_s and computing and moving and not waits:
+            text = (
+                f"items are so cheap that sending them between processes costs more than making them: no "
+                f"workers gives {rec.samples_per_s:,.0f} samples/s with the main process computing "
+                f"{rec.main_process_busy or rec.main_busy:.0%} of the time; the best with workers gives "
+                f"{top.samples_per_s:,.0f} ({_workers(top.config.num_workers)}, the main process receiving "
+                f"{top.unpickle:.0%} of the time)"
             )
-        elif w >= cores:
-            out.append(
-                f"Decode/CPU-bound: {_workers(w)} on {cores} usable cores compute "
-                f"{_per_worker_busy(best):.0%} of the time and want {best.demand:.1f} cores between them and "
-                "the main process; more workers than cores will not help. Cheaper decoding or transforms, "
-                "or more cores, will."
+            advice = "load in the main process, or do more work per item (decode, augment) before workers pay off"
+            return Diagnosis("ipc", [text], [advice], notes, rec)
+    if len(best.round_labels) > 1:
+        pooled = verdict(best, result, stall_target)
+        ok, why = agree(best.round_labels, pooled.label, best.spread)  # type: ignore[arg-type]
+        if not ok:
+            # the separate measurements disagree and the pooled figures do not side with a clear majority
+            why = f"at {best.config.label()}, {why}"
+            return Diagnosis(
+                "uncertain",
+                [why, f"pooled, the figures say {pooled.label}: {pooled.evidence[0] if pooled.evidence else ''}"],
+                ["measure longer (--seconds) or more rounds (--rounds 3) on a quieter machine"],
+                notes,
+                best,
             )
-        elif best.machine_busy_cores >= CORES_SATURATED * cores:
-            # the loader leaves cores free, but other programs hold them: more workers would only compete
-            out.append(
-                f"CPU-bound in the workers: each of the {w} workers computes {_per_worker_busy(best):.0%} of "
-                f"the time and the loader wants only {best.demand:.1f} of {cores} cores, but other programs "
-                f"held the rest (the machine was busy {best.machine_busy_cores:.1f} of {cores} cores), so more "
-                "workers measured no faster here; on an idle machine, try more workers."
-            )
-        else:
-            out.append(
-                f"CPU-bound in the workers, with cores to spare: each of the {w} workers computes "
-                f"{_per_worker_busy(best):.0%} of the time, and the loader wants only {best.demand:.1f} of "
-                f"{cores} cores; try more workers."
-            )
-    elif kind == "ipc":
-        out.append(
-            f"Transfer-bound: at {_workers(w)} the main process spends {best.unpickle:.0%} of its time "
-            f"receiving batches, mostly waiting for the workers to hand over each tensor (it computes "
-            f"{best.unpickle_cpu:.0%} of the time), while neither side is busy. Larger batches (fewer "
-            "hand-overs), fewer tensors per batch, or loading in the main process help."
-        )
-    elif kind == "storage":
-        busy = _per_worker_busy(best)
-        fetch = best.stage_ms.get("fetch")
-        who, whose = ("the workers", "their") if w else ("the main process, loading by itself,", "its")
-        fetch_text = (
-            (f", and fetching takes {fetch:.2f} ms per sample ({best.stage_busy['fetch'] or 0:.0%} of {whose} time)")
-            if fetch is not None
-            else ""
-        )
-        computes = f"each computes {busy:.0%} of the time" if w else f"it is busy {best.main_busy:.0%} of the time"
-        out.append(
-            f"Storage-bound: {who} spend{'s' if not w else ''} most of {whose} time waiting for data, not "
-            f"computing ({computes}{fetch_text}).{_growth(result, best)}"
-        )
-        if best.iowait >= 0.05 or best.dstate or best.procs_blocked:
-            out.append(
-                f"The disk is the wait: iowait {best.iowait:.0%} of CPU time, up to {best.procs_blocked} "
-                "processes in uninterruptible sleep. Faster storage, larger sequential reads (tar shards), "
-                "or the page cache help."
-            )
-        else:
-            hide = (
-                "More workers or a larger prefetch_factor hide it."
-                if w
-                else "Workers did not hide it here: the store itself is the limit (or what serves it, when it "
-                "runs on these cores)."
-            )
-            out.append(
-                "There is no iowait, so the wait is not on a local disk: network or object storage, a "
-                f"remote server, sleeps or locks. {hide}"
-            )
-        if w == largest:
-            out.append(
-                f"{_workers(w)} is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w})."
-            )
-    out.extend(_main_collate_note(result))
+    v = verdict(best, result, stall_target)
+    extra = []
+    largest = max(p.config.num_workers for p in with_workers or [best])
+    room = v.label == "storage" or (v.label == "cpu" and not cores_saturated(best, result.usable_cores))
+    if room and best.config.num_workers == largest and largest:
+        w = best.config.num_workers
+        extra.append(f"{_workers(w)} is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w})")
+    todo = list(v.advice)
+    if v.label == "cpu" and any("more workers would help" in a for a in todo):
+        larger = [p for p in with_workers if p.config.num_workers > best.config.num_workers]
+        if larger:
+            # the probes say cores are left, but the sweep measured more workers and they were no faster
+            top = max(larger, key=lambda p: p.samples_per_s)
+            others = max(0.0, best.machine_busy_cores - best.total_cores)
+            todo = [
+                f"cores looked free, but {top.config.label()} measured no faster "
+                f"({top.samples_per_s:,.0f} against {best.samples_per_s:,.0f} samples/s): other programs held "
+                f"{others:.1f} of the {result.usable_cores} cores; on an idle machine more workers may help"
+            ]
+    growth = _growth(result, best)
+    return Diagnosis(v.label, v.evidence + ([growth] if growth else []), todo + extra, notes, best)
+
+
+def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) -> list[str]:
+    out: list[str] = list(_main_collate_note(result))
     noisy = max(rec.spread, best.spread)
     if noisy > NOISY and int(result.settings.get("rounds") or 1) < 3:
         out.append(
             f"The measurements were noisy (windows up to {noisy:.0%} apart): run with --rounds 3 "
             "(sweep(rounds=3)) for a steadier answer."
         )
+    cores = result.usable_cores
     others = best.machine_busy_cores - best.total_cores
     if others >= 0.25 * cores:
         out.append(
             f"Other programs used about {others:.1f} of the {cores} cores while this ran: figures are "
             "noisier and lower than on an idle machine."
         )
-    if best.stage_ms.get("fetch") is None and kind not in ("main-process", "none"):
+    if best.stage_ms.get("fetch") is None:
         out.append(f"Stages: {_stage_text(best)}.")
     share = startup_share(result, rec)
-    if (
-        share is not None
-        and STARTUP_NOTE <= share < STARTUP_BOUND
-        and rec.config.num_workers
-        and not rec.config.persistent_workers
-    ):
-        out.append(
-            f"Starting the workers takes {rec.startup_s:.2f} s, {share:.0%} of an epoch: "
-            "persistent_workers=True (set above) saves it at every epoch."
-        )
+    measured_persistent = any(p.config.persistent_workers for p in result.ok_points())
+    if share is not None and share >= STARTUP_NOTE and rec.config.num_workers and not rec.config.persistent_workers:
+        if measured_persistent:
+            out.append(
+                f"Starting the workers takes {rec.startup_s:.2f} s, {share:.0%} of an epoch; persistent_workers=True "
+                "was measured and was not faster here."
+            )
+        else:
+            out.append(
+                f"Starting the workers takes {rec.startup_s:.2f} s, {share:.0%} of an epoch: persistent_workers=True "
+                "would save it at every epoch, but was not measured (--persistent measures it)."
+            )
     if result.step_time and rec.stall is not None and rec.stall >= stall_target:
         stalls = [p.stall for p in result.ok_points() if p.stall is not None]
         if stalls and min(stalls) >= stall_target:
@@ -399,4 +363,100 @@ def _explain(
     return out
 
 
-__all__ = ["Bottleneck", "classify", "cores_saturated", "diagnose", "label", "oversubscribed", "startup_share"]
+@dataclass
+class Check:
+    """A rule of thumb users know, and whether it fires on the recommended point."""
+
+    name: str
+    fires: bool
+    text: str
+
+
+def _batch_size(result: SweepResult, p: Point) -> float:
+    bs = p.config.batch_size or result.settings.get("batch_size") or result.settings.get("dataset_batch_size")
+    return float(bs or 1)
+
+
+def checks(result: SweepResult, p: Point) -> list[Check]:
+    """The rule-of-thumb checks (time to the next batch against the step, worker start-up, pin time),
+    each marked where it fires on point ``p``."""
+    out = []
+    step = result.step_time
+    if step and p.samples_per_s:
+        per_batch = _batch_size(result, p) / p.samples_per_s
+        wait_ms = 1000 * p.wait * per_batch
+        out.append(
+            Check(
+                "next batch vs step",
+                wait_ms > 0.1 * step * 1000,
+                f"the loop waits {wait_ms:.1f} ms for each batch against a {step * 1000:.0f} ms step "
+                "(fires above a tenth of the step: the accelerator idles)",
+            )
+        )
+    share = startup_share(result, p)
+    out.append(
+        Check(
+            "worker start-up",
+            p.startup_s > 1.0 or (share is not None and share >= STARTUP_NOTE),
+            f"the first batch takes {p.startup_s:.2f} s"
+            + (f", {share:.0%} of an epoch" if share is not None else "")
+            + " (fires above 1 s or 5% of an epoch)",
+        )
+    )
+    out.append(
+        Check(
+            "pin time",
+            p.pin >= 0.05,
+            f"pinning takes {p.pin:.0%} of the main process's time (fires at 5%)"
+            + ("" if p.config.pin_memory else "; pin_memory is off"),
+        )
+    )
+    return out
+
+
+def data_time_ms(result: SweepResult, p: Point) -> float | None:
+    """Milliseconds one producing process needs for one batch: its stages' times, else its throughput."""
+    stages_ms = [p.stage_ms.get(s) for s in STAGES]
+    known = [ms for ms in stages_ms if ms is not None]
+    bs = _batch_size(result, p)
+    if [s for s, ms in zip(STAGES, stages_ms) if ms is not None and s != "collate"]:
+        return sum(known) * bs
+    single = [q for q in result.ok_points() if q.config.num_workers <= 1]
+    if single:
+        q = max(single, key=lambda q: q.samples_per_s)
+        return 1000 * bs / q.samples_per_s if q.samples_per_s else None
+    return None
+
+
+def estimate(result: SweepResult, p: Point) -> tuple[int, str]:
+    """The rule of thumb ``workers = min(cores, data time per batch / step time)``, and how it was got."""
+    cores = result.usable_cores
+    data = data_time_ms(result, p)
+    step = result.step_time
+    if not step:
+        return cores, f"min(cores, data time / step time) = {cores} (no step: as many as the {cores} cores)"
+    if data is None:
+        return cores, "min(cores, data time / step time): the data time per batch is unknown"
+    want = max(1, math.ceil(data / (step * 1000)))
+    n = min(cores, want)
+    return n, f"min(cores, data time / step time) = min({cores}, {data:.1f} ms / {step * 1000:.0f} ms) = {n}"
+
+
+__all__ = [
+    "HEADLINE",
+    "Bottleneck",
+    "Check",
+    "Diagnosis",
+    "checks",
+    "classify",
+    "cores_saturated",
+    "data_time_ms",
+    "diagnose",
+    "estimate",
+    "evidence",
+    "label",
+    "memory_budget",
+    "oversubscribed",
+    "startup_share",
+    "verdict",
+]

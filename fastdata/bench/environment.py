@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any
 
-from fastdata.bench.cores import affinity_cpus, cpu_quota, usable_cores, usable_memory
+from fastdata.bench.cores import affinity_cpus, cpu_quota, usable_cores, usable_memory, usable_physical_cores
 
 LIBRARIES = (
     "fastdata",
@@ -60,6 +60,7 @@ def describe() -> dict[str, Any]:
 
     return {
         "usable_cores": usable_cores(),
+        "physical_cores": usable_physical_cores(),
         "cpu_count": os.cpu_count(),
         "affinity_cpus": affinity_cpus(),
         "cpu_quota": cpu_quota(),

@@ -13,8 +13,10 @@ otherwise look free. Each restart is also timed on its own (``restart_s``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
+import os
 import statistics
 import time
 import warnings
@@ -25,11 +27,21 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from fastdata.bench.probes import ProbedCollate, ProbeInit, StageTable, SystemProbe, leading_dim
+from fastdata.bench.probes import (
+    DStateSampler,
+    ProbedCollate,
+    ProbeInit,
+    StageTable,
+    SystemProbe,
+    delay_accounting,
+    leading_dim,
+)
 from fastdata.bench.result import Config, Point, Window
-from fastdata.core import stages
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.loading import stage_table as library
 from fastdata.loading.builder import build_dataloader
+from fastdata.loading.protocol import Dataset as FastdataDataset
+from fastdata.loading.stage_table import StartSplit, start_split
 
 StepFn = Callable[[Any], object]
 
@@ -90,36 +102,67 @@ def make_loader(
 
 
 class _Feed:
-    """Batches from a DataLoader, epoch after epoch; timing each restart.
+    """Batches from a DataLoader, epoch after epoch; timing each restart and, with a stage table,
+    splitting each epoch's first-batch wait (:func:`fastdata.loading.stage_table.start_split`).
 
     ``on_epoch_end(t)`` is called when an epoch runs out, before the next starts (``t``: when its last
     batch was asked for), so that the caller can close its window there.
     """
 
-    def __init__(self, loader: DataLoader[Any]) -> None:
-        self.loader = loader
-        self.it: Iterator[Any] = iter(loader)
+    def __init__(self, loader: DataLoader[Any], table: StageTable | None, config: Config) -> None:
+        self.loader, self.table, self.config = loader, table, config
         self.restarts: list[float] = []
+        self.splits: list[StartSplit] = []
         self.restarted = False
         self.on_epoch_end: Callable[[float], object] | None = None
+        self.it: Iterator[Any] = self._start(first=True)
+
+    def _start(self, first: bool) -> Iterator[Any]:
+        if self.table is not None:
+            self.table.new_epoch()  # each producer marks its next batch as this epoch's first
+        self._asked = perf_counter()
+        self._fresh = first or not self.config.persistent_workers
+        self._split_due = True
+        it = iter(self.loader)
+        self._started = perf_counter()
+        return it
+
+    def _split(self) -> None:
+        if self.table is None or not self._split_due:
+            return
+        self._split_due = False
+        slot = 1 if self.config.num_workers else 0  # the first batch of an epoch is worker 0's
+        split = start_split(self.table, slot, self._asked, self._started, perf_counter(), self._fresh)
+        self.splits.append(split)
 
     def next(self) -> Any:
         self.restarted = False
         asked = perf_counter()
         try:
-            return next(self.it)
+            item = next(self.it)
+            self._split()
+            return item
         except StopIteration:
             if self.on_epoch_end is not None:
                 self.on_epoch_end(asked)
             start = perf_counter()
-            self.it = iter(self.loader)
+            self._next_epoch()
+            self.it = self._start(first=False)
             try:
                 item = next(self.it)
             except StopIteration:
                 raise ConfigError("the dataset yielded nothing in a whole epoch") from None
             self.restarts.append(perf_counter() - start)
+            self._split()
             self.restarted = True
             return item
+
+    def _next_epoch(self) -> None:
+        """Move a fastdata dataset (and its sampler, which follows it) to the next epoch, as a training
+        loop does: a new order each pass, and no warning about a repeated epoch."""
+        dataset = self.loader.dataset
+        if isinstance(dataset, FastdataDataset):
+            dataset.set_epoch(dataset.epoch + 1)
 
     def worker_pids(self) -> list[int]:
         # private, but stable since torch 1.0; without it, worker CPU and PSS are not reported
@@ -136,27 +179,41 @@ _ZERO_SYS: dict[str, Any] = {
     "main_cpu": 0.0,
     "main_runq": 0.0,
     "threads_cpu": 0.0,
+    "threads_runq": 0.0,
+    "main_threads": {},
     "workers_cpu": [],
     "workers_busy": [],
+    "worker_threads": {},
+    "voluntary": 0,
+    "involuntary": 0,
+    "blkio": 0.0,
+    "read_bytes": 0,
+    "rchar": 0,
+    "threads_main": 0,
+    "threads_worker": 0,
     "machine_busy": 0.0,
     "machine_iowait": 0.0,
     "procs_blocked": 0,
     "dstate": 0,
+    "dstate_looks": 0,
+    "dstate_blocked": 0,
 }
+_LAST = ("procs_blocked", "dstate", "threads_main", "threads_worker")  # as of the window's end, not differences
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "main_cpu": b["main_cpu"] - a["main_cpu"],
-        "main_runq": b["main_runq"] - a["main_runq"],
-        "threads_cpu": max(0.0, b["threads_cpu"] - a["threads_cpu"]),
-        "workers_cpu": [y - x for x, y in zip(a["workers_cpu"], b["workers_cpu"])],
-        "workers_busy": [y - x for x, y in zip(a["workers_busy"], b["workers_busy"])],
-        "machine_busy": b["machine_busy"] - a["machine_busy"],
-        "machine_iowait": b["machine_iowait"] - a["machine_iowait"],
-        "procs_blocked": b["procs_blocked"],
-        "dstate": b["dstate"],
-    }
+    out: dict[str, Any] = {}
+    for key, end in b.items():
+        start = a.get(key, _ZERO_SYS[key])
+        if key in _LAST:
+            out[key] = end
+        elif isinstance(end, list):  # per worker slot; a slot added since ``a`` counts from zero
+            out[key] = [y - (start[i] if i < len(start) else 0.0) for i, y in enumerate(end)]
+        elif isinstance(end, dict):
+            out[key] = {k: v - start.get(k, 0.0) for k, v in end.items() if v - start.get(k, 0.0) > 0}
+        else:
+            out[key] = max(type(end)(0), end - start) if key not in ("main_cpu", "main_runq") else end - start
+    return out
 
 
 class _Meter:
@@ -169,11 +226,7 @@ class _Meter:
         self.stages = table.totals() if table else {}
         self.samples = self.batches = self.nbytes = 0
         self.wait = self.unpickle = self.unpickle_cpu = self.pin = self.step = self.step_cpu = 0.0
-
-    def new_workers(self, probe: SystemProbe) -> None:
-        """The epoch's workers were replaced inside this window: count the new ones from their birth."""
-        self.probe = probe
-        self.sys = {**self.sys, "workers_cpu": [0.0] * len(probe.workers), "workers_busy": [0.0] * len(probe.workers)}
+        self.restart_wait = 0.0
 
     def close(self, end: float) -> Window:
         sys = _diff(self.sys, self.probe.read()) if self.probe else _ZERO_SYS
@@ -193,6 +246,7 @@ class _Meter:
             step=self.step,
             step_cpu=self.step_cpu,
             stages=st,
+            restart_wait=self.restart_wait,
             **sys,
         )
 
@@ -213,16 +267,19 @@ class _Run:
         self.feed: _Feed | None = None
         self.probe: SystemProbe | None = None
         self.meter: _Meter | None = None
+        self.sampler = DStateSampler().start() if probes else None
+        self.parent_rss = 0.0
 
     def start(self) -> float:
         """Start the workers; seconds until the first batch."""
         if self.table is not None and not self.config.num_workers:
             self.table.attach(0)  # the main process produces the batches itself
+        self.parent_rss = _rss()
         begin = perf_counter()
-        self.feed = _Feed(self.loader)
+        self.feed = _Feed(self.loader, self.table, self.config)
         self.feed.next()
         took = perf_counter() - begin
-        self.probe = SystemProbe(self.feed.worker_pids()) if self.probes else None
+        self.probe = SystemProbe(self.feed.worker_pids(), self.sampler, self.table) if self.probes else None
         return took
 
     def warm_up(self) -> float:
@@ -262,9 +319,9 @@ class _Run:
             assert meter is not None
             if feed.restarted:
                 t0 = meter.start  # the wait for this batch began when the epoch ran out
+                meter.restart_wait += t1 - t0
                 if self.probe is not None and self.config.num_workers and not self.config.persistent_workers:
-                    self.probe = SystemProbe(feed.worker_pids())
-                    meter.new_workers(self.probe)
+                    self.probe.set_workers(feed.worker_pids())
             if self.probes:
                 n, nbytes, batch = item.n, item.nbytes, item.batch
                 meter.unpickle += item.unpickle_s
@@ -308,14 +365,23 @@ class _Run:
         )
         if self.probe is not None:
             point.pss_main, point.pss_workers = self.probe.memory()
-            point.fds, _ = self.probe.descriptors_and_switches()
+            point.fds = self.probe.descriptors()
+        point.parent_rss = self.parent_rss
+        point.blkio_known = delay_accounting()
+        splits = self.feed.splits
+        if splits:
+            point.start_split = _split_dict([splits[0]])
+            if len(splits) > 1:
+                point.restart_split = _split_dict(splits[1:])
         return point
 
     def close(self) -> None:
         if self.feed is not None:
             self.feed.shutdown()
+        if self.sampler is not None:
+            self.sampler.stop()
         if self.table is not None and not self.config.num_workers:
-            stages.disable()
+            library.detach()
         self.feed = None
 
 
@@ -358,17 +424,12 @@ def measure(
                 },
             )
             startup = run.start()
-            switches0 = run.probe.descriptors_and_switches()[1] if run.probe else 0
             gap = run.warm_up()
             # a loader that delivers in bursts (a dataset that reads and decodes many samples at once)
             # needs windows that span several bursts, or each window sees only a burst or only a gap
             span = min(max(timing.window, 2 * gap), max(timing.window, timing.seconds / 2))
             run.measure(span)
-            point = run.finish(startup, cores)
-            if run.probe is not None and run.measured > 0:
-                switches = run.probe.descriptors_and_switches()[1] - switches0
-                point.ctx_switches = max(0.0, switches / run.measured)
-            return point
+            return run.finish(startup, cores)
     except Exception as e:  # noqa: BLE001 - one failing configuration (OOM, crash) must not end the sweep
         return Point(config, usable_cores=cores, error=f"{type(e).__name__}: {e}")
     finally:
@@ -376,6 +437,20 @@ def measure(
             run.close()
         del run
         gc.collect()
+
+
+def _rss() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return float(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _split_dict(splits: list[StartSplit]) -> dict[str, float]:
+    """The median of each part of several splits."""
+    names = [f.name for f in dataclasses.fields(StartSplit)]
+    return {n: float(statistics.median(getattr(s, n) for s in splits)) for n in names}
 
 
 def _settled(windows: list[Window], timing: Timing, span: float) -> bool:

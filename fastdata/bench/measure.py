@@ -13,11 +13,13 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from fastdata.bench.cores import usable_cores
+from fastdata.bench.diagnose import label
 from fastdata.bench.environment import describe, start_method
 from fastdata.bench.loop import StepFn, Timing, measure
 from fastdata.bench.result import Config, Point, SweepResult
@@ -77,7 +79,7 @@ def sweep(
     batch_size: int | None = 64,
     prefetch_factor: Sequence[int] = (2,),
     pin_memory: Sequence[bool] | None = None,
-    persistent_workers: Sequence[bool] = (False,),
+    persistent_workers: Sequence[bool] | None = None,
     step_time: float | StepFn = 0.0,
     seconds: float = 6.0,
     window: float = 1.0,
@@ -92,6 +94,7 @@ def sweep(
     probes: bool = True,
     main_threads: int | None = None,
     confirm: bool = True,
+    memory: float | None = None,
     progress: Progress | None = None,
 ) -> SweepResult:
     """Measure real DataLoaders over a grid of settings.
@@ -105,7 +108,9 @@ def sweep(
             Defaults to 64.
         prefetch_factor (list[int]): batches loaded ahead per worker. Defaults to (2,).
         pin_memory (list[bool] | None): Defaults to (False, True) where CUDA is present, else (False,).
-        persistent_workers (list[bool]): Defaults to (False,).
+        persistent_workers (list[bool] | None): Defaults to None: (False,), and where starting the workers
+            costs 5% of an epoch or more at the recommended or the best point, that point again with
+            ``persistent_workers=True`` (so that it is recommended only if measured faster).
         step_time (float | Callable): the training step after each batch: seconds to wait (simulating
             the model), or a function called with the batch. Defaults to 0 (no step: the loader's
             maximum throughput).
@@ -126,6 +131,8 @@ def sweep(
         confirm (bool): when the figures contradict the probes or are too noisy to decide (see
             :func:`doubts`), measure the configurations in question twice more, in turn, and keep the
             medians. Defaults to True.
+        memory (float | None): bytes the loader may use (the "memory" verdict fires at 80% of it).
+            Defaults to None: the cgroup's limit or the machine's RAM.
         progress (Callable[[int, int, Point], object] | None): called after each point with
             (points done, points in all, the point).
 
@@ -138,6 +145,8 @@ def sweep(
     workers = list(workers) if workers is not None else default_workers(cores)
     if pin_memory is None:
         pin_memory = (False, True) if torch.cuda.is_available() else (False,)
+    auto_persistent = persistent_workers is None
+    persistent_workers = [False] if persistent_workers is None else list(persistent_workers)
     configs = grid(workers, prefetch_factor, pin_memory, persistent_workers, batch_size)
     step_desc: Any = step_time if not callable(step_time) else _name(step_time)
     if not callable(step_time):
@@ -147,7 +156,7 @@ def sweep(
         "batch_size": batch_size,
         "prefetch_factor": list(prefetch_factor),
         "pin_memory": list(pin_memory),
-        "persistent_workers": list(persistent_workers),
+        "persistent_workers": "auto" if auto_persistent else list(persistent_workers),
         "step_time": step_desc,
         "seconds": seconds,
         "window": window,
@@ -158,7 +167,8 @@ def sweep(
         "shuffle": shuffle,
         "probes": probes,
         "collate_fn": _name(collate_fn) if collate_fn else None,
-        "multiprocessing_context": str(multiprocessing_context or start_method()),
+        "multiprocessing_context": _context_name(multiprocessing_context),
+        "memory": memory,
     }
     if callable(step_time):
         settings["step_time_callable"] = True
@@ -173,10 +183,12 @@ def sweep(
     def run(config: Config) -> None:
         nonlocal done, description, epoch_samples
         ds, owned = _dataset(dataset_or_factory)
-        description = description or repr(ds)
+        description = description or dataset_name(ds)
         try:
             # a dataset that batches itself has a length in batches, not samples
             epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
+            if batch_size is None and isinstance(getattr(ds, "batch_size", None), int):
+                settings["dataset_batch_size"] = ds.batch_size  # the dataset yields batches of this size
             point = measure(
                 ds,
                 config,
@@ -198,9 +210,18 @@ def sweep(
             progress(done, total, point)
 
     def result() -> SweepResult:
-        return SweepResult(
-            [merge(pts) for pts in per_config.values()], settings, {"usable_cores": cores}, description, epoch_samples
-        )
+        machine = {"usable_cores": cores}
+        merged = []
+        for pts in per_config.values():
+            if not pts:
+                continue
+            point = merge(pts)
+            if len(pts) > 1:
+                point.round_labels = [
+                    label(p, SweepResult([p], settings, machine, description, epoch_samples)) for p in pts if p.ok
+                ]
+            merged.append(point)
+        return SweepResult(merged, settings, machine, description, epoch_samples)
 
     try:
         if main_threads is not None:
@@ -208,6 +229,14 @@ def sweep(
         for _ in range(rounds):
             for config in configs:
                 run(config)
+        if auto_persistent:
+            extra = [c for c in persistent_candidates(result()) if c not in per_config]
+            for config in extra:
+                per_config[config] = []
+            total += rounds * len(extra)
+            for _ in range(rounds):
+                for config in extra:
+                    run(config)
         again = doubts(result()) if confirm and probes else []
         settings["confirmed"] = [c.label() for c in again]
         total += CONFIRM_ROUNDS * len(again)
@@ -222,6 +251,48 @@ def sweep(
 
 
 CONFIRM_ROUNDS = 2
+
+
+def _context_name(ctx: Any) -> str:
+    if ctx is None:
+        return start_method()
+    if isinstance(ctx, str):
+        return ctx
+    get = getattr(ctx, "get_start_method", None)
+    return str(get()) if callable(get) else str(ctx)
+
+
+def dataset_name(ds: Any) -> str:
+    """What the report calls the dataset: its own ``repr`` where its class writes one (fastdata's say
+    what they read), else its class's name and length, never ``<... object at 0x...>``."""
+    kind = type(ds)
+    if kind.__repr__ is not object.__repr__:
+        text = repr(ds)
+        return text if len(text) <= 200 else text[:197] + "..."
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    n = _length(ds)
+    return f"{name} ({n} items)" if n is not None else name
+
+
+def persistent_candidates(result: SweepResult) -> list[Config]:
+    """The persistent variants of the recommended and the best points, where starting their workers
+    costs :data:`~fastdata.bench.diagnose.STARTUP_NOTE` of an epoch or more (so that the advice to keep
+    workers alive is a measurement, not a guess)."""
+    from fastdata.bench.advise import fair_points, pick
+    from fastdata.bench.diagnose import STARTUP_NOTE, startup_share
+
+    rec = pick(result)
+    ok = fair_points(result)
+    if rec is None or not ok:
+        return []
+    best = max(ok, key=lambda p: p.samples_per_s)
+    out: list[Config] = []
+    for p in [rec] if best is rec else [rec, best]:
+        share = startup_share(result, p)
+        costly = (share is not None and share >= STARTUP_NOTE) or p.epoch_start >= STARTUP_NOTE
+        if p.config.num_workers and not p.config.persistent_workers and costly:
+            out.append(replace(p.config, persistent_workers=True))
+    return out
 
 
 def doubts(result: SweepResult) -> list[Config]:
@@ -289,4 +360,13 @@ def merge(points: list[Point]) -> Point:
     return merged
 
 
-__all__ = ["CONFIRM_ROUNDS", "default_workers", "doubts", "grid", "merge", "sweep"]
+__all__ = [
+    "CONFIRM_ROUNDS",
+    "dataset_name",
+    "default_workers",
+    "doubts",
+    "grid",
+    "merge",
+    "persistent_candidates",
+    "sweep",
+]

@@ -3,75 +3,46 @@
 Three sources, each read cheaply:
 
 * **Stages in the producing processes** (fetch, decode, transform, collate): datasets time themselves
-  with :mod:`fastdata.core.stages`; :class:`ProbeInit` (the workers' ``worker_init_fn``) points each
-  worker at its own row of a shared-memory :class:`StageTable`, and :class:`ProbedCollate` times the
-  ``collate_fn`` and copies the worker's totals to its row once per batch.
+  with :mod:`fastdata.core.stages`; :class:`~fastdata.loading.stage_table.ProbeInit` (the workers'
+  ``worker_init_fn``) points each worker at its own row of a shared-memory
+  :class:`~fastdata.loading.stage_table.StageTable`, and :class:`ProbedCollate` times the ``collate_fn``, marks
+  each epoch's first batch and copies the worker's totals to its row once per batch.
 * **The main process, per batch**: :class:`ProbedCollate` wraps each batch in a :class:`Probed`
   envelope carrying its sample count and size. The envelope times its own unpickling (its first
   pickled field is a call to ``perf_counter``, so the clock starts as the batch starts arriving) and
   its pinning (the DataLoader's pin-memory thread calls its ``pin_memory``), so we know exactly how
   long the main process spends receiving and pinning each batch, with no patching of torch.
-* **Processes and the machine, per window** (:class:`SystemProbe`): CPU per process from psutil, the
-  main thread's run-queue wait from ``/proc/thread-self/schedstat``, the machine's CPU and iowait,
-  processes in uninterruptible sleep; once per point, PSS (from ``smaps_rollup``), open descriptors
-  and context switches.
+* **Processes and the machine, per window** (:class:`SystemProbe`, over
+  :mod:`fastdata.loading.probes`): every thread of every process: CPU and run-queue wait, voluntary and
+  involuntary context switches, block-I/O delay, D state (sampled), bytes read from the device and from
+  anywhere; the machine's CPU on the CPUs we may use; once per point, PSS and open descriptors.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
 from fastdata.core import stages
-from fastdata.core.stages import STAGES
-
-
-class StageTable:
-    """A shared-memory table of stage totals: one row per process (0: main, 1 + k: worker k).
-
-    Pickled into ``spawn`` workers by the DataLoader, the tensor travels as shared memory.
-
-    Args:
-        slots (int): rows; the main process and each worker need one.
-    """
-
-    def __init__(self, slots: int) -> None:
-        self.tensor = torch.zeros((slots, 2 * len(STAGES)), dtype=torch.float64).share_memory_()
-
-    def attach(self, slot: int) -> None:
-        """Probe the calling process, flushing into row ``slot`` (counting on from what it holds: the
-        workers of a new epoch take over the rows of the last epoch's)."""
-        row = self.tensor.numpy()[slot]
-        stages.enable(row, start=row.tolist())
-
-    def totals(self) -> dict[str, tuple[float, float]]:
-        """``{stage: (seconds, items)}`` summed over every process."""
-        sums = self.tensor.numpy().sum(axis=0)
-        return {name: (float(sums[2 * i]), float(sums[2 * i + 1])) for i, name in enumerate(STAGES)}
-
-
-class ProbeInit:
-    """``worker_init_fn`` that turns the stage probe on in each worker, then runs the user's own.
-
-    Args:
-        table (StageTable): where the workers' totals go.
-        then (Callable[[int], object] | None): the user's ``worker_init_fn``.
-    """
-
-    def __init__(self, table: StageTable, then: Callable[[int], object] | None = None) -> None:
-        self.table, self.then = table, then
-
-    def __call__(self, worker_id: int) -> None:
-        self.table.attach(1 + worker_id)
-        if self.then is not None:
-            self.then(worker_id)
+from fastdata.loading import stage_table as library
+from fastdata.loading.probes import (
+    DStateSampler,
+    ProcessCounters,
+    ProcessProbe,
+    machine_busy,
+    open_fds,
+    pss,
+    python_thread_names,
+    usable_cpus,
+)
+from fastdata.loading.stage_table import ProbeInit, StageTable
 
 
 def _rebuild(started: float, started_cpu: float, n: int, nbytes: int, batch: Any) -> Probed:
@@ -192,43 +163,131 @@ class ProbedCollate:
         self.collate_fn, self.batched, self.measure = collate_fn, batched, measure
 
     def __call__(self, data: Any) -> Probed:
+        library.batch_begin()  # an epoch's first batch marks when it began and what was read before it
         start = stages.clock()
         out = self.collate_fn(data)
         n = len(data) if self.batched else leading_dim(out)
         if not self.measure:
             return Probed(n, 0, out)
         stages.lap("collate", start, n)
-        stages.flush()
+        library.batch_end(n)  # flushes the stage totals to shared memory
         return Probed(n, payload_bytes(out), out)
 
 
-def _schedstat(path: str) -> tuple[float, float]:
-    """(seconds on CPU, seconds runnable but waiting for a CPU) of one thread, or zeros."""
-    try:
-        with open(path) as f:
-            on, wait, _ = f.read().split()
-        return int(on) / 1e9, int(wait) / 1e9
-    except (OSError, ValueError):
-        return 0.0, 0.0
+class SystemProbe:
+    """Reads the counters of the main process, its workers and the machine (the CPUs we may use), every
+    thread of every process (see :mod:`fastdata.loading.probes`).
 
+    Workers replaced at an epoch's start (not persistent) are added with :meth:`set_workers`; the ones
+    they replace keep their last readings, so every total only grows and a window that holds a restart
+    counts both generations.
 
-def _tasks_busy(pid: int, seen: dict[int, float]) -> float:
-    """Seconds every thread of process ``pid`` has been running or runnable, since each started.
-
-    ``/proc/PID/schedstat`` counts the process's main thread only, and a worker may compute in other
-    threads (a watchdog's decode thread, a pool of fetch threads) while its main thread waits on them.
-    ``seen`` (per process, kept by the caller) remembers each thread's last reading, so that a thread that
-    has exited still counts and the total never goes down.
+    Args:
+        workers (Sequence[int]): the worker processes' pids.
+        sampler (DStateSampler | None): the looks at our threads' states.
+        table (StageTable | None): where the workers write their own CPU, run-queue wait and switches
+            (row 1 + k for worker k): a worker of a short epoch exits between two readings of its /proc
+            files, and what it wrote there still counts.
     """
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        tids = []  # it exited: keep its last readings
-    for tid in tids:
-        on, runq = _schedstat(f"/proc/{pid}/task/{tid}/schedstat")
-        if on:
-            seen[int(tid)] = on + runq
-    return sum(seen.values())
+
+    def __init__(
+        self, workers: Sequence[int] = (), sampler: DStateSampler | None = None, table: StageTable | None = None
+    ) -> None:
+        self.table = table
+        self.pid = os.getpid()
+        self._main_tid = threading.get_native_id()
+        self.main = ProcessProbe(self.pid, names=python_thread_names)
+        self.sampler = sampler
+        self.slots: list[list[tuple[ProcessProbe, ProcessCounters]]] = []
+        self.worker_pids: list[int] = []
+        self.cpus = usable_cpus()
+        self.set_workers(workers)
+
+    def set_workers(self, pids: Sequence[int]) -> None:
+        """The workers now running (a new epoch's, when they do not persist)."""
+        if list(pids) == self.worker_pids:
+            return
+        self.worker_pids = list(pids)
+        for k, pid in enumerate(pids):
+            if k == len(self.slots):
+                self.slots.append([])
+            self.slots[k].append((ProcessProbe(pid), ProcessCounters()))
+        if self.sampler is not None:
+            self.sampler.watch([self.pid, *self.worker_pids])
+
+    @property
+    def workers(self) -> list[int]:
+        return self.worker_pids
+
+    def _workers(self) -> list[list[ProcessCounters]]:
+        out = []
+        for slot in self.slots:
+            readings = []
+            for i, (probe, last) in enumerate(slot):
+                if probe.alive:
+                    last = probe.read()
+                    slot[i] = (probe, last)
+                readings.append(last)
+            out.append(readings)
+        return out
+
+    def read(self) -> dict[str, Any]:
+        """A snapshot of cumulative counters (differences of two snapshots give a window)."""
+        main = self.main.read()
+        me = self.main.thread(self._main_tid)
+        slots = self._workers()
+        every = [c for slot in slots for c in slot]
+        current = [slot[-1] for slot in slots]
+        machine, iowait = machine_busy(self.cpus)
+        looks, blocked = self.sampler.counts() if self.sampler is not None else (0, 0)
+        helpers = dict(main.by_thread)
+        if me is not None:  # the main thread's name is the process's: take its own CPU out
+            helpers[me.name] = helpers.get(me.name, 0.0) - me.cpu
+        worker_threads: dict[str, float] = {}
+        for c in every:
+            for k, v in c.by_thread.items():
+                worker_threads[k] = worker_threads.get(k, 0.0) + v
+        cpu = [sum(c.cpu for c in slot) for slot in slots]
+        busy = [sum(c.cpu + c.runq for c in slot) for slot in slots]
+        vol = sum(c.voluntary for c in every)
+        invol = sum(c.involuntary for c in every)
+        if self.table is not None:  # what each worker wrote itself, where /proc saw less
+            own = [self.table.counters(1 + k) for k in range(len(slots))]
+            cpu = [max(a, o["cpu"]) for a, o in zip(cpu, own)]
+            busy = [max(a, o["cpu"] + o["runq"]) for a, o in zip(busy, own)]
+            vol = max(vol, int(sum(o["voluntary"] for o in own)))
+            invol = max(invol, int(sum(o["involuntary"] for o in own)))
+        return {
+            "main_cpu": time.thread_time(),
+            "main_runq": me.runq if me is not None else 0.0,
+            "threads_cpu": main.cpu - (me.cpu if me is not None else 0.0),
+            "threads_runq": main.runq - (me.runq if me is not None else 0.0),
+            "main_threads": helpers,
+            "workers_cpu": cpu,
+            "workers_busy": busy,
+            "worker_threads": worker_threads,
+            "voluntary": main.voluntary + vol,
+            "involuntary": main.involuntary + invol,
+            "blkio": main.blkio + sum(c.blkio for c in every),
+            "read_bytes": main.read_bytes + sum(c.read_bytes for c in every),
+            "rchar": main.rchar + sum(c.rchar for c in every),
+            "threads_main": main.threads,
+            "threads_worker": max((c.threads for c in current), default=0),
+            "machine_busy": machine,
+            "machine_iowait": iowait,
+            "procs_blocked": procs_blocked(),
+            "dstate": main.dstate + sum(c.dstate for c in current),
+            "dstate_looks": looks,
+            "dstate_blocked": blocked,
+        }
+
+    def memory(self) -> tuple[float, list[float]]:
+        """PSS of the main process and of each worker, in bytes (0 where it cannot be read)."""
+        return pss(self.pid), [pss(pid) for pid in self.worker_pids]
+
+    def descriptors(self) -> int:
+        """Open descriptors, summed over the main process and workers."""
+        return sum(open_fds(pid) for pid in [self.pid, *self.worker_pids])
 
 
 def procs_blocked() -> int:
@@ -243,117 +302,23 @@ def procs_blocked() -> int:
     return 0
 
 
-class SystemProbe:
-    """Reads the counters of the main process, its workers and the machine (the CPUs we may use).
-
-    Args:
-        workers (Sequence[int]): the worker processes' pids.
-    """
-
-    def __init__(self, workers: Sequence[int] = ()) -> None:
-        self.main = psutil.Process()
-        self.workers: list[psutil.Process] = []
-        for pid in workers:
-            try:
-                self.workers.append(psutil.Process(pid))
-            except psutil.Error:
-                continue
-        self._workers_cpu = [0.0] * len(self.workers)
-        self._workers_busy = [0.0] * len(self.workers)
-        self._worker_threads: list[dict[int, float]] = [{} for _ in self.workers]
-        self._thread = f"/proc/{os.getpid()}/task/{threading_native_id()}/schedstat"
-        self._main_tid = threading_native_id()
-        # the machine's CPUs that we may run on: other CPUs' load is not ours to share
-        try:
-            self.cpus = sorted(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            self.cpus = list(range(psutil.cpu_count() or 1))
-
-    def read(self) -> dict[str, Any]:
-        """A snapshot of cumulative counters (differences of two snapshots give a window)."""
-        on, runq = _schedstat(self._thread)
-        threads_cpu = 0.0
-        try:
-            for t in self.main.threads():
-                if t.id != self._main_tid:
-                    threads_cpu += t.user_time + t.system_time
-        except psutil.Error:
-            pass
-        dstate = 0
-        for i, proc in enumerate(self.workers):
-            try:
-                with proc.oneshot():
-                    times = proc.cpu_times()
-                    self._workers_cpu[i] = times.user + times.system
-                    dstate += proc.status() == psutil.STATUS_DISK_SLEEP
-            except psutil.Error:
-                continue  # it exited (end of an epoch): keep its last readings
-            busy = _tasks_busy(proc.pid, self._worker_threads[i])
-            if busy:
-                self._workers_busy[i] = busy
-        busy = iowait = 0.0
-        per_cpu = psutil.cpu_times(percpu=True)
-        for cpu in self.cpus:
-            if cpu < len(per_cpu):
-                t = per_cpu[cpu]
-                # guest time is already counted in user time
-                busy += (
-                    sum(t)
-                    - t.idle
-                    - getattr(t, "iowait", 0.0)
-                    - getattr(t, "guest", 0.0)
-                    - getattr(t, "guest_nice", 0.0)
-                )
-                iowait += getattr(t, "iowait", 0.0)
-        return {
-            "main_cpu": time.thread_time(),
-            "main_runq": runq if on else 0.0,
-            "threads_cpu": threads_cpu,
-            "workers_cpu": list(self._workers_cpu),
-            "workers_busy": list(self._workers_busy),
-            "machine_busy": busy,
-            "machine_iowait": iowait,
-            "procs_blocked": procs_blocked(),
-            "dstate": dstate,
-        }
-
-    def memory(self) -> tuple[float, list[float]]:
-        """PSS of the main process and of each worker, in bytes (0 where it cannot be read)."""
-
-        def pss(proc: psutil.Process) -> float:
-            try:
-                return float(getattr(proc.memory_full_info(), "pss", 0.0))
-            except psutil.Error:
-                return 0.0
-
-        return pss(self.main), [pss(w) for w in self.workers]
-
-    def descriptors_and_switches(self) -> tuple[int, int]:
-        """Open descriptors and context switches so far, summed over the main process and workers."""
-        fds = switches = 0
-        for proc in [self.main, *self.workers]:
-            try:
-                with proc.oneshot():
-                    fds += proc.num_fds()
-                    ctx = proc.num_ctx_switches()
-                    switches += ctx.voluntary + ctx.involuntary
-            except psutil.Error:
-                continue
-        return fds, switches
-
-
-def threading_native_id() -> int:
-    import threading
-
-    return threading.get_native_id()
+def delay_accounting() -> bool:
+    """Whether the kernel's per-task delay accounting (block-I/O delay) is on."""
+    try:
+        with open("/proc/sys/kernel/task_delayacct") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
 
 
 __all__ = [
+    "DStateSampler",
     "ProbeInit",
     "Probed",
     "ProbedCollate",
     "StageTable",
     "SystemProbe",
+    "delay_accounting",
     "leading_dim",
     "payload_bytes",
     "procs_blocked",

@@ -100,34 +100,145 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
     return table
 
 
+def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
+    """Per process, for the given points: CPU (every thread), busy, threads, context switches apart,
+    D state, block-I/O delay, reads from the device against all reads, the busiest helper threads, and
+    where the first batch's wait went."""
+    from rich.table import Table
+
+    table = Table(title="per process", title_justify="left", header_style="bold")
+    for name in (
+        "config",
+        "process",
+        "cores",
+        "busy",
+        "threads",
+        "ctx/s vol",
+        "ctx/s invol",
+        "D state",
+        "blk-I/O",
+        "device/read MB/s",
+        "busiest threads (cores)",
+    ):
+        table.add_column(name, justify="left" if name in ("config", "process", "busiest threads (cores)") else "right")
+    for p in points:
+        if not p.ok:
+            continue
+        blk = f"{p.blkio_share:.0%}" if p.blkio_known else "off"
+        io = f"{p.device_mb_s:.1f}/{p.read_mb_s:.1f}"
+        helpers = ", ".join(f"{n} {c:.2f}" for n, c in list(p.main_threads.items())[:3])
+        table.add_row(
+            p.config.label(),
+            "main",
+            f"{p.main_cores:.2f}",
+            f"{p.main_process_busy:.0%}",
+            str(p.threads_main),
+            f"{p.ctx_voluntary:,.0f}",
+            f"{p.ctx_involuntary:,.0f}",
+            f"{p.dstate_share:.0%}",
+            blk,
+            io,
+            helpers,
+        )
+        if p.config.num_workers:
+            busy = sum(p.worker_busy) / len(p.worker_busy) if p.worker_busy else 0.0
+            threads = ", ".join(f"{n} {c:.2f}" for n, c in list(p.worker_threads.items())[:3])
+            table.add_row(
+                "",
+                f"workers x{p.config.num_workers}",
+                f"{p.worker_cores:.2f}",
+                f"{busy:.0%} each",
+                str(p.threads_worker),
+                "",
+                "",
+                "",
+                "",
+                "",
+                threads,
+            )
+    return table
+
+
+def _split_text(split: dict[str, float]) -> str:
+    if not split:
+        return "-"
+    parts = ", ".join(f"{k} {split.get(k, 0.0):.2f}" for k in ("launch", "init", "fill", "produce", "deliver"))
+    read = f"; read {split.get('read', 0):.0f} samples for a first batch of {split.get('batch', 0):.0f}"
+    return f"{split.get('total', 0.0):.2f} s: {parts}{read if split.get('read') else ''}"
+
+
+def _console_for(console: Console | None, width: int) -> Console:
+    """The given console; else stdout's, and when stdout is not a terminal (a pipe, a file, CI), one as
+    wide as the table so nothing is cut to 80 columns (rich's default width off a terminal)."""
+    from rich.console import Console
+
+    if console is not None:
+        return console
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=max(width, 100), no_color=True, highlight=False, soft_wrap=True)
+    return out
+
+
 def print_report(
     result: SweepResult, rec: Recommendation, console: Console | None = None, *, title: str | None = None
 ) -> None:
-    """The table of points, then the recommendation and its diagnosis."""
+    """The table of points, the per-process table, then the recommendation, its evidence and checks."""
     from rich.console import Console
     from rich.panel import Panel
     from rich.text import Text
 
-    console = console or Console()
     machine = result.machine
     head = title or "fastdata bench"
+    decoded = result.settings.get("decoded")
+    what = "" if decoded is None else (" (decoded)" if decoded else " (raw bytes, not decoded: as asked)")
+    phys = machine.get("physical_cores")
     sub = (
-        f"{result.dataset}\n{machine.get('usable_cores', '?')} usable cores, "
-        f"batch_size={result.settings.get('batch_size')}, "
+        f"{result.dataset}{what}\n{machine.get('usable_cores', '?')} usable cores"
+        + (f" ({phys} physical)" if phys and phys != machine.get("usable_cores") else "")
+        + f", batch_size={result.settings.get('batch_size')}, start method "
+        f"{result.settings.get('multiprocessing_context') or '?'}, "
         f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point"
     )
-    console.print(point_table(result, rec, title=f"{head}\n{sub}"))
-    body = Text()
-    body.append(rec.code() + "\n", style="bold green")
+    table = point_table(result, rec, title=f"{head}\n{sub}")
+    width = Console(width=10_000).measure(table).maximum
+    console = _console_for(console, width)
+    plain = not console.is_terminal and console.width >= width and console.no_color
+    console.print(table)
+    shown = [p for p in ([rec.point] if rec.best is rec.point else [rec.point, rec.best]) if p is not None]
+    if shown:
+        console.print(process_table(result, shown))
+    lines: list[tuple[str, str | None]] = [(rec.code(), "bold green")]
     if rec.point is not None and rec.best is not None:
-        body.append(
-            f"{rec.point.samples_per_s:,.0f} samples/s, {rec.ratio_to_best:.0%} of the best measured "
-            f"({rec.best.samples_per_s:,.0f} at {rec.best.config.label()}). Bottleneck: {rec.bottleneck}.\n"
+        lines.append(
+            (
+                f"{rec.point.samples_per_s:,.0f} samples/s, {rec.ratio_to_best:.0%} of the best measured "
+                f"({rec.best.samples_per_s:,.0f} at {rec.best.config.label()}). Bottleneck: {rec.bottleneck}.",
+                None,
+            )
         )
     for sentence in rec.diagnosis:
-        body.append("• " + sentence + "\n")
+        lines.append(("• " + sentence, None))
+    if rec.point is not None:
+        lines.append((f"• First batch: {_split_text(rec.point.start_split)}.", None))
+        if rec.point.restart_split:
+            lines.append((f"• Later epochs' first batch: {_split_text(rec.point.restart_split)}.", None))
+    if rec.estimate is not None:
+        measured = rec.config.num_workers if rec.config is not None else "?"
+        lines.append((f"• Estimate: workers = {rec.estimate[1]}; measured best: {measured}.", None))
+    for check in rec.checks:
+        mark = "✗ fires" if check.fires else "✓"
+        lines.append((f"• Rule of thumb, {check.name} [{mark}]: {check.text}.", None))
     if rec.per_rank:
-        body.append("• " + rec.per_rank["advice"] + "\n")
+        lines.append(("• " + rec.per_rank["advice"], None))
+    if plain:
+        console.print("recommendation")
+        for text, _style in lines:
+            console.print(text, markup=False, highlight=False)
+        return
+    body = Text()
+    for text, style in lines:
+        body.append(text + "\n", style=style)
     console.print(Panel(body, title="recommendation", title_align="left"))
 
 
@@ -274,4 +385,13 @@ def write_plot(
     return path
 
 
-__all__ = ["point_table", "print_report", "read_json", "summary_table", "to_json", "write_json", "write_plot"]
+__all__ = [
+    "point_table",
+    "print_report",
+    "process_table",
+    "read_json",
+    "summary_table",
+    "to_json",
+    "write_json",
+    "write_plot",
+]

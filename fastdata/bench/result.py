@@ -91,6 +91,19 @@ class Window:
     procs_blocked: int  # processes in uninterruptible sleep (D state) on the machine, at the end
     dstate: int  # of ours (main and workers) in D state, at the end
     stages: dict[str, tuple[float, float]] = field(default_factory=dict)
+    threads_runq: float = 0.0  # other threads of the main process runnable but not running
+    main_threads: dict[str, float] = field(default_factory=dict)  # CPU by thread name, main's other threads
+    worker_threads: dict[str, float] = field(default_factory=dict)  # CPU by thread name, workers summed
+    voluntary: int = 0  # context switches, every thread of every process
+    involuntary: int = 0
+    blkio: float = 0.0  # block-I/O delay, every thread of every process
+    read_bytes: int = 0  # bytes read from the storage device, every process
+    rchar: int = 0  # bytes read through any read call
+    threads_main: int = 0  # threads alive at the end
+    threads_worker: int = 0  # the most threads of a worker at the end
+    dstate_looks: int = 0  # looks at our threads' states, and those that found one in D state
+    dstate_blocked: int = 0
+    restart_wait: float = 0.0  # seconds of this window spent waiting for an epoch's first batch
 
     @property
     def rate(self) -> float:
@@ -99,6 +112,14 @@ class Window:
 
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
+
+
+def _per_s(dicts: list[dict[str, float]], wall: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + v
+    return {k: v / wall for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v / wall >= 0.005}
 
 
 @dataclass
@@ -118,7 +139,8 @@ class Point:
         wait, unpickle, pin (float): main process: fraction of time blocked in ``next(loader)``,
             rebuilding received batches (waits for tensor hand-over included), pinning them.
         unpickle_cpu (float): fraction of time the main process spent computing to rebuild batches.
-        main_busy (float): main thread running or runnable (CPU + run-queue wait), step excluded.
+        main_busy (float): main thread running or runnable (CPU + run-queue wait), as a share of the time
+            outside the step (the step's own CPU left out).
         main_cores, worker_cores (float): CPU used, in cores (CPU-seconds per second).
         per_worker_cores (list[float]): each worker's CPU use, in cores.
         worker_busy (list[float]): each worker's demand for a core: running or runnable (waiting for
@@ -135,7 +157,27 @@ class Point:
         pss_main, pss_workers (float | list[float]): proportional set size in bytes (shared pages
             divided among the processes sharing them).
         fds (int): open file descriptors, main process and workers together.
-        ctx_switches (float): context switches per second, voluntary and involuntary, all processes.
+        ctx_voluntary, ctx_involuntary (float): context switches per second, every thread of every
+            process: voluntary (a thread waited: I/O, a lock, a queue) and involuntary (it was pushed off
+            its core: CPU pressure).
+        main_process_busy (float): every thread of the main process running or runnable, summed, the
+            step left out (helper threads included: a decoder's watchdog thread, the pin-memory thread).
+        main_loader_cores (float): cores the main process's threads used for the loader (CPU only), as a
+            share of the time outside the step (the step's CPU left out).
+        main_threads, worker_threads (dict[str, float]): cores used per thread name (the main process's
+            threads other than the main one; the workers' threads, summed over workers).
+        threads_main, threads_worker (int): threads of the main process, and of the largest worker.
+        dstate_share (float): share of looks (about 20 a second) that found one of our threads in D state.
+        blkio_share (float): block-I/O delay over all our threads, per producing process, as a share of
+            time (0 unless the kernel's delay accounting is on; ``blkio_known`` says whether it is).
+        device_mb_s, read_mb_s (float): MB/s read from the storage device, and through any read call.
+        epoch_start (float): share of the measured time spent waiting for epochs' first batches (or,
+            when no epoch ended while measuring, the first batch's wait against an epoch's time).
+        start_split, restart_split (dict[str, float]): where the first batch's wait went (launch, init,
+            fill, produce, deliver; see :class:`fastdata.loading.stage_table.StartSplit`), at the start and
+            (median) at later epochs' starts.
+        parent_rss (float): the main process's resident memory when the workers started, bytes.
+        round_labels (list[str]): the label of each separate measurement of this configuration (rounds).
         usable_cores (int): cores available when measured.
         error (str | None): why the point failed, if it did.
     """
@@ -167,7 +209,24 @@ class Point:
     pss_main: float = 0.0
     pss_workers: list[float] = field(default_factory=list)
     fds: int = 0
-    ctx_switches: float = 0.0
+    ctx_voluntary: float = 0.0
+    ctx_involuntary: float = 0.0
+    main_process_busy: float = 0.0
+    main_loader_cores: float = 0.0
+    main_threads: dict[str, float] = field(default_factory=dict)
+    worker_threads: dict[str, float] = field(default_factory=dict)
+    threads_main: int = 0
+    threads_worker: int = 0
+    dstate_share: float = 0.0
+    blkio_share: float = 0.0
+    blkio_known: bool = False
+    device_mb_s: float = 0.0
+    read_mb_s: float = 0.0
+    epoch_start: float = 0.0
+    start_split: dict[str, float] = field(default_factory=dict)
+    restart_split: dict[str, float] = field(default_factory=dict)
+    parent_rss: float = 0.0
+    round_labels: list[str] = field(default_factory=list)
     usable_cores: int = 1
     error: str | None = None
 
@@ -226,7 +285,9 @@ class Point:
             waited = sum(w.wait for w in windows)
             p.stall = waited / (waited + step) if waited + step > 0 else 0.0
         busy = sum(w.main_cpu + w.main_runq - w.step_cpu for w in windows)
-        p.main_busy = max(0.0, min(1.0, busy / wall))
+        # the main process can compute for the loader only outside the step (a sleep, or the model)
+        free = max(wall - step, 1e-9) if step_time else wall
+        p.main_busy = max(0.0, min(1.0, busy / free))
         p.main_cores = sum(w.main_cpu + w.threads_cpu for w in windows) / wall
         nworkers = max((len(w.workers_cpu) for w in windows), default=0)
         per = [sum(w.workers_cpu[i] for w in windows if i < len(w.workers_cpu)) / wall for i in range(nworkers)]
@@ -240,6 +301,22 @@ class Point:
         p.iowait = sum(w.machine_iowait for w in windows) / total_cpu if total_cpu > 0 else 0.0
         p.procs_blocked = max(w.procs_blocked for w in windows)
         p.dstate = max(w.dstate for w in windows)
+        helpers = sum(w.threads_cpu + w.threads_runq for w in windows)
+        p.main_process_busy = max(0.0, busy + helpers) / free
+        own = sum(w.main_cpu - w.step_cpu + w.threads_cpu for w in windows)
+        p.main_loader_cores = max(0.0, own) / free
+        p.main_threads = _per_s([w.main_threads for w in windows], wall)
+        p.worker_threads = _per_s([w.worker_threads for w in windows], wall)
+        p.ctx_voluntary = sum(w.voluntary for w in windows) / wall
+        p.ctx_involuntary = sum(w.involuntary for w in windows) / wall
+        p.threads_main = max(w.threads_main for w in windows)
+        p.threads_worker = max(w.threads_worker for w in windows)
+        looks = sum(w.dstate_looks for w in windows)
+        p.dstate_share = sum(w.dstate_blocked for w in windows) / looks if looks else 0.0
+        p.blkio_share = sum(w.blkio for w in windows) / wall / max(1, config.num_workers)
+        p.device_mb_s = sum(w.read_bytes for w in windows) / wall / 1e6
+        p.read_mb_s = sum(w.rchar for w in windows) / wall / 1e6
+        p.epoch_start = sum(w.restart_wait for w in windows) / wall
         # time in each stage, over the processes that produce batches (the workers, or the main one)
         producers = max(1, config.num_workers)
         for stage in STAGES:
@@ -301,10 +378,11 @@ class SweepResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepResult:
         points = []
+        known = {f.name for f in dataclasses.fields(Point)}
         for raw in data["points"]:
             raw = dict(raw)
             config = Config(**raw.pop("config"))
-            points.append(Point(config, **raw))
+            points.append(Point(config, **{k: v for k, v in raw.items() if k in known}))
         return cls(
             points,
             data.get("settings", {}),

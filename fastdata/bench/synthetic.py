@@ -8,6 +8,13 @@
   diagnosis "ipc".
 * :class:`HeavyBatchDataset`: each item waits a little (workers pay off) and is a long list of Python
   floats, which the main process must unpickle; the main process saturates; diagnosis "main-process".
+* :class:`SlowStartDataset`: each process's first item waits (an index built, a client opened: work no
+  stage probe times); with short epochs and workers that do not persist, diagnosis "worker-init".
+* :class:`HoldMemoryDataset`: each process holds (and has touched) a buffer of its own; with a memory
+  budget below what the workers hold, diagnosis "memory".
+* :class:`ShuffleBufferDataset`: items pass through a shuffle buffer that is filled before the first one
+  is yielded (as webdataset's ``.decode().shuffle(n)`` does); each epoch's first batch waits for the
+  whole buffer, persistent workers or not; diagnosis "shuffle-fill".
 
 The sleep here *is* the workload (an I/O wait), not a synchronisation.
 """
@@ -17,8 +24,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from fastdata.core import process, stages
 
 
 class IOWaitDataset(Dataset[Any]):
@@ -39,7 +49,9 @@ class IOWaitDataset(Dataset[Any]):
         return self.n
 
     def __getitem__(self, i: int) -> Any:
+        t = stages.clock()
         time.sleep(self.delay)
+        stages.lap("fetch", t)  # timed as a dataset times its reads
         return torch.full((16,), i, dtype=torch.int64) if self.tensor else i
 
     def __repr__(self) -> str:
@@ -135,4 +147,103 @@ class HeavyBatchDataset(Dataset[list[float]]):
         return f"HeavyBatchDataset(n={self.n}, floats={self.floats}, delay={self.delay})"
 
 
-__all__ = ["CPUDataset", "CheapDataset", "HeavyBatchDataset", "IOWaitDataset", "spin"]
+class SlowStartDataset(Dataset[int]):
+    """Cheap items, but each process's first item waits ``setup`` seconds first (building an index,
+    opening a client: set-up no stage probe times).
+
+    Args:
+        n (int): items. Defaults to 256.
+        setup (float): seconds of set-up per process. Defaults to 0.3.
+    """
+
+    def __init__(self, n: int = 256, setup: float = 0.3) -> None:
+        self.n, self.setup = n, setup
+        self._ready_in = -1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if self._ready_in != process.pid():
+            time.sleep(self.setup)  # the set-up this dataset simulates
+            self._ready_in = process.pid()
+        return i
+
+    def __repr__(self) -> str:
+        return f"SlowStartDataset(n={self.n}, setup={self.setup})"
+
+
+class HoldMemoryDataset(Dataset[int]):
+    """Items that wait ``delay`` seconds, from processes that each hold ``nbytes`` of touched memory.
+
+    Args:
+        n (int): items. Defaults to 100000.
+        nbytes (int): bytes each process allocates and touches on its first item. Defaults to 256 MiB.
+        delay (float): seconds each item waits. Defaults to 0.001.
+    """
+
+    def __init__(self, n: int = 100_000, nbytes: int = 256 << 20, delay: float = 0.001) -> None:
+        self.n, self.nbytes, self.delay = n, nbytes, delay
+        self._held: np.ndarray | None = None
+        self._held_in = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_held": None, "_held_in": -1}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if self._held_in != process.pid():
+            self._held = np.ones(self.nbytes, dtype=np.uint8)  # touched: resident, counted in PSS
+            self._held_in = process.pid()
+        time.sleep(self.delay)
+        return i
+
+    def __repr__(self) -> str:
+        return f"HoldMemoryDataset(n={self.n}, nbytes={self.nbytes}, delay={self.delay})"
+
+
+__all__ = [
+    "CPUDataset",
+    "CheapDataset",
+    "HeavyBatchDataset",
+    "HoldMemoryDataset",
+    "IOWaitDataset",
+    "SlowStartDataset",
+    "spin",
+]
+
+
+class ShuffleBufferDataset(IterableDataset[int]):
+    """Items read (each a ``delay`` second wait, timed as a read) into a buffer of ``window`` before the
+    first is yielded, then drawn from it at random: what a decode-then-shuffle pipeline does. Each
+    DataLoader worker reads every ``num_workers``-th item.
+
+    Args:
+        n (int): items per epoch. Defaults to 2048.
+        window (int): the buffer, per worker. Defaults to 512.
+        delay (float): seconds each read waits. Defaults to 0.001.
+        seed (int): seeds the draws. Defaults to 0.
+    """
+
+    def __init__(self, n: int = 2048, window: int = 512, delay: float = 0.001, seed: int = 0) -> None:
+        self.n, self.window, self.delay, self.seed = n, window, delay, seed
+
+    def __iter__(self) -> Any:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        rng = np.random.default_rng([self.seed, worker])
+        buffer: list[int] = []
+        for i in range(worker, self.n, workers):
+            t = stages.clock()
+            time.sleep(self.delay)
+            stages.lap("fetch", t)
+            buffer.append(i)
+            if len(buffer) >= self.window:
+                yield buffer.pop(int(rng.integers(len(buffer))))
+        while buffer:
+            yield buffer.pop(int(rng.integers(len(buffer))))
+
+    def __repr__(self) -> str:
+        return f"ShuffleBufferDataset(n={self.n}, window={self.window}, delay={self.delay})"

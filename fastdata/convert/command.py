@@ -20,7 +20,11 @@ def _hw(text: str) -> tuple[int, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``fastdata convert`` (shared with ``tools/make_shards.py``)."""
-    p.add_argument("src", help="an ImageFolder tree (one folder per class) or a flat folder of files")
+    p.add_argument(
+        "src",
+        help="an ImageFolder tree (one folder per class) or a flat folder of files, local or "
+        "s3://bucket/prefix/ laid out the same way",
+    )
     p.add_argument(
         "out",
         help="output folder (new or empty, or holding an interrupted run to resume), or "
@@ -36,9 +40,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     size.add_argument("--shard-count", type=int, metavar="N", help="exactly N shards of equal sample counts")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="processes writing shards (default: 1)")
-    p.add_argument("--shuffle", action="store_true", help="shuffle files across shards (seeded by --seed)")
-    p.add_argument("--seed", type=int, default=0, help="seed of --shuffle (default: 0)")
-    p.add_argument("--prefix", default="shard", help="shard names are PREFIX-000000.tar ... (default: shard)")
+    p.add_argument("--shuffle", action="store_true", help="tar: shuffle files across shards (seeded by --seed)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --shuffle, and of HDF5's row order (default: 0)")
+    p.add_argument("--prefix", default="shard", help="shard names are PREFIX-000000.tar (or .h5) ... (default: shard)")
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="where shards are written: this machine (--workers processes) or a Ray cluster (tar; "
+        "pip install 'fastdata[ray]'; default: local)",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="--engine ray: the cluster, like 10.0.0.5:6379 or ray://head:10001 (default: $RAY_ADDRESS, "
+        "else a cluster on this machine, else a new local one)",
+    )
     p.add_argument(
         "--skip-bad",
         action="store_true",
@@ -58,12 +75,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode", action="store_true", help="hdf5: store decoded pixels")
     p.add_argument("--size", type=_hw, metavar="HxW", help="hdf5 with --decode: resize images to HxW")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    s3 = p.add_argument_group("s3:// output (tar)")
+    s3 = p.add_argument_group("s3:// source or output")
     s3.add_argument(
         "--staging",
         metavar="DIR",
-        help="local folder to stage shards in before their upload (deleted when complete; default: "
-        "$FASTDATA_CACHE_DIR or ~/.cache/fastdata, under convert-staging/)",
+        help="s3:// output: local folder to stage shards in before their upload (deleted when complete; "
+        "default: $FASTDATA_CACHE_DIR or ~/.cache/fastdata, under convert-staging/)",
     )
     s3.add_argument(
         "--endpoint-url",
@@ -90,37 +107,43 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "tar" and (args.decode or args.size):
         raise ConfigError("--decode and --size apply to --format hdf5 only")
     options = {k: v for k, v in (("endpoint_url", args.endpoint_url), ("profile_name", args.profile)) if v}
-    if (options or args.staging) and not args.out.startswith("s3://"):
-        raise ConfigError("--staging, --endpoint-url and --profile apply to an s3:// output only")
-    manifest = (
-        convert(
-            args.src,
-            args.out,
-            format=args.format,
-            shard_size=args.shard_size if args.shard_count is None else None,
-            shard_count=args.shard_count,
-            workers=args.workers,
-            shuffle=args.shuffle,
-            seed=args.seed,
-            prefix=args.prefix,
-            skip_bad=args.skip_bad,
-            restart=args.restart,
-            fsync=args.fsync,
-            progress=not args.quiet,
-            staging=args.staging,
-            storage_options=options,
-        )
-        if args.format == "tar"
-        else convert(
-            args.src,
-            args.out,
-            format="hdf5",
-            skip_bad=args.skip_bad,
-            decode=args.decode,
-            size=args.size,
-            progress=not args.quiet,
-        )
+    remote_src, remote_out = args.src.startswith("s3://"), args.out.startswith("s3://")
+    if args.staging and not remote_out:
+        raise ConfigError("--staging applies to an s3:// output only")
+    if options and not (remote_src or remote_out):
+        raise ConfigError("--endpoint-url and --profile apply to an s3:// source or output only")
+    if args.address and args.engine != "ray":
+        raise ConfigError("--address applies to --engine ray only")
+    common: dict[str, Any] = dict(
+        shard_size=args.shard_size if args.shard_count is None else None,
+        shard_count=args.shard_count,
+        workers=args.workers,
+        seed=args.seed,
+        prefix=args.prefix,
+        skip_bad=args.skip_bad,
+        restart=args.restart,
+        fsync=args.fsync,
+        progress=not args.quiet,
+        source_options=options if remote_src else None,
     )
+    if args.format == "tar":
+        manifest = convert(
+            args.src,
+            args.out,
+            format="tar",
+            shuffle=args.shuffle,
+            staging=args.staging,
+            storage_options=options if remote_out else None,
+            engine=args.engine,
+            address=args.address,
+            **common,
+        )
+    else:
+        if args.shuffle:
+            raise ConfigError("--shuffle applies to --format tar: HDF5 rows are always shuffled (by --seed)")
+        manifest = convert(
+            args.src, args.out, format="hdf5", decode=args.decode, size=args.size, engine=args.engine, **common
+        )
     summary(manifest, args.out)
     return 0
 
@@ -135,4 +158,10 @@ def summary(manifest: dict[str, Any], out: str) -> None:
         line += f"; {manifest['skipped']} file(s) skipped (listed in manifest.json 'problems')"
     print(line, file=sys.stderr)
     if manifest.get("pattern"):
-        print(f"read them with fastdata.TarShardDataset({os.path.join(out, manifest['pattern'])!r})", file=sys.stderr)
+        reader = "HDF5Dataset" if manifest.get("format") == "hdf5" else "TarShardDataset"
+        where = (
+            out.rstrip("/") + "/" + manifest["pattern"]
+            if out.startswith("s3://")
+            else os.path.join(out, manifest["pattern"])
+        )
+        print(f"read them with fastdata.{reader}({where!r})", file=sys.stderr)

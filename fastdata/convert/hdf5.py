@@ -1,6 +1,7 @@
-"""A small-file corpus -> one HDF5 file (``fastdata convert SRC OUT --format hdf5``).
+"""A small-file corpus -> HDF5 parts (``fastdata convert SRC OUT --format hdf5``).
 
-The file holds three fields of one row per sample, in a fixed shuffled order (see below):
+The output folder gets several HDF5 files, ``PREFIX-000000.h5`` ... (``shard_size`` bytes or
+``shard_count`` parts, like tar shards), each holding three fields of one row per sample:
 
 * ``image``: the JPEG (or PNG ...) bytes as variable-length ``uint8`` rows; or, with ``decode=True``,
   decoded RGB images as a fixed-shape ``(N, H, W, 3)`` ``uint8`` array (every image resized to ``size``,
@@ -8,252 +9,251 @@ The file holds three fields of one row per sample, in a fixed shuffled order (se
 * ``label``: ``int64`` class numbers (``-1`` for a flat folder without classes);
 * ``key``: each sample's path below the corpus root (a string), so every row traces back to its file.
 
-Class names and counts go into the file's attributes and into ``manifest.json`` beside it (the layout
-of :mod:`fastdata.formats.manifest`, with ``"format": "hdf5"``). Samples are written in an order shuffled with
-the fixed seed :data:`WRITE_ORDER_SEED`, because a corpus is sorted by class folder and readers that keep
-neighbouring rows together (:class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler`, sequential reads)
-would otherwise get batches of a single class.
+``fd.HDF5Dataset("OUT/PREFIX-{000000..000003}.h5")`` (the manifest's ``"pattern"``) reads them as one
+dataset; ``fastdata bench OUT`` finds them. Class names go into each file's attributes and into
+``manifest.json`` (the layout of :mod:`fastdata.formats.manifest`, ``"format": "hdf5"``). Rows are written
+in an order shuffled with ``seed`` (default 0), because a corpus is sorted by class folder and readers
+that keep neighbouring rows together (:class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler`,
+sequential reads) would otherwise get batches of a single class.
 
-The file is written as ``NAME.partial`` and renamed when complete, then the manifest is written the
-same way: nothing half-written ever carries the final name. A run killed part way leaves only the
-``.partial`` file, which the next run deletes before starting again (an HDF5 file cut off mid-write
-cannot be trusted, so there is no resuming inside one file).
+Resumable by parts: each part is written under a temporary name and renamed only when complete, then
+recorded (``OUT/.fastdata-convert/``, as for tar). A run killed part way loses only the parts being
+written; the rerun keeps the finished ones and writes the rest, with the same bytes (an HDF5 file cut off
+mid-write cannot be trusted, so there is no resuming inside one part). Parts are written in parallel
+with ``workers``. The manifest comes last.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
+import contextlib
 import json
 import os
+import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
-from PIL import Image
-from tqdm import tqdm
 
-from fastdata.convert.corpus import Corpus, Item
-from fastdata.core.errors import ConfigError, DecodeFailed, SourceNotFound, SourceUnreadable
+from fastdata.convert.corpus import Corpus
+from fastdata.convert.driver import OnShard, progress_bar, run_shards
+from fastdata.convert.hdf5_task import ROW_OVERHEAD, Hdf5Task, decode_image
+from fastdata.convert.plan import Entry, Plan, brace_pattern, check_prefix, cut, shard_names, split_ext
+from fastdata.convert.resume import open_state, sync_dir
+from fastdata.convert.space import DiskFull, check_space, full_disk_is_an_error
+from fastdata.core.errors import ConfigError, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
 from fastdata.formats.manifest import MANIFEST
-
-H5_NAME = "data.h5"
-"""The file written into an output folder (``OUT/data.h5``)."""
+from fastdata.formats.tar_writer import write_atomic
+from fastdata.storage import scheme
 
 WRITE_ORDER_SEED = 0
-"""Seed of the order in which samples are written."""
-
-CHUNK_BYTES = 1 << 20
-"""Target size of one chunk of decoded images: 1 MiB, the top of HDF5's advised 10 KiB - 1 MiB range, so
-that a chunk-aware batch reads few, large chunks."""
-
-VLEN_CHUNK_ROWS = 1024
-"""Rows per chunk of the variable-length and string fields (16 bytes of heap reference per row)."""
-
-LABEL_CHUNK_ROWS = 4096
-
-WRITE_BATCH = 256
-"""Samples read (and decoded) before each write."""
+"""The default seed of the order in which samples are written."""
 
 
-def output_paths(out: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """``(HDF5 file, manifest)`` for ``out``: a folder gets ``OUT/data.h5``; a path ending in ``.h5`` or
-    ``.hdf5`` is the file itself, with the manifest beside it."""
-    target = Path(out)
-    if target.suffix.lower() not in (".h5", ".hdf5"):
-        target = target / H5_NAME
-    return target, target.parent / MANIFEST
+def plan_parts(
+    corpus: Corpus,
+    *,
+    decode: bool,
+    size: tuple[int, int] | None,
+    shard_size: int | None,
+    shard_count: int | None,
+    seed: int,
+    prefix: str,
+    skip_bad: bool,
+) -> tuple[Plan, tuple[int, int, int] | None]:
+    """Rows in their shuffled order, cut into parts; and the decoded image shape (None without decode)."""
+    check_prefix(prefix)
+    order = np.random.default_rng(seed).permutation(len(corpus.items))
+    entries = []
+    for i in order:
+        item = corpus.items[i]
+        ext = split_ext(item.relpath)[1]
+        entries.append(Entry(item.path, item.relpath, item.relpath, ext, item.label, item.size, item.mtime, ext))
+    shape: tuple[int, int, int] | None = None
+    if decode:
+        shape = (size[0], size[1], 3) if size is not None else _first_shape(entries, skip_bad)
+        cost = [int(np.prod(shape)) + ROW_OVERHEAD] * len(entries)
+    else:
+        cost = [e.size + ROW_OVERHEAD for e in entries]
+    parts = cut(entries, cost if shard_size is not None else [], shard_size=shard_size, shard_count=shard_count)
+    options: dict[str, object] = {
+        "format": "hdf5",
+        "decode": decode,
+        "size": list(size) if size is not None else None,
+        "shard_size": shard_size,
+        "shard_count": shard_count,
+        "seed": seed,
+        "prefix": prefix,
+        "skip_bad": skip_bad,
+    }
+    return Plan(shard_names(prefix, len(parts), "h5"), parts, options), shape
+
+
+def _first_shape(entries: list[Entry], skip_bad: bool) -> tuple[int, int, int]:
+    """The shape of the first image that decodes: what every decoded image must have without ``size``."""
+    from fastdata.convert.hdf5_task import _read
+
+    for e in entries:
+        try:
+            return tuple(decode_image(e.path, _read(e), None).shape)  # type: ignore[return-value]
+        except (DecodeFailed, SourceNotFound, SourceUnreadable):
+            if not skip_bad:
+                raise
+    raise ConfigError("no file of the corpus decodes as an image; convert without --decode to keep the bytes")
 
 
 def convert_hdf5(
-    corpus: Corpus, out: str, *, decode: bool, size: tuple[int, int] | None, progress: bool
+    corpus: Corpus,
+    out: str,
+    *,
+    decode: bool = False,
+    size: tuple[int, int] | None = None,
+    shard_size: int | None = 256 * 10**6,
+    shard_count: int | None = None,
+    workers: int = 1,
+    seed: int = WRITE_ORDER_SEED,
+    prefix: str = "shard",
+    skip_bad: bool = False,
+    restart: bool = False,
+    fsync: bool = True,
+    progress: bool = True,
+    on_shard: OnShard | None = None,
 ) -> dict[str, Any]:
-    """Write ``corpus`` into one HDF5 file and its ``manifest.json``; return the manifest.
+    """Write ``corpus`` into HDF5 parts and a ``manifest.json`` in folder ``out``; resume an interrupted
+    run there; return the manifest.
 
     Args:
         corpus (Corpus): the files, from :func:`fastdata.convert.corpus.scan_corpus`.
-        out (str): output folder (the file is ``OUT/data.h5``), or the ``.h5``/``.hdf5`` file to write.
+        out (str): the output folder: new, empty, or holding an interrupted run of the same conversion.
         decode (bool): store decoded RGB images as a fixed-shape ``uint8`` array instead of their bytes.
         size (tuple[int, int] | None): ``(height, width)`` to resize every decoded image to; None keeps
             the images' own size, which must then be the same for all. Needs ``decode``.
+        shard_size (int | None): most bytes per part (of image bytes, or decoded pixels). Defaults to 256 MB.
+        shard_count (int | None): instead, exactly this many parts of equal row counts.
+        workers (int): processes writing parts (and decoding) in parallel. Defaults to 1.
+        seed (int): seed of the rows' shuffled order. Defaults to 0.
+        prefix (str): parts are ``PREFIX-000000.h5`` ... Defaults to "shard".
+        skip_bad (bool): leave out (and list) files that cannot be read or decoded. Defaults to False.
+        restart (bool): discard an interrupted run with other options. Defaults to False.
+        fsync (bool): flush each part to disk before recording it. Defaults to True.
         progress (bool): show a progress bar (tqdm).
+        on_shard: called with each finished part's record. Defaults to None.
 
     Raises:
-        ConfigError: ``size`` without ``decode``, a bad ``size``, or images of different sizes without one.
-        DecodeFailed: with ``decode``, a file that is not a readable image (named in the message).
-        SourceNotFound: a corpus file vanished after the corpus was scanned.
+        ConfigError: ``size`` without ``decode``, a bad ``size``, images of different sizes without one,
+            or ``out`` not a folder.
+        DecodeFailed: with ``decode``, a file that is not a readable image (without ``skip_bad``).
+        DiskFull: not enough space for the planned parts.
+        SourceNotFound: a corpus file vanished after the corpus was scanned (without ``skip_bad``).
     """
     if size is not None:
         if not decode:
             raise ConfigError("size=(H, W) resizes decoded images: pass decode=True (--decode) with it")
         if len(size) != 2 or min(size) < 1:
             raise ConfigError(f"size={size!r} must be (height, width) of at least 1 pixel")
-    target, manifest_path = output_paths(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)  # left by a killed run: restart from scratch
+    if scheme(corpus.root):
+        raise ConfigError(f"{corpus.root}: format='hdf5' converts local folders; use format='tar' for s3:// sources")
+    if workers < 1:
+        raise ConfigError(f"workers={workers} must be >= 1")
+    if Path(out).exists() and not os.path.isdir(out):
+        raise ConfigError(
+            f"{out}: is a file; the HDF5 parts and their manifest go into a folder: give a new or empty one"
+        )
+    if out.lower().endswith((".h5", ".hdf5")) and not os.path.isdir(out):
+        raise ConfigError(
+            f"{out}: looks like a file name; the conversion writes several HDF5 files (PREFIX-000000.h5 ...) "
+            "and a manifest into a folder: give the folder"
+        )
     if corpus.problems:
+        if not skip_bad:
+            from fastdata.convert.tar import CorpusProblems
+
+            raise CorpusProblems(corpus.root, corpus.problems)
         warnings.warn(
             f"fastdata convert: {len(corpus.problems)} file(s) of the corpus cannot be used and are "
             f"left out (listed in the manifest's 'problems'); first: {corpus.problems[0]}",
             stacklevel=2,
         )
-    order = np.random.default_rng(WRITE_ORDER_SEED).permutation(len(corpus.items))
-    items = [corpus.items[i] for i in order]
-    try:
-        shape = _write(partial, corpus, items, decode=decode, size=size, progress=progress)
-        digest, nbytes = _sha256(partial)
-        _fsync(partial)
-        os.replace(partial, target)
-        _fsync(target.parent)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    manifest = _manifest(corpus, target, digest, nbytes, decode=decode, shape=shape)
-    _write_json(manifest_path, manifest)
+    plan, shape = plan_parts(
+        corpus,
+        decode=decode,
+        size=size,
+        shard_size=shard_size if shard_count is None else None,
+        shard_count=shard_count,
+        seed=seed,
+        prefix=prefix,
+        skip_bad=skip_bad,
+    )
+    os.makedirs(out, exist_ok=True)
+    with full_disk_is_an_error(out), open_state(out, fsync=fsync) as state:
+        resumed = state.check_or_start(plan, src=corpus.root, restart=restart)
+        state.clean_temporaries()
+        records = state.finished(plan)
+        todo = [i for i, name in enumerate(plan.names) if name not in records]
+        row = int(np.prod(shape)) if shape is not None else 0
+        need = sum(
+            (row * len(plan.shards[i]) if decode else plan.shard_bytes(i)) + 64 * len(plan.shards[i]) for i in todo
+        )
+        try:
+            check_space(out, int(need * 1.05) + (1 << 20) * len(todo), what=f"writing {len(todo)} HDF5 part(s)")
+        except DiskFull:
+            if not resumed:
+                state.forget()
+            raise
+        task = Hdf5Task(
+            out, list(corpus.classes), decode=decode, size=size, shape=shape, skip_bad=skip_bad, fsync=fsync, seed=seed
+        )
+        bar = progress_bar(plan, set(records), resumed=resumed, enabled=progress)
+        with bar:
+            run_shards(state, plan, task, todo, workers=workers, bar=bar, on_shard=on_shard)
+        if fsync:
+            sync_dir(out)
+        records = state.finished(plan)
+        missing = [n for n in plan.names if n not in records]
+        if missing:
+            raise FastdataError(
+                f"{out}: parts {missing[:3]} were written but are not on disk as recorded (removed "
+                "meanwhile?); rerun the same command to redo them"
+            )
+        manifest = _manifest(corpus, plan, [records[n] for n in plan.names], decode=decode, shape=shape)
+        write_atomic(os.path.join(out, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode(), fsync=fsync)
     return manifest
 
 
-def _write(
-    path: Path, corpus: Corpus, items: list[Item], *, decode: bool, size: tuple[int, int] | None, progress: bool
-) -> tuple[int, int, int] | None:
-    n = len(items)
-    with (
-        h5py.File(path, "w") as f,
-        tqdm(total=n, unit="img", desc=f"fastdata: writing {path.stem}", disable=not progress) as bar,
-    ):
-        labels = np.array([item.label for item in items], dtype=np.int64)
-        f.create_dataset("label", data=labels, chunks=(min(n, LABEL_CHUNK_ROWS),))
-        f.create_dataset(
-            "key",
-            data=np.array([item.relpath for item in items], dtype=object),
-            dtype=h5py.string_dtype(),
-            chunks=(min(n, VLEN_CHUNK_ROWS),),
-        )
-        _attrs(f, corpus, decode)
-        image: Any = None
-        shape: tuple[int, int, int] | None = None
-        for lo in range(0, n, WRITE_BATCH):
-            batch = items[lo : lo + WRITE_BATCH]
-            blobs = [_read(item) for item in batch]
-            if not decode:
-                if image is None:
-                    image = f.create_dataset(
-                        "image", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(min(n, VLEN_CHUNK_ROWS),)
-                    )
-                _write_vlen(image, lo, blobs)
-            else:
-                arrays = [_decode(item, blob, size) for item, blob in zip(batch, blobs)]
-                expected = shape or arrays[0].shape
-                for item, arr in zip(batch, arrays):
-                    if arr.shape != expected:
-                        raise ConfigError(
-                            f"{item.path}: image is {arr.shape[0]}x{arr.shape[1]}, the first is {expected[0]}x"
-                            f"{expected[1]}; decoded images need one size: pass size=(H, W) (--size HxW) to "
-                            "resize them all"
-                        )
-                if image is None:
-                    shape = arrays[0].shape  # type: ignore[assignment]
-                    per_chunk = max(1, min(n, CHUNK_BYTES // arrays[0].nbytes))
-                    image = f.create_dataset(
-                        "image", (n, *arrays[0].shape), dtype=np.uint8, chunks=(per_chunk, *arrays[0].shape)
-                    )
-                image[lo : lo + len(batch)] = np.stack(arrays)
-            bar.update(len(batch))
-    return shape
-
-
-def _write_vlen(ds: Any, lo: int, blobs: list[bytes]) -> None:
-    """Rows ``lo ..`` of a variable-length uint8 dataset. Through h5py's low-level write: its ``ds[a:b] = rows``
-    turns rows that happen to be of equal length into a 2-D array and refuses them."""
-    from h5py import h5s
-
-    rows = np.empty(len(blobs), dtype=ds.dtype)
-    for k, blob in enumerate(blobs):  # one by one: numpy would also stack equal-length arrays
-        rows[k] = np.frombuffer(blob, dtype=np.uint8)
-    space = ds.id.get_space()
-    space.select_hyperslab((lo,), (len(blobs),))
-    ds.id.write(h5s.create_simple((len(blobs),)), space, rows)
-
-
-def _attrs(f: Any, corpus: Corpus, decode: bool) -> None:
-    counts = corpus.class_counts()
-    f.attrs["fastdata_version"] = 1
-    f.attrs["classes"] = np.array(corpus.classes, dtype=h5py.string_dtype())
-    f.attrs["class_counts"] = np.array([counts[c] for c in corpus.classes], dtype=np.int64)
-    f.attrs["decoded"] = decode
-    f.attrs["write_order_seed"] = WRITE_ORDER_SEED
-
-
-def _read(item: Item) -> bytes:
-    try:
-        return Path(item.path).read_bytes()
-    except FileNotFoundError:
-        raise SourceNotFound(f"{item.path}: vanished after the corpus was scanned; run the conversion again") from None
-    except PermissionError:
-        raise SourceUnreadable(f"{item.path}: permission denied; fix its mode or remove it") from None
-
-
-def _decode(item: Item, blob: bytes, size: tuple[int, int] | None) -> np.ndarray:
-    try:
-        with Image.open(io.BytesIO(blob)) as img:
-            rgb = img.convert("RGB")
-    except Exception as e:
-        raise DecodeFailed(
-            f"{item.path}: cannot decode as an image ({type(e).__name__}: {e}); remove or replace "
-            "the file, or convert without --decode to keep the bytes",
-            item.path,
-        ) from e
-    if size is not None and (rgb.height, rgb.width) != tuple(size):
-        rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-    return np.asarray(rgb, dtype=np.uint8)
-
-
-def _sha256(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    n = 0
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-            n += len(block)
-    return h.hexdigest(), n
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _manifest(
-    corpus: Corpus, target: Path, digest: str, nbytes: int, *, decode: bool, shape: tuple[int, int, int] | None
+    corpus: Corpus, plan: Plan, records: list[dict[str, Any]], *, decode: bool, shape: tuple[int, int, int] | None
 ) -> dict[str, Any]:
-    n = len(corpus.items)
+    from fastdata.core.version import __version__
+
+    labels: Counter[int] = Counter()
+    skips: list[str] = []
+    for r in records:
+        labels.update({int(k): v for k, v in r["labels"].items()})
+        skips.extend(r["skipped"])
     image: dict[str, Any] = (
         {"kind": "array", "dtype": "uint8", "shape": list(shape)} if shape is not None else {"kind": "bytes"}
     )
+    with contextlib.suppress(KeyError):
+        del labels[-1]
     return {
         "format": "hdf5",
         "version": 1,
-        "samples": n,
-        "bytes": nbytes,
+        "samples": sum(r["samples"] for r in records),
+        "bytes": sum(r["bytes"] for r in records),
         "classes": list(corpus.classes),
-        "class_counts": corpus.class_counts(),
-        "shards": [{"name": target.name, "samples": n, "bytes": nbytes, "sha256": digest}],
+        "class_counts": {c: labels.get(i, 0) for i, c in enumerate(corpus.classes)},
+        "shards": [
+            {"name": r["name"], "samples": r["samples"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in records
+        ],
+        "pattern": brace_pattern(plan.names),
         "fields": {"image": image, "label": {"kind": "array", "dtype": "int64", "shape": []}, "key": {"kind": "str"}},
         "decoded": decode,
-        "write_order_seed": WRITE_ORDER_SEED,
+        "write_order_seed": plan.options["seed"],
+        "skipped": sum(1 for p in corpus.problems if "class folder has no readable file" not in p) + len(skips),
+        "problems": list(corpus.problems) + skips,
         "source": corpus.root,
-        "problems": list(corpus.problems),
+        "options": plan.options,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created_by": f"fastdata {__version__} convert",
     }
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=1) + "\n")
-    _fsync(partial)
-    os.replace(partial, path)

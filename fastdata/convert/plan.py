@@ -8,6 +8,13 @@ into one sample. A key is the file's path below the corpus root without its exte
 replaced by ``_`` (``cat/a.v2.jpg`` -> ``cat/a_v2``, member ``cat/a_v2.jpg``); when two files would
 get the same key, each of them gets its extension appended (``a_jpg``, ``a_png``), then a number if
 that is still taken. Keys never depend on the shard plan, so ``--shuffle`` changes the order only.
+
+Image extensions: a corpus mixing ``.jpg``, ``.jpeg`` and ``.png`` (or any two of the image extensions
+readers decode) would give samples with different member names, which cannot be batched together
+(``KeyError: 'jpg'`` in a collate function). Every image is then stored under one extension, the
+corpus's most common image extension (ties: the first by name); decoders (PIL, OpenCV, webdataset's)
+recognise the format from the bytes, not the name. Each renamed sample's original extension is kept
+in the manifest (``"renamed"`` per shard, counts in ``"image_exts"``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import NamedTuple
 
 from fastdata.convert.corpus import Corpus, Item
 from fastdata.core.errors import ConfigError
+from fastdata.formats.decode import IMAGE_EXTS
 from fastdata.formats.tar import BLOCK
 
 DEFAULT_EXT = "bin"  # for files without an extension
@@ -98,8 +106,9 @@ def tar_bytes(size: int, labelled: bool) -> int:
 
 
 class Entry(NamedTuple):
-    """One file to write: its path, key, extension and label (-1: none). A tuple: cheap to make and to
-    send to the writing processes, tens of thousands at a time."""
+    """One file to write: its path (or URL), key, member extension, label (-1: none), size, mtime and the
+    extension it had in the corpus. A tuple: cheap to make and to send to the writing processes, tens of
+    thousands at a time."""
 
     path: str
     relpath: str
@@ -107,6 +116,47 @@ class Entry(NamedTuple):
     ext: str
     label: int
     size: int
+    mtime: int
+    src_ext: str
+
+
+def image_ext(exts: list[str]) -> str | None:
+    """The one extension images are stored under when the corpus has several (see the module's
+    docstring), or None when it has at most one."""
+    counts = Counter(e for e in exts if e in IMAGE_EXTS)
+    if len(counts) < 2:
+        return None
+    return min(counts, key=lambda e: (-counts[e], e))
+
+
+def cut(entries: list[Entry], cost: list[int], *, shard_size: int | None, shard_count: int | None) -> list[list[Entry]]:
+    """Cut ``entries`` (in order) into shards: before one would exceed ``shard_size`` (summing ``cost``,
+    a single larger entry gets a shard of its own), or into ``shard_count`` of equal counts."""
+    if (shard_size is None) == (shard_count is None):
+        raise ConfigError("give exactly one of shard_size and shard_count")
+    if shard_count is not None:
+        if shard_count < 1:
+            raise ConfigError(f"shard_count={shard_count} must be >= 1")
+        if shard_count > len(entries):
+            raise ConfigError(f"shard_count={shard_count} is more than the {len(entries)} files to convert")
+        base, extra = divmod(len(entries), shard_count)
+        cuts = [0]
+        for i in range(shard_count):
+            cuts.append(cuts[-1] + base + (i < extra))
+        return [entries[a:b] for a, b in itertools.pairwise(cuts)]
+    assert shard_size is not None
+    shards: list[list[Entry]] = []
+    current: list[Entry] = []
+    used = 0
+    for e, n in zip(entries, cost):
+        if current and used + n > shard_size:
+            shards.append(current)
+            current, used = [], 0
+        current.append(e)
+        used += n
+    if current:
+        shards.append(current)
+    return shards
 
 
 @dataclass
@@ -130,8 +180,11 @@ class Plan:
         h = hashlib.sha256(json.dumps(self.options, sort_keys=True).encode())
         for name, entries in zip(self.names, self.shards):
             h.update(name.encode() + b"\0")
-            for e in entries:
-                h.update(f"{e.relpath}\0{e.key}\0{e.ext}\0{e.label}\0{e.size}\n".encode("utf-8", "surrogateescape"))
+            h.update(
+                "".join(f"{e.relpath}\0{e.key}\0{e.ext}\0{e.label}\0{e.size}\0{e.mtime}\n" for e in entries).encode(
+                    "utf-8", "surrogateescape"
+                )
+            )
         return h.hexdigest()
 
     @property
@@ -163,10 +216,34 @@ def plan_shards(
     """
     if (shard_size is None) == (shard_count is None):
         raise ConfigError("give exactly one of shard_size and shard_count")
+    check_prefix(prefix)
+    labelled = bool(corpus.classes)
+    entries, problems = plan_entries(corpus)
+    if shuffle:
+        random.Random(seed).shuffle(entries)  # Python's shuffle: the same order in every version
+    cost = [tar_bytes(e.size, labelled) for e in entries] if shard_size is not None else []
+    shards = cut(entries, cost, shard_size=shard_size, shard_count=shard_count)
+    options: dict[str, object] = {
+        "format": "tar",
+        "shard_size": shard_size,
+        "shard_count": shard_count,
+        "shuffle": shuffle,
+        "seed": seed if shuffle else None,
+        "prefix": prefix,
+    }
+    return Plan(shard_names(prefix, len(shards), "tar"), shards, options, problems)
+
+
+def check_prefix(prefix: str) -> None:
     if not prefix or "/" in prefix or prefix.startswith("."):
         raise ConfigError(f"prefix={prefix!r} must be a plain file name start, like 'train'")
+
+
+def plan_entries(corpus: Corpus) -> tuple[list[Entry], list[str]]:
+    """One entry per usable file of ``corpus`` (in corpus order), and the files that cannot be used."""
     labelled = bool(corpus.classes)
     names = sample_names(corpus.items)
+    target = image_ext([ext for _, ext in names])
     entries: list[Entry] = []
     problems: list[str] = []
     for item, (key, ext) in zip(corpus.items, names):
@@ -176,46 +253,21 @@ def plan_shards(
                 f"label member '{key}.{LABEL_EXT}'; rename it"
             )
             continue
-        entries.append(Entry(item.path, item.relpath, key, ext, item.label, item.size))
-    if shuffle:
-        random.Random(seed).shuffle(entries)  # Python's shuffle: the same order in every version
-    if shard_count is not None:
-        if shard_count < 1:
-            raise ConfigError(f"shard_count={shard_count} must be >= 1")
-        if shard_count > len(entries):
-            raise ConfigError(f"shard_count={shard_count} is more than the {len(entries)} files to convert")
-        base, extra = divmod(len(entries), shard_count)
-        cuts = [0]
-        for i in range(shard_count):
-            cuts.append(cuts[-1] + base + (i < extra))
-        shards = [entries[a:b] for a, b in itertools.pairwise(cuts)]
-    else:
-        assert shard_size is not None
-        current: list[Entry] = []
-        shards, used = [], 0
-        for e in entries:
-            n = tar_bytes(e.size, labelled)
-            if current and used + n > shard_size:
-                shards.append(current)
-                current, used = [], 0
-            current.append(e)
-            used += n
-        if current:
-            shards.append(current)
-    options: dict[str, object] = {
-        "format": "tar",
-        "shard_size": shard_size,
-        "shard_count": shard_count,
-        "shuffle": shuffle,
-        "seed": seed if shuffle else None,
-        "prefix": prefix,
-    }
-    return Plan([f"{prefix}-{i:06d}.tar" for i in range(len(shards))], shards, options, problems)
+        member = target if target is not None and ext in IMAGE_EXTS else ext
+        entries.append(Entry(item.path, item.relpath, key, member, item.label, item.size, item.mtime, ext))
+    return entries, problems
+
+
+def shard_names(prefix: str, count: int, ext: str) -> list[str]:
+    """``PREFIX-000000.EXT`` ... for ``count`` shards."""
+    return [f"{prefix}-{i:06d}.{ext}" for i in range(count)]
 
 
 def brace_pattern(names: list[str]) -> str:
     """``prefix-{000000..000009}.tar`` for consecutive shard names (or the one name)."""
     if len(names) == 1:
         return names[0]
-    head = names[0].rsplit("-", 1)[0]
-    return f"{head}-{{{names[0].rsplit('-', 1)[1][:-4]}..{names[-1].rsplit('-', 1)[1][:-4]}}}.tar"
+    head, first = names[0].rsplit("-", 1)
+    number, ext = first.split(".", 1)
+    last = names[-1].rsplit("-", 1)[1].split(".", 1)[0]
+    return f"{head}-{{{number}..{last}}}.{ext}"

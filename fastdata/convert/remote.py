@@ -113,7 +113,8 @@ class RemoteOutput:
         check_remote(out)
         self.url = prefix_url(out)
         self.staging = staging
-        self.config = S3Config.from_options(None, **(storage_options or {}))
+        self.options = dict(storage_options or {})  # what a Ray task rebuilds the config from
+        self.config = S3Config.from_options(None, **self.options)
         self.stats = Stats()
         self.max_staged = 2 * workers + 2
         self.state: ConversionState | None = None
@@ -159,6 +160,12 @@ class RemoteOutput:
                 done[name] = record
         self.uploaded = len(done)
         return {**done, **staged}, [staged[n] for n in plan.names if n in staged]
+
+    def remove_stale_manifest(self) -> None:
+        """Delete the manifest of an earlier conversion to this prefix before any new shard lands (what
+        :class:`~fastdata.convert.upload.ShardUploader` does on its first upload)."""
+        bucket, key = parse_url(self.url + MANIFEST)
+        call(self.config, self.stats, self.url + MANIFEST, lambda s3: s3.delete_object(Bucket=bucket, Key=key))
 
     # -- while writing ---------------------------------------------------------------------------------
     def _up(self) -> Any:

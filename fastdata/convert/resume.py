@@ -16,10 +16,11 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from fastdata.convert.plan import Plan
+from fastdata.convert.plan import Plan, shard_names
 from fastdata.core.errors import ConfigError
 from fastdata.formats.manifest import MANIFEST
 from fastdata.formats.tar_writer import write_atomic
@@ -32,6 +33,9 @@ _FLAGS = {
     "seed": "--seed",
     "prefix": "--prefix",
     "format": "--format",
+    "decode": "--decode",
+    "size": "--size",
+    "skip_bad": "--skip-bad",
 }
 
 
@@ -65,10 +69,11 @@ class ConversionState:
     def finished(self, plan: Plan) -> dict[str, dict[str, Any]]:
         """Records of the planned shards that are complete on disk, by shard name."""
         out: dict[str, dict[str, Any]] = {}
+        sidecar = plan.options.get("format", "tar") == "tar"
         for name, record in self.records(plan).items():
             try:
-                if os.stat(os.path.join(self.out, name)).st_size == record["bytes"] and os.path.isfile(
-                    os.path.join(self.out, name + ".idx")
+                if os.stat(os.path.join(self.out, name)).st_size == record["bytes"] and (
+                    not sidecar or os.path.isfile(os.path.join(self.out, name + ".idx"))
                 ):
                     out[name] = record
             except OSError:
@@ -107,8 +112,9 @@ class ConversionState:
         if earlier is not None:  # restart: forget the earlier run and remove what it wrote
             for entry in os.listdir(self.done_dir) if os.path.isdir(self.done_dir) else []:
                 os.unlink(os.path.join(self.done_dir, entry))
-            prefix = earlier.get("options", {}).get("prefix")
-            old = [f"{prefix}-{i:06d}.tar" for i in range(int(earlier.get("shards", 0)))] if prefix else []
+            options = earlier.get("options", {})
+            prefix, ext = options.get("prefix"), "h5" if options.get("format") == "hdf5" else "tar"
+            old = shard_names(prefix, int(earlier.get("shards", 0)), ext) if prefix else []
             for name in [MANIFEST, *old, *(n + ".idx" for n in old)]:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.out, name))
@@ -137,6 +143,13 @@ class ConversionState:
             "Rerun the same command over the same corpus to resume it, or pass --restart "
             "(restart=True) to discard it, or convert into another folder"
         )
+
+    def forget(self) -> None:
+        """Remove the state of a run that stopped before writing anything (and ``out`` if that leaves it
+        empty), so that the folder is as the user left it."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.out)
 
     def clean_temporaries(self) -> int:
         """Delete temporary files that a killed run left behind; return how many."""

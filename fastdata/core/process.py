@@ -19,6 +19,7 @@ from collections.abc import Callable
 _pid = os.getpid()
 _forked = False
 _before: list[Callable[[], None]] = []
+_after_in_parent: list[Callable[[], None]] = []
 _after_in_child: list[Callable[[], None]] = []
 # Objects inherited through fork that must never be finalised in the child (decord's destructor hangs
 # there): a reference kept here for the life of the process means their destructor never runs.
@@ -36,16 +37,24 @@ def forked() -> bool:
     return _forked
 
 
-def at_fork(*, before: Callable[[], None] | None = None, after_in_child: Callable[[], None] | None = None) -> None:
-    """Run ``before`` in the parent just before every fork, ``after_in_child`` in the child right after.
+def at_fork(
+    *,
+    before: Callable[[], None] | None = None,
+    after_in_child: Callable[[], None] | None = None,
+    after_in_parent: Callable[[], None] | None = None,
+) -> None:
+    """Run ``before`` in the parent just before every fork, ``after_in_child`` in the child right after,
+    and ``after_in_parent`` in the parent right after.
 
-    Hooks run in registration order (after-fork ones after :func:`pid` is refreshed). A hook must not
-    raise; one that does is a bug and is not hidden.
+    Hooks run in registration order (after-fork ones in the child after :func:`pid` is refreshed). A
+    hook must not raise; one that does is a bug and is not hidden.
     """
     if before is not None:
         _before.append(before)
     if after_in_child is not None:
         _after_in_child.append(after_in_child)
+    if after_in_parent is not None:
+        _after_in_parent.append(after_in_parent)
 
 
 def abandon(obj: object) -> None:
@@ -58,6 +67,11 @@ def _run_before() -> None:
         hook()
 
 
+def _run_after_in_parent() -> None:
+    for hook in _after_in_parent:
+        hook()
+
+
 def _run_after_in_child() -> None:
     global _pid, _forked
     _pid = os.getpid()
@@ -66,6 +80,6 @@ def _run_after_in_child() -> None:
         hook()
 
 
-os.register_at_fork(before=_run_before, after_in_child=_run_after_in_child)
+os.register_at_fork(before=_run_before, after_in_parent=_run_after_in_parent, after_in_child=_run_after_in_child)
 
 __all__ = ["abandon", "at_fork", "forked", "pid"]

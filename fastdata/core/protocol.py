@@ -1,10 +1,10 @@
-"""The two methods of a fastdata dataset that core itself calls: ``worker_world()`` and ``warm()``.
+"""The methods of a fastdata dataset that core itself calls: ``worker_world()``, ``begin_pass()`` and ``warm()``.
 
 The whole protocol of a fastdata dataset is declared in :mod:`fastdata.loading.protocol`, which builds on
 these. They live here because :class:`fastdata.core.seeding.WorkerInit` calls them on any dataset in a
-DataLoader worker, and core may import nothing above it. Both are ``runtime_checkable``: ``WorkerInit``
-asks ``isinstance(dataset, WorkerAware)`` and seeds a foreign dataset (one without ``worker_world``) the
-plain way instead.
+DataLoader worker, and core may import nothing above it. All are ``runtime_checkable``: ``WorkerInit``
+asks ``isinstance(dataset, PassAware)`` (or ``WorkerAware``) and leaves a foreign dataset to torch's own
+seeding.
 """
 
 from __future__ import annotations
@@ -32,4 +32,16 @@ class Warmable(Protocol):
         ...
 
 
-__all__ = ["Warmable", "WorkerAware"]
+@runtime_checkable
+class PassAware(WorkerAware, Protocol):
+    """A dataset that logs its passes (iterations), so that :data:`fastdata.worker_init_fn` can tell
+    whether the epoch was set for the pass a worker starts (see :mod:`fastdata.core.seeding`)."""
+
+    def begin_pass(self, *, first: bool = False) -> bool:
+        """Start a pass in the calling process (``first``: its first, from ``worker_init_fn``, which the
+        dataset's own start of the pass then joins); reseed it (``fastdata.core.seeding.on_pass``); return
+        whether the epoch was set for it."""
+        ...
+
+
+__all__ = ["PassAware", "Warmable", "WorkerAware"]

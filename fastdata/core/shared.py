@@ -10,12 +10,49 @@ worker reading ahead wants to know).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from fastdata.core.world import acting_worker
+
+
+@dataclass(frozen=True)
+class PassStart:
+    """What :meth:`SharedState.begin_pass` found out about a pass (one iteration over a dataset).
+
+    Attributes:
+        epoch_set (bool): the epoch was set (``set_epoch``) since the previous pass began, or before the
+            first: the pass is meant to be epoch ``epoch``'s, and reproducible from (seed, epoch).
+        repeated (bool): an earlier pass read this epoch and the epoch was not set again since.
+        new (bool): this call recorded the pass; False when another process of the same pass (another
+            DataLoader worker) did already.
+    """
+
+    epoch_set: bool
+    repeated: bool
+    new: bool
+
+
+# The pass logs and one-time flags of a SharedState, by use.
+DATASET_LOG, SAMPLER_LOG = 0, 1
+REPEAT_FLAG, SAMPLER_REPEAT_FLAG, EGRESS_FLAG, WINDOW_FLAG = 0, 1, 2, 3
+
+# Passes are logged in one int64 each, so that a record is written and read in one store and one load
+# (atomic for an aligned 8-byte word): the workers of one pass, starting at once, never see half of it.
+# [token: 40 bits | epoch assignments, modulo 2**20 | epoch_set | repeated]
+_TOKEN_BITS, _SETS_BITS = 40, 20
+_SETS_MASK = (1 << _SETS_BITS) - 1
+
+
+def _pack(token: int, sets: int, epoch_set: bool, repeated: bool) -> int:
+    return (token << (_SETS_BITS + 2)) | ((sets & _SETS_MASK) << 2) | (int(epoch_set) << 1) | int(repeated)
+
+
+def _unpack(record: int) -> tuple[int, int, bool, bool]:
+    return record >> (_SETS_BITS + 2), (record >> 2) & _SETS_MASK, bool(record & 2), bool(record & 1)
 
 
 class SharedState:
@@ -25,15 +62,23 @@ class SharedState:
     dataset copy they were started with), and per-process counters (skipped samples, retries) back to
     the main process. Each process writes only its own slot, so no lock is needed.
 
+    It also keeps a log of passes (iterations over the dataset), so that a process starting one can
+    tell whether the epoch was set for it (:meth:`begin_pass`), and one-time flags (:meth:`once`).
+
     Pickled by the DataLoader into ``spawn`` workers, the tensor travels as shared memory; pickled any
     other way, it is copied by value.
     """
 
     SLOTS = 1025  # the main process, then up to 1024 workers (more wrap around)
+    # [epoch, epoch assignments, pass logs ..., one-time flags ..., "reads" when the epoch was set]; the
+    # counters follow
+    LOGS = 4
+    FLAGS = 8
+    _HEAD = 2 + LOGS + FLAGS + 1
 
     def __init__(self, counters: tuple[str, ...] = ("skipped",)) -> None:
         self.counters = counters
-        self._tensor = torch.zeros(1 + self.SLOTS * len(counters), dtype=torch.int64).share_memory_()
+        self._tensor = torch.zeros(self._HEAD + self.SLOTS * len(counters), dtype=torch.int64).share_memory_()
         self._view: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -56,7 +101,59 @@ class SharedState:
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        self._array[0] = value
+        a = self._array
+        a[0] = value
+        a[1] += 1  # every assignment counts, the same value again too: the user set the epoch
+        if "reads" in self.counters:
+            a[self._HEAD - 1] = self.total("reads")
+
+    def reads_this_epoch(self) -> int:
+        """The ``"reads"`` counter (samples read, summed over every process) since the epoch was last set."""
+        return self.total("reads") - int(self._array[self._HEAD - 1])
+
+    @property
+    def epoch_sets(self) -> int:
+        """How many times the epoch was assigned (``set_epoch``), in any process."""
+        return int(self._array[1])
+
+    def begin_pass(self, log: int, token: int) -> PassStart:
+        """Record that a pass identified by ``token`` starts, in pass log ``log``; say whether the epoch
+        was set for it and whether it repeats an epoch already read.
+
+        Every process of one pass (each DataLoader worker) calls this with the same token; the first
+        records the pass, the others get the same answer. The epoch counts as set when ``set_epoch`` was
+        called since the previous pass of this log began (or, for the first pass, ever).
+
+        Args:
+            log (int): which log, ``0 .. LOGS-1`` (a dataset and its sampler keep separate ones).
+            token (int): the pass's identity, the same in every process of the pass, different from the
+                previous pass's (:func:`fastdata.core.seeding.pass_token`).
+        """
+        a = self._array
+        slot = 2 + log
+        record = int(a[slot])  # one load
+        sets = int(a[1]) & _SETS_MASK
+        token = (token & ((1 << _TOKEN_BITS) - 1)) or 1  # 0 means "no pass yet"
+        held, held_sets, held_set, held_repeated = _unpack(record)
+        if held == token:
+            return PassStart(held_set, held_repeated, False)
+        epoch_set = sets != held_sets
+        repeated = record != 0 and not epoch_set
+        a[slot] = _pack(token, sets, epoch_set, repeated)  # one store
+        return PassStart(epoch_set, repeated, True)
+
+    def once(self, flag: int) -> bool:
+        """True the first time flag ``flag`` (``0 .. FLAGS-1``) is asked for, in any process (two processes
+        asking at the very same instant may both get True: for warnings, not for correctness)."""
+        a = self._array
+        slot = 2 + self.LOGS + flag
+        if a[slot]:
+            return False
+        a[slot] = 1
+        return True
+
+    def _slot(self, counter: str, slot: int) -> int:
+        return self._HEAD + self.counters.index(counter) * self.SLOTS + slot
 
     def add(self, counter: str, n: int = 1) -> None:
         """Add ``n`` to this process's slot of ``counter`` (a loader thread's own slot, in thread mode: each
@@ -69,16 +166,15 @@ class SharedState:
 
             info = get_worker_info()
             slot = 0 if info is None else 1 + info.id % (self.SLOTS - 1)
-        i = self.counters.index(counter)
-        self._array[1 + i * self.SLOTS + slot] += n
+        self._array[self._slot(counter, slot)] += n
 
     def count_skip(self) -> None:
         self.add("skipped")
 
     def total(self, counter: str) -> int:
         """The sum of ``counter`` over the main process and every worker."""
-        i = self.counters.index(counter)
-        return int(self._array[1 + i * self.SLOTS : 1 + (i + 1) * self.SLOTS].sum())
+        first = self._slot(counter, 0)
+        return int(self._array[first : first + self.SLOTS].sum())
 
     def totals(self) -> dict[str, int]:
         return {name: self.total(name) for name in self.counters}
@@ -190,4 +286,15 @@ class SharedPlan:
         return out
 
 
-__all__ = ["SharedEpoch", "SharedPlan", "SharedState"]
+__all__ = [
+    "DATASET_LOG",
+    "EGRESS_FLAG",
+    "REPEAT_FLAG",
+    "SAMPLER_LOG",
+    "SAMPLER_REPEAT_FLAG",
+    "WINDOW_FLAG",
+    "PassStart",
+    "SharedEpoch",
+    "SharedPlan",
+    "SharedState",
+]

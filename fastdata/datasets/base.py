@@ -3,12 +3,13 @@ shared with its workers, the bad-input policy, and ``close``."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from fastdata.core import process
 from fastdata.core.errors import ErrorPolicy, OnError
-from fastdata.core.seeding import on_epoch
-from fastdata.core.shared import SharedEpoch, SharedState
+from fastdata.core.seeding import RepeatedEpochWarning, on_epoch, on_pass, pass_token
+from fastdata.core.shared import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
 from fastdata.core.world import World, current_rank, current_worker
 
 
@@ -39,6 +40,8 @@ class DatasetBase(SharedEpoch):
         self._policy = ErrorPolicy(on_error, self._shared)
         World(self.rank, self.world_size, seed=seed)  # checks rank and world size
         self._seen_epoch: tuple[int, int] | None = None  # (pid, epoch) last reseeded for: see follow_epoch
+        self._iters = (-1, 0)  # (pid, passes this process began from __iter__)
+        self._began = -1  # the pid of the process that last began a pass
 
     @property
     def on_error(self) -> OnError:
@@ -62,11 +65,76 @@ class DatasetBase(SharedEpoch):
         """Reseed this process's random streams (:func:`fastdata.core.seeding.on_epoch`) when the shared epoch
         has moved since it last looked: map-style datasets call it on every read, so persistent workers
         get new streams each epoch even without ``worker_init_fn``. Keyed by pid too: a worker forked
-        from a parent that already read (``ds[0]`` before training) still seeds its own streams."""
-        seen = (process.pid(), self.epoch)
+        from a parent that already read (``ds[0]`` before training) still seeds its own streams. The first
+        read in a process starts its first pass (:meth:`begin_pass`), unless ``worker_init_fn`` did."""
+        pid = process.pid()
+        seen = (pid, self.epoch)
         if self._seen_epoch != seen:
             self._seen_epoch = seen
+            if self._began != pid:
+                self.begin_pass(first=True)
             on_epoch(self.worker_world())
+
+    def begin_pass(self, *, first: bool = False) -> bool:
+        """Start a pass (one iteration over the dataset) in the calling process and say whether the epoch
+        was set for it; reseed the process for it (when ``worker_init_fn`` asked for that); warn once
+        when it repeats an epoch already read while the dataset's own randomness (a shuffle, random clip
+        starts) depends on the epoch.
+
+        Args:
+            first (bool): the process's first pass, from ``worker_init_fn`` or a first read; an iterable
+                dataset's ``__iter__`` then joins that pass instead of starting another. Defaults to False
+                (``__iter__``: the next pass).
+
+        Returns:
+            bool: whether the epoch was set (``set_epoch``) since the previous pass began.
+        """
+        pid = process.pid()
+        if self._iters[0] != pid:
+            self._iters = (pid, 0)
+        k = self._iters[1] + 1
+        if not first:
+            self._iters = (pid, k)
+        self._began = pid
+        token = pass_token(k)
+        start = self._shared.begin_pass(DATASET_LOG, token)
+        world = self.worker_world()
+        on_pass(world, token, start.epoch_set)
+        what = self._epoch_randomness()
+        if start.repeated and what and world.worker == 0 and self._shared.once(REPEAT_FLAG):
+            warnings.warn(
+                f"{self!r}: a new pass started at epoch {world.epoch}, which was read before, and the epoch was "
+                f"not set again: {what} is the same as in the last pass. Call ds.set_epoch(epoch) at the start of "
+                "every epoch (as well as sampler.set_epoch), or iterate through fastdata.Loader, which does it",
+                RepeatedEpochWarning,
+                stacklevel=3,
+            )
+        return start.epoch_set
+
+    def _epoch_randomness(self) -> str | None:
+        """What of this dataset's own randomness follows the epoch (for the repeated-epoch warning), or None."""
+        return None
+
+    def _count_reads(self, n: int) -> None:
+        """Count ``n`` samples read (a map-style dataset with a ``"reads"`` counter); warn, once, when more
+        were read at this epoch than one pass of this rank holds while the dataset's own randomness follows
+        the epoch: a sampler the dataset does not see (torch's ``DistributedSampler``) iterated again
+        without ``ds.set_epoch``, in the main process or in persistent workers, where no pass boundary shows."""
+        shared = self._shared
+        shared.add("reads", n)
+        what = self._epoch_randomness()
+        if what is None:
+            return
+        per_pass = -(-len(self) // self.world_size) + self.world_size  # type: ignore[arg-type]  # a rank's share, padded
+        if shared.reads_this_epoch() > per_pass and shared.once(REPEAT_FLAG):
+            warnings.warn(
+                f"{self!r}: more samples were read at epoch {self.epoch} than one pass holds ({per_pass}), and "
+                f"the epoch was not set again: {what} is the same as in the last pass. Call "
+                "ds.set_epoch(epoch) at the start of every epoch (as well as sampler.set_epoch), or iterate "
+                "through fastdata.Loader, which does it",
+                RepeatedEpochWarning,
+                stacklevel=4,
+            )
 
     def close(self) -> None:
         """Close every handle this process opened. Idempotent; the dataset reopens on next use."""

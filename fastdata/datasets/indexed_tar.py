@@ -127,6 +127,7 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
             rank=self.rank,
             world_size=self.world_size,
             shared=self._shared,
+            owner=repr(self),
         )
 
     def warm(self) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -13,23 +13,40 @@ from torch.utils.data import IterableDataset
 from fastdata.core import process
 from fastdata.core.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
 from fastdata.core.resume import ResumeState, load_state
-from fastdata.core.seeding import on_epoch
-from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, locate, rank_span, split_counts, worker_ranges
+from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, rank_span, split_counts, worker_ranges
+from fastdata.core.shared import EGRESS_FLAG
 from fastdata.core.world import World
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.tar_source import Sample, TarSource, remote_counters
+from fastdata.datasets.tar_window import (
+    DEFAULT_WINDOW,
+    DEFAULT_WINDOW_BYTES,
+    LOCAL_CHUNK,
+    Ahead,
+    EgressWarning,
+    EpochReader,
+    WindowWarning,
+    by_window,
+    window_order,
+    window_size,
+    worker_span,
+)
 from fastdata.formats.decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport import batch_default_collate
-from fastdata.storage import expand_urls
+from fastdata.storage import expand_urls, scheme
 
 
 class TarShardDataset(DatasetBase, IterableDataset[Any]):
     """Samples of WebDataset-format tar shards, each exactly once per epoch across ranks and workers.
 
     Every rank reads an equal, contiguous part of the epoch (shards in a seeded order, then samples);
-    samples are shuffled within windows of ``shuffle_window``; each worker reads its own part. Shards are
-    indexed (from ``manifest.json`` and ``.idx`` files written by ``fastdata convert``, or by scanning
-    their headers), so shards may be fewer than workers and any worker can start mid-shard.
+    samples are shuffled within windows of ``shuffle_window`` samples and at most ``shuffle_bytes`` of
+    shard bytes; each worker reads its own part. A window's samples are read undecoded and each is decoded
+    as it leaves the window, so a worker holds at most one window of raw bytes (remote shards: a window
+    fetched shard by shard in few ranged GETs, the next one fetched while the second half of the current one
+    is used) and a batch of decoded samples. See :mod:`fastdata.datasets.tar_window`. Shards are indexed (from
+    ``manifest.json`` and ``.idx`` files written by ``fastdata convert``, or by scanning their headers), so
+    shards may be fewer than workers and any worker can start mid-shard.
 
     With ``batch_size``, the dataset yields whole batches (use ``DataLoader(ds, batch_size=None)``): each
     rank then sees the same batches in the same order for any ``num_workers``, a skipped bad sample
@@ -42,10 +59,15 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             globs expand.
         shuffle (bool): new shard order and sample order every epoch, from (seed, epoch). Defaults to False.
         seed (int): Defaults to 0.
-        shuffle_window (int): samples shuffled together (a window of the rank's part of the epoch).
-            Defaults to 4096.
+        shuffle_window (int | None): samples shuffled together (a window of the rank's part of the epoch,
+            per-sample mode: of each worker's part). Defaults to None: 4096.
+        shuffle_bytes (int | None): the most shard bytes a window may span, in bytes: the window is cut to
+            ``shuffle_bytes`` divided by the shards' bytes per sample (the largest mean of any shard).
+            None: no bound but ``shuffle_window``. Defaults to 64 MiB.
         batch_size (int | None): yield batches of this size, collated by ``collate_fn``. Defaults to None
-            (yield samples; the order then depends on ``num_workers``).
+            (yield samples; the order then depends on ``num_workers``). On remote shards, each of ``n``
+            workers fetches the windows that hold its batches: ``min(n, window / batch_size)`` times the
+            shards' bytes per epoch (warned); per-sample mode fetches them once.
         collate_fn (Callable | None): Defaults to ``torch.utils.data.default_collate`` (precisely
             :func:`fastdata.loading.transport.batch_default_collate`, which is ``default_collate`` except
             that in a worker whose batches go through reused slots it stacks straight into the slot).
@@ -68,7 +90,8 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         *,
         shuffle: bool = False,
         seed: int = 0,
-        shuffle_window: int = 4096,
+        shuffle_window: int | None = None,
+        shuffle_bytes: int | None = DEFAULT_WINDOW_BYTES,
         batch_size: int | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         drop_last: bool = False,
@@ -81,7 +104,10 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         max_open: int | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
-        check_positive("shuffle_window", shuffle_window)
+        if shuffle_window is not None:
+            check_positive("shuffle_window", shuffle_window)
+        if shuffle_bytes is not None:
+            check_positive("shuffle_bytes", shuffle_bytes)
         if batch_size is not None:
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
@@ -89,20 +115,40 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         self._init_base(
             seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
         )
-        self.shuffle, self.shuffle_window = shuffle, shuffle_window
+        self.shuffle, self.shuffle_window = shuffle, shuffle_window or DEFAULT_WINDOW
+        self.shuffle_bytes = shuffle_bytes
         self.batch_size, self.drop_last, self.remainder = batch_size, drop_last, remainder
         self.collate_fn = collate_fn or batch_default_collate
+        self.remote = any(scheme(u) for u in shard_urls)
+        options = dict(storage_options or {})
+        if self.remote:
+            # windows are fetched whole when they are needed: nothing to guess ahead of that
+            options.setdefault("follow_streams", False)
         self.source = TarSource(
             shard_urls,
             policy=self._policy,
             decoder=make_decoder(decode),
             transform=transform,
             max_open=max_open,
-            storage_options=storage_options,
+            storage_options=options,
             stats=self._shared,
             dealt=batch_size is not None,
+            streaming=True,
         )
         self.total = sum(self.source.counts)
+        # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote
+        # shard's part of a window is fetched whole)
+        self._reads = window_size(self.shuffle_window, shuffle_bytes, self.source.counts, self.source.sizes)
+        self.window = self._reads if shuffle else 1
+        """Samples shuffled together: ``shuffle_window``, cut to ``shuffle_bytes`` (1 without shuffling)."""
+        if shuffle and shuffle_window is not None and self.window < shuffle_window:
+            warnings.warn(
+                f"TarShardDataset: shuffle_window={shuffle_window} is cut to {self.window} samples, which span "
+                f"shuffle_bytes={shuffle_bytes} bytes of these shards; raise shuffle_bytes (memory per worker) "
+                "for a wider shuffle",
+                WindowWarning,
+                stacklevel=2,
+            )
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)
         # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
         fewest = rank_span(self.total, self.world_size - 1, self.world_size, remainder)[1]
@@ -135,22 +181,21 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: the resume position is taken now, when the DataLoader (or its worker) asks
         # for the iterator, so it applies to exactly one pass.
+        self.begin_pass()
         world = self.worker_world()
-        on_epoch(world)
         start, length = self._span
         if self.batch_size is not None and self.drop_last:
             length -= length % self.batch_size
-        first, stride, worker = self._first_batch(world)
         order = epoch_order(len(self.urls), shuffle=self.shuffle, seed=self.seed, epoch=world.epoch)
-        offsets = split_counts(self.source.counts, order)
-        window = self.shuffle_window if self.shuffle else 1
-        shuffled = WindowShuffle(length, window, seed=self.seed, epoch=world.epoch, rank=self.rank)
-        read = functools.partial(self._read_positions, shuffled, start, offsets, order)
+        epoch = EpochReader(self.source, start, length, split_counts(self.source.counts, order), order)
         if self.batch_size is None:
-            return self._samples(read, world, length, window)
-        where = functools.partial(self._shards_at, shuffled, start, offsets, order)
+            return self._samples(world, epoch)
+        first, stride, worker = self._first_batch(world)
+        shuffled = WindowShuffle(length, self.window, seed=self.seed, epoch=world.epoch, rank=self.rank)
         self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers)
-        return self._batches(read, where, world, length, first, stride, worker)
+        if self.remote:
+            self._warn_egress(world)
+        return self._batches(world, epoch, shuffled, first, stride, worker)
 
     def _first_batch(self, world: World) -> tuple[int, int, int]:
         """``(first batch, stride, worker slot)`` of this worker's pass, from a pending resume."""
@@ -170,68 +215,113 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             )
         return batches, world.num_workers, 0
 
-    def _samples(self, read: Callable[[int, int], list[Any]], world: World, length: int, window: int) -> Iterator[Any]:
+    def _samples(self, world: World, epoch: EpochReader) -> Iterator[Any]:
+        """Per-sample mode: this worker's contiguous range, a window at a time, each sample decoded as it
+        leaves its window (see :mod:`fastdata.datasets.tar_window`)."""
+        within = epoch.offsets[1:-1] - epoch.start  # where shards start, in this rank's part
+        within = within[(within > 0) & (within < epoch.length)]
+        lo, hi = worker_span(epoch.length, world.worker, world.num_workers, within)
+        windows = (self._window(w, min(hi, w + self._reads), world.epoch) for w in range(lo, hi, self._reads))
+        if not self.remote:
+            try:
+                for positions in windows:
+                    for c in range(0, len(positions), LOCAL_CHUNK):
+                        chunk = positions[c : c + LOCAL_CHUNK]
+                        yield from epoch.finish(epoch.raw(chunk), chunk)
+            finally:
+                self.source.close()
+            return
+        ahead = Ahead(epoch.raw, windows)
         try:
-            for lo, hi in worker_ranges(length, worker=world.worker, num_workers=world.num_workers, unit=None):
-                # one worker's contiguous range: read it a window at a time
-                step = max(window, 256)
-                for wlo in range(lo, hi, step):
-                    yield from read(wlo, min(hi, wlo + step))
+            for positions, raw in ahead:
+                half = len(positions) // 2
+                for n, sample in enumerate(epoch.finish(raw, positions)):
+                    if n == half:
+                        ahead.fetch_next()
+                    yield sample
         finally:
+            ahead.close()
             self.source.close()
 
+    def _window(self, lo: int, hi: int, epoch: int) -> np.ndarray:
+        """Positions ``lo .. hi-1`` in the order they are read (shuffled when shuffling)."""
+        if self.window <= 1:
+            return np.arange(lo, hi, dtype=np.int64)
+        return window_order(lo, hi, seed=self.seed, epoch=epoch, rank=self.rank)
+
     def _batches(
-        self,
-        read: Callable[[int, int], list[Any]],
-        where: Callable[[int, int], list[str]],
-        world: World,
-        length: int,
-        first: int,
-        stride: int,
-        worker: int,
+        self, world: World, epoch: EpochReader, shuffled: WindowShuffle, first: int, stride: int, worker: int
     ) -> Iterator[Any]:
         unit = self.batch_size
         assert unit is not None
         # batch ``first + j * stride`` is this worker's j-th: worker_ranges deals units from ``first``
         # to slot ``worker`` of ``stride`` (slot 0 when ``first`` is already this worker's own)
         base = (first - worker) * unit
+        ranges = worker_ranges(epoch.length, worker=worker, num_workers=stride, unit=unit, start=base)
+        mine = ((lo, hi, shuffled.positions(lo, hi)) for lo, hi in ranges)
+        ahead = None
         try:
-            for lo, hi in worker_ranges(length, worker=worker, num_workers=stride, unit=unit, start=base):
-                batch = read(lo, hi)
-                # counted before the yield, so that a state taken right after this batch resumes past it
-                self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
-                if not batch:
-                    # leaving the batch out would give this rank fewer batches than the others (a hang at
-                    # the next collective) and shift every later batch (a wrong resume)
-                    shards = where(lo, hi)
-                    raise BadSample(
-                        f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)}) "
-                        "was bad and skipped; an empty batch cannot be collated; see the warnings above",
-                        shards[0],
-                    )
-                yield self.collate_fn(batch)
+            if not self.remote:
+                for lo, hi, positions in mine:
+                    yield self._batch(world, epoch, (lo, hi, stride), positions, epoch.decoded(positions))
+                return
+            # remote: this worker's batches that start in one window are fetched together, shard by shard;
+            # unshuffled batches dealt to several workers, one by one (fetched together, the runs of the other
+            # workers' batches between them would be fetched too)
+            together = self._reads if self.shuffle or stride == 1 else unit
+            ahead = Ahead(epoch.raw_group, by_window(mine, together))
+            pipeline = self.source.pipeline
+            for group, raw in ahead:
+                for n, (lo, hi, positions) in enumerate(group):
+                    if n == len(group) // 2:
+                        ahead.fetch_next()
+                    samples = [raw.pop(p) for p in positions.tolist() if p in raw]
+                    yield self._batch(world, epoch, (lo, hi, stride), positions, pipeline.batch(samples))
         finally:
+            if ahead is not None:
+                ahead.close()
             self.source.close()
 
-    def _read_positions(
-        self, shuffled: WindowShuffle, start: int, offsets: np.ndarray, order: np.ndarray, lo: int, hi: int
-    ) -> list[Any]:
-        """Samples at positions ``lo .. hi-1`` of this rank's part of the epoch, in order."""
-        positions = (start + shuffled.positions(lo, hi)) % self.total
-        shards, local = locate(offsets, order, positions)
-        out: list[Any] = []
-        # read runs of consecutive positions that fall in the same shard together
-        cuts = np.flatnonzero(np.diff(shards)) + 1
-        for run_shards, run_local in zip(np.split(shards, cuts), np.split(local, cuts)):
-            out.extend(self.source.read(int(run_shards[0]), run_local.tolist()))
-        return out
+    def _batch(
+        self, world: World, epoch: EpochReader, where: tuple[int, int, int], positions: np.ndarray, batch: list[Any]
+    ) -> Any:
+        """The collated ``batch`` of positions ``lo .. hi-1`` (``where``: lo, hi, stride); notes the position
+        reached first."""
+        lo, hi, stride = where
+        unit = self.batch_size
+        assert unit is not None
+        # counted before the yield, so that a state taken right after this batch resumes past it
+        self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
+        if not batch:
+            # leaving the batch out would give this rank fewer batches than the others (a hang at the next
+            # collective) and shift every later batch (a wrong resume)
+            shards = epoch.shards_at(positions)
+            raise BadSample(
+                f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)}) "
+                "was bad and skipped; an empty batch cannot be collated; see the warnings above",
+                shards[0],
+            )
+        return self.collate_fn(batch)
 
-    def _shards_at(
-        self, shuffled: WindowShuffle, start: int, offsets: np.ndarray, order: np.ndarray, lo: int, hi: int
-    ) -> list[str]:
-        """The shards that positions ``lo .. hi-1`` of this rank's part of the epoch fall in."""
-        shards, _ = locate(offsets, order, (start + shuffled.positions(lo, hi)) % self.total)
-        return [self.urls[i] for i in dict.fromkeys(shards.tolist())]
+    def _warn_egress(self, world: World) -> None:
+        """Batched mode on remote shards: every worker reads the windows that hold its batches, so with
+        ``n`` workers and windows of ``k`` batches each byte is fetched ``min(n, k)`` times; say so once."""
+        unit = self.batch_size
+        assert unit is not None
+        times = min(world.num_workers, -(-self.window // unit))
+        if times > 1 and world.worker == 0 and self._shared.once(EGRESS_FLAG):
+            warnings.warn(
+                f"{self!r}: with {world.num_workers} workers, each fetches the windows of "
+                f"{self.window} samples that hold its batches of {unit}: about {times}x the shards' bytes "
+                "are fetched per epoch. To fetch each byte once, read per sample (batch_size=None, the "
+                "DataLoader batching), or shuffle within batches (shuffle_window=batch_size), or use fewer "
+                "workers",
+                EgressWarning,
+                stacklevel=3,
+            )
+
+    def _epoch_randomness(self) -> str | None:
+        return "the order of shards and samples (shuffle=True)" if self.shuffle else None
 
     def _plan(self) -> dict[str, int]:
         plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed}

@@ -21,6 +21,7 @@ from fastdata.core.seeding import derive_seed, stagger
 from fastdata.core.sharding import Remainder
 from fastdata.core.world import current_worker
 from fastdata.datasets.base import DatasetBase
+from fastdata.datasets.video_plan import ClipSampling, ClipStarts
 from fastdata.formats.video import VIDEO_EXTENSIONS, DecoderName, VideoMeta, VideoReader, reader_class
 from fastdata.formats.video.base import DecodeTimeout, Size, VideoTooShort
 from fastdata.formats.video.meta_cache import VideoIndex, default_index_file
@@ -28,8 +29,6 @@ from fastdata.formats.video.pool import ReaderPool
 from fastdata.loading.sampler import EpochSampler
 from fastdata.loading.video_sampler import ClipBatchSampler
 from fastdata.storage import expand_urls, scheme
-
-ClipSampling = Literal["random", "uniform"]
 
 
 def expand_video_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -101,9 +100,10 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         clip_step (int | None): frames between clip starts under ``"all"``. Defaults to
             ``clip_len * frame_stride``: clips do not overlap, and each continues the frame grid of the
             one before.
-        clip_sampling ("random" | "uniform"): with an int ``clips_per_video``, a new random start per
-            (seed, epoch, video, clip), or evenly spaced fixed starts (for evaluation). Defaults to
-            "random".
+        clip_sampling ("random" | "uniform" | "random-replace"): with an int ``clips_per_video``: new random
+            starts every epoch, distinct within a video as far as its length allows; evenly spaced fixed
+            starts (for evaluation); or random starts drawn independently per clip (two may coincide).
+            See :data:`fastdata.datasets.video_plan.ClipSampling`. Defaults to "random".
         size ((height, width) | None): resize frames to this size (needed to batch videos of different
             sizes). Defaults to None.
         decoder ("pyav" | "decord" | "opencv" | "torchcodec" | VideoReader subclass): see
@@ -162,7 +162,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
             decode_threads,
             decode_timeout,
         )
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=("timeouts",))
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=("timeouts", "reads"))
         # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
         self.pipeline = SamplePipeline(None, transform, self._policy)
         self.paths = expand_video_paths(paths)
@@ -171,6 +171,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         self.clips_per_video = clips_per_video
         self.clip_step = clip_step or clip_len * frame_stride
         self.clip_sampling = clip_sampling
+        self._clip_starts = ClipStarts(seed, clips_per_video, self.clip_step, clip_sampling)
         self.stagger = stagger
         decoder_key = decoder if isinstance(decoder, str) else f"{decoder.__module__}.{decoder.__qualname__}"
         reader_class(decoder)  # an unknown name or a missing library fails now, not in a worker
@@ -258,14 +259,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         """The first frame of clip ``clip`` of video ``video`` in the current epoch."""
         meta = self.metas[video]
         assert meta is not None
-        room = meta.frames - self.span
-        if self.clips_per_video == "all":
-            return clip * self.clip_step
-        if self.clip_sampling == "uniform":
-            k = int(self.clips_per_video)
-            return room // 2 if k == 1 else round(clip * room / (k - 1))
-        rng = np.random.default_rng([self.seed, self.epoch, video, clip, 0xC11B])
-        return int(rng.integers(0, room + 1))
+        return self._clip_starts.start(self.epoch, video, clip, meta.frames - self.span)
 
     def frames_of(self, i: int) -> tuple[int, list[int]]:
         """``(video number, frame numbers)`` of dataset index ``i`` in the current epoch."""
@@ -273,8 +267,13 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
         start = self.clip_start(video, clip)
         return video, list(range(start, start + self.span, self.frame_stride))
 
-    def _begin(self) -> None:
+    def _epoch_randomness(self) -> str | None:
+        return f"the choice of clip starts (clip_sampling={self.clip_sampling!r})" if self._clip_starts.random else None
+
+    def _begin(self, reads: int = 0) -> None:
         self.follow_epoch()
+        if reads:
+            self._count_reads(reads)
         if self._stagger_pid != process.pid():
             self._stagger_pid = process.pid()
             world = self.worker_world()
@@ -282,7 +281,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
                 self.stagger_delay = stagger(world, *self.stagger)
 
     def _read(self, indices: Sequence[int]) -> list[Any]:
-        self._begin()
+        self._begin(len(indices))
         plan = [self.frames_of(i) for i in indices]
         out: list[Any] = [SKIP] * len(plan)
         pipeline = self.pipeline
@@ -334,6 +333,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
             rank=self.rank,
             world_size=self.world_size,
             shared=self._shared,
+            owner=repr(self),
         )
 
     def clip_sampler(

@@ -49,13 +49,20 @@ def read_manifest(folder: str, opener: Callable[[str], Reader] = open_reader) ->
     return manifest
 
 
-def sample_counts(urls: list[str], opener: Callable[[str], Reader] = open_reader) -> dict[str, int]:
-    """Sample counts of the shards in ``urls`` that a manifest beside them lists."""
-    counts: dict[str, int] = {}
+def shard_listing(urls: list[str], opener: Callable[[str], Reader] = open_reader) -> dict[str, tuple[int, int]]:
+    """``(samples, bytes)`` of the shards in ``urls`` that a manifest beside them lists (bytes -1 where it
+    gives none)."""
+    listed: dict[str, tuple[int, int]] = {}
     for folder in sorted({parent(u) for u in urls}):
         manifest = read_manifest(folder, opener)
         if not manifest:
             continue
         for shard in manifest.get("shards", []):
-            counts[posixpath.join(folder, shard["name"]) if folder else shard["name"]] = int(shard["samples"])
-    return {u: counts[u] for u in urls if u in counts}
+            url = posixpath.join(folder, shard["name"]) if folder else shard["name"]
+            listed[url] = (int(shard["samples"]), int(shard.get("bytes", -1)))
+    return {u: listed[u] for u in urls if u in listed}
+
+
+def sample_counts(urls: list[str], opener: Callable[[str], Reader] = open_reader) -> dict[str, int]:
+    """Sample counts of the shards in ``urls`` that a manifest beside them lists."""
+    return {u: n for u, (n, _) in shard_listing(urls, opener).items()}

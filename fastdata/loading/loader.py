@@ -262,6 +262,9 @@ class Loader:
         if self.iterable:
             self.dataset.load_state_dict(ResumeState(epoch, start, "batches").to_dict())
         else:
+            # set for every pass, so that the dataset knows the pass is this epoch's (its workers seed their
+            # streams from it: see fastdata.core.seeding), whatever sampler the Loader reads through
+            self.dataset.set_epoch(epoch)
             # the sampler counts samples; the last batch may be short: k batches are at most the whole epoch
             samples = self.sampler.samples if self._batch_sampler else len(self.sampler)
             consumed = min(start * self.batch_size, samples)

@@ -8,14 +8,17 @@ and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import Sampler
 
+from fastdata.core import process
 from fastdata.core.resume import ResumeState, load_state
-from fastdata.core.sharding import Remainder, rank_indices, rank_span
-from fastdata.core.shared import SharedEpoch, SharedState
+from fastdata.core.seeding import RepeatedEpochWarning, derive_seed
+from fastdata.core.sharding import EXACT_ORDER_MAX, Remainder, rank_index_blocks, rank_indices, rank_span
+from fastdata.core.shared import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 from fastdata.core.world import current_rank
 
 
@@ -32,6 +35,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         publish (Callable[[int, np.ndarray], None] | None): called with ``(epoch, order)`` at the start of
             each iteration, with the epoch's whole order (before any resume skip): how a dataset's workers
             learn what comes next (see :class:`fastdata.core.shared.SharedPlan`). Defaults to None.
+        owner (str | None): the dataset it orders, named in its warning when a new pass repeats a shuffled
+            epoch already read because the epoch was not set again. Defaults to None.
     """
 
     def __init__(
@@ -45,6 +50,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         world_size: int | None = None,
         shared: SharedState | None = None,
         publish: Callable[[int, Any], None] | None = None,
+        owner: str | None = None,
     ) -> None:
         detected = current_rank()
         self.rank = detected[0] if rank is None else rank
@@ -53,6 +59,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
         self._shared = shared if shared is not None else SharedState(())
         self._publish = publish
+        self._owner = owner
+        self._passes = 0
         self._resume: tuple[int, int] | None = None
         self._position: list[int] | None = None
 
@@ -69,7 +77,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         )
 
     def __iter__(self) -> Iterator[int]:
-        order = self.indices()
+        lazy = self._publish is None and self.n > EXACT_ORDER_MAX
+        order = None if lazy else self.indices()
         if self._publish is not None:
             self._publish(self.epoch, order)
         start = 0
@@ -78,13 +87,52 @@ class EpochSampler(SharedEpoch, Sampler[int]):
             self._resume = None
         # [epoch, indices handed out]: what state_dict() reports when it is not told what was consumed
         self._position = [self.epoch, start]
-        return self._walk(order[start:].tolist(), self._position)
+        if order is not None:
+            return self._walk(order[start:].tolist(), self._position)
+        # a huge epoch: its order computed block by block as the loader takes it (see EXACT_ORDER_MAX)
+        blocks = rank_index_blocks(
+            self.n,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            remainder=self.remainder,
+            start=start,
+        )
+        return self._walk_blocks(blocks, self._position)
+
+    def _walk(self, indices: list[int], position: list[int]) -> Iterator[int]:
+        # the pass begins with its first index: an iterator made and dropped unread (torchdata makes one
+        # before it loads a state) is no pass
+        self._begin_pass()
+        yield from self._count(indices, position)
 
     @staticmethod
-    def _walk(indices: list[int], position: list[int]) -> Iterator[int]:
+    def _count(indices: list[int], position: list[int]) -> Iterator[int]:
         for i in indices:
             position[1] += 1  # before the yield: a state taken right after next() counts this index
             yield i
+
+    def _begin_pass(self) -> None:
+        """Log the pass in the shared state; warn once when it repeats a shuffled epoch (not set again)."""
+        self._passes += 1
+        began = self._shared.begin_pass(SAMPLER_LOG, derive_seed(process.pid(), id(self), self._passes))
+        if began.repeated and self.shuffle and self._shared.once(SAMPLER_REPEAT_FLAG):
+            of = f" of {self._owner}" if self._owner else ""
+            warnings.warn(
+                f"EpochSampler{of}: a new pass started at epoch {self.epoch}, which was read before, and the "
+                "epoch was not set again: the order is the same as in the last pass. Call "
+                "sampler.set_epoch(epoch) (or ds.set_epoch) at the start of every epoch, or iterate through "
+                "fastdata.Loader, which does it",
+                RepeatedEpochWarning,
+                stacklevel=3,
+            )
+
+    def _walk_blocks(self, blocks: Iterator[Any], position: list[int]) -> Iterator[int]:
+        self._begin_pass()  # once for the pass, not once per block
+        for block in blocks:
+            yield from self._count(block.tolist(), position)
 
     def __len__(self) -> int:
         return self._length

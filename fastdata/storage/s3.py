@@ -42,7 +42,15 @@ from fastdata.storage.s3_client import (
     process_counters,
     release,
 )
-from fastdata.storage.s3_fetch import Fetched, ObjectChanged, S3Unavailable, call, get
+from fastdata.storage.s3_fetch import (
+    Fetched,
+    ObjectChanged,
+    S3CredentialsMissing,
+    S3Unavailable,
+    S3Unreachable,
+    call,
+    get,
+)
 from fastdata.storage.s3_upload import upload_file
 from fastdata.storage.s3_windows import Windows, done
 
@@ -112,11 +120,20 @@ class S3Reader:
         expected_stride (int): how the caller's first ``read_ranges`` calls will move: each call ``n``
             spans after the previous one (a dataset that deals batches to ``n`` workers in turn passes
             ``n``); 1 for a contiguous stream. Later calls measure the stride. Defaults to 1.
+        follow_streams (bool): fetch ahead what a stream of ``read_ranges`` calls will want next (see
+            above); False for a caller that asks for each stretch whole when it needs it (a shuffle window
+            filled shard by shard), where bytes fetched ahead past its stretch would be fetched for
+            nothing. Defaults to True.
+        size (int | None): the object's size, when the caller knows it (a manifest lists it): the reader
+            then opens without a request, its first read is its first GET, and a GET that finds another
+            size fails with :class:`ObjectChanged`. Defaults to None (the first GET, of ``open_bytes``,
+            tells the size).
         **options: :class:`S3Config` fields (``endpoint_url=...``, ``max_attempts=...``).
 
     Raises:
         SourceNotFound: no such key or bucket. SourceUnreadable: access denied.
-        S3Unavailable: the store did not answer after every retry.
+        S3Unavailable: the store did not answer after every retry (S3Unreachable: no connection could
+            be made to the endpoint). S3CredentialsMissing: the AWS chain found no credentials.
     """
 
     def __init__(
@@ -134,6 +151,8 @@ class S3Reader:
         open_bytes: int = 256 * 1024,
         companion: str | None = None,
         expected_stride: int = 1,
+        follow_streams: bool = True,
+        size: int | None = None,
         **options: Any,
     ) -> None:
         for name, value in (
@@ -146,7 +165,9 @@ class S3Reader:
             check_positive(name, value)
         check_positive("coalesce_gap", coalesce_gap, allow_zero=True)
         check_positive("expected_stride", expected_stride)
-        self.companion, self.expected_stride = companion, expected_stride
+        if size is not None:
+            check_positive("size", size, allow_zero=True)
+        self.companion, self.expected_stride, self.follow_streams = companion, expected_stride, follow_streams
         self.bucket, self.key = parse_url(url)
         if not self.key or self.key.endswith("/"):
             raise ConfigError(
@@ -160,13 +181,19 @@ class S3Reader:
         self.prefetch, self.max_prefetch = prefetch, max_prefetch
         self._windows = Windows(max(cache_bytes, max_prefetch + readahead))
         self._closed = False
+        self._previous: tuple[int, int] | None = None  # the span of the last read_ranges call
+        if size is not None:
+            self.size, self.etag = size, ""  # the ETag comes with the first GET, which pins the later ones
+            self._ahead = (0, 0)
+            if self.prefetch and companion is not None:
+                _start_sidecar(self.config, self.stats, companion, open_bytes)
+            return
         first = self._open(open_bytes)
-        self.size: int = first.size
-        self.etag: str = first.etag
+        self.size = first.size
+        self.etag = first.etag
         if first.data:
             self._windows.put(0, len(first.data), done(first.data))
         self._ahead = (len(first.data), len(first.data) // 2)  # (next byte to read ahead, when to)
-        self._previous: tuple[int, int] | None = None  # the span of the last read_ranges call
 
     def _open(self, n: int) -> Any:
         from botocore.exceptions import ClientError
@@ -191,7 +218,10 @@ class S3Reader:
 
     # -- fetching -----------------------------------------------------------------------------------
     def _get(self, start: int, end: int) -> bytes:
-        return get(self.config, self.stats, self.url, start, end - start, etag=self.etag, size=self.size).data
+        fetched = get(self.config, self.stats, self.url, start, end - start, etag=self.etag or None, size=self.size)
+        if not self.etag:
+            self.etag = fetched.etag  # opened with a known size: the first GET names the version to read
+        return fetched.data
 
     def _parts(self, start: int, end: int) -> list[tuple[int, int]]:
         return [(s, min(end, s + self.part_size)) for s in range(start, end, self.part_size)]
@@ -200,6 +230,9 @@ class S3Reader:
         """Fetch every ``(start, end)``: the first on this thread, the others in parallel on the pool;
         ``then`` runs once they are queued (a read-ahead queued behind them)."""
         futures = []
+        if len(jobs) > 1 and not self.etag:
+            # no GET yet pinned the object's version: the first one does, before the others start
+            return [self._get(*jobs[0]), *self._fetch_many(jobs[1:], then)]
         if len(jobs) > 1:
             pool = executor(self.config)
             futures = [pool.submit(self._get, s, e) for s, e in jobs[1:]]
@@ -231,7 +264,7 @@ class S3Reader:
         ``PREFETCH_CALLS`` calls will want (at least ``readahead`` bytes when contiguous), widened by a
         margin for uneven sample sizes."""
         previous, self._previous = self._previous, (lo, hi)
-        if not self.prefetch:
+        if not self.prefetch or not self.follow_streams:
             return None
         span = hi - lo
         # the first call has no stride to go by but the caller's word (a dataset dealing batches to n
@@ -381,8 +414,10 @@ __all__ = [
     "COUNTERS",
     "ObjectChanged",
     "S3Config",
+    "S3CredentialsMissing",
     "S3Reader",
     "S3Unavailable",
+    "S3Unreachable",
     "Stats",
     "executor",
     "process_counters",

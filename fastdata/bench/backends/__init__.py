@@ -7,6 +7,9 @@ entry point in the group ``fastdata.bench_backends`` naming such a module). The 
     PRIORITY: int              # optional; lower is asked first by auto-detection. Defaults to 50.
     EXTRA: str | None          # optional; the pip extra its libraries come from, for install hints.
     DEMO_BATCH_SIZE: int       # optional; the batch size of the demo sweep. Defaults to 64.
+    DATASET_BATCHES: bool      # optional; open() takes batch_size= and the dataset batches itself (the
+                               # command passes --batch-size to it). Defaults to False.
+    DEFAULT_DECODE: str        # optional; what decode= defaults to ("raw": bytes), for the report.
 
     def detect(spec: str) -> bool:
         '''True when SPEC is data of this format: a shard pattern, an HDF5 file, a folder of videos,
@@ -164,6 +167,17 @@ class Backend:
     @property
     def demo_batch_size(self) -> int:
         return int(getattr(self._mod, "DEMO_BATCH_SIZE", 64))
+
+    @property
+    def dataset_batches(self) -> bool:
+        """The backend's dataset batches itself by default (``-o batch_size=N``; ``batch_size=null``
+        reads sample by sample, batched by the DataLoader)."""
+        return bool(getattr(self._mod, "DATASET_BATCHES", False))
+
+    @property
+    def default_decode(self) -> str | None:
+        """What ``decode`` defaults to for this backend, where it has the option."""
+        return getattr(self._mod, "DEFAULT_DECODE", None)
 
 
 def _load(module: str) -> Backend:

@@ -3,10 +3,13 @@
 SPEC: a shard pattern (``data/train-{000000..000099}.tar``, ``data/*.tar``), one shard, or a folder
 holding ``*.tar`` shards. Shards on S3 (``s3://b/train-{0..9}.tar``) are the ``s3`` backend's, which
 takes the S3 options (endpoint, retries, read-ahead) too; ``--format tar`` still reads them, through
-the AWS chain's settings. Options (``-o KEY=VALUE``): ``decode`` ("raw", "pil",
-"numpy", "torch"; default "raw"), ``indexed`` (true: the map-style :class:`~fastdata.IndexedTarDataset`
-with random access; default false: the streaming :class:`~fastdata.TarShardDataset`), ``shuffle``
-(default true), ``shuffle_window``, ``on_error``.
+the AWS chain's settings. Options (``-o KEY=VALUE``): ``batch_size`` (the dataset batches itself, as the
+README advises: ``fastdata bench`` passes ``--batch-size``, 64 by default; ``batch_size=null`` reads
+sample by sample, batched by the DataLoader), ``decode`` ("raw", "pil", "numpy", "torch"; default
+"torch": images decoded to tensors, as training reads them; "raw" keeps the bytes, and the report says
+so), ``indexed`` (true: the map-style :class:`~fastdata.IndexedTarDataset` with random access, batched by
+the DataLoader; default false: the streaming :class:`~fastdata.TarShardDataset`), ``shuffle`` (default
+true), ``shuffle_window``, ``on_error``.
 """
 
 from __future__ import annotations
@@ -28,14 +31,16 @@ NAME = "tar"
 PRIORITY = 10  # ".tar" is specific: ask before the backends that take any s3:// prefix or folder
 EXTRA = None
 DEMO_BATCH_SIZE = 64
+DATASET_BATCHES = True  # TarShardDataset(batch_size=...): whole batches made in the worker
+DEFAULT_DECODE = "torch"
 # decode to tensors (the usual training input); a shuffle window of 512 samples, as the demo's epochs
-# are short (TarShardDataset decodes a whole window before yielding its first sample)
+# are short
 DEMO_OPTIONS: dict[str, Any] = {"decode": "torch", "shuffle_window": 512}
 DEMO_SHARDS = 4
 DEMO_PER_SHARD = 1000
 DEMO_SIZE = (128, 128)
 
-_OPTIONS = {"decode", "indexed", "shuffle", "shuffle_window", "on_error", "max_open", "seed"}
+_OPTIONS = {"decode", "indexed", "shuffle", "shuffle_window", "on_error", "max_open", "seed", "batch_size"}
 
 
 def _first(spec: str) -> str:
@@ -71,10 +76,12 @@ def open(spec: str, **options: Any) -> Any:
             f"tar backend: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_OPTIONS))}"
         )
     indexed = bool(options.pop("indexed", False))
+    options.setdefault("decode", DEFAULT_DECODE)
     urls = _urls(spec)
     if indexed:
         options.pop("shuffle", None)  # map-style: the sweep's sampler shuffles
         options.pop("shuffle_window", None)
+        options.pop("batch_size", None)  # map-style: the DataLoader batches
         return fd.IndexedTarDataset(urls, **options)
     options.setdefault("shuffle", True)
     return fd.TarShardDataset(urls, **options)

@@ -29,6 +29,7 @@ from fastdata.formats.video.base import (
     VideoReader,
     VideoTooShort,
     VideoUnreadable,
+    VideoUnsupported,
 )
 
 DecoderName = Literal["pyav", "decord", "opencv", "torchcodec"]
@@ -96,6 +97,7 @@ __all__ = [
     "VideoReader",
     "VideoTooShort",
     "VideoUnreadable",
+    "VideoUnsupported",
     "open_video",
     "reader_class",
 ]

@@ -3,6 +3,15 @@
 A :class:`VideoReader` opens one file, knows its frame count, frame rate and size, and returns any set
 of frames as one ``uint8`` array ``[T, H, W, 3]`` (RGB) in the order asked. Backends implement
 ``_read`` for sorted, distinct frame numbers; the base class validates, deduplicates and reorders.
+
+No decoder object made in one process is ever finalised in a process forked from it: decord's
+destructor deadlocks in a forked child (its decoder thread does not exist there), and the garbage
+collector may run it there for a reader the parent no longer holds: one that failed half-way through
+its constructor (the exception's traceback holds it), one in a reference cycle, one kept by user code.
+So every reader, and every native decoder object inside one, is registered with :func:`native` when
+it is made (a weak set: the parent frees them as usual); just before a fork the set is copied into a
+strong list, so that nothing in it can be finalised during the fork, and the child keeps that list
+for its whole life (:func:`fastdata.core.process.abandon`), while the parent drops it right after.
 """
 
 from __future__ import annotations
@@ -10,20 +19,29 @@ from __future__ import annotations
 import errno
 import os
 import resource
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from fastdata.core import process
 from fastdata.core.errors import BadSample, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
+
+T = TypeVar("T")
 
 Size = tuple[int, int]
 
 
 class VideoUnreadable(DecodeFailed):
     """The file exists but is not a video any decoder can open (zero bytes, truncated, not a video)."""
+
+
+class VideoUnsupported(VideoUnreadable):
+    """A sound video that the chosen decoder cannot read exactly: a codec its build lacks, a stream it
+    cannot choose, frames it numbers wrongly after a seek. The message names the decoder that can."""
 
 
 class FramesMissing(DecodeFailed):
@@ -45,7 +63,8 @@ class VideoMeta:
     Attributes:
         frames (int): frames the decoder can address, ``0 .. frames - 1``.
         fps (float): average frame rate, frames per second.
-        height, width (int): decoded frame size in pixels (before any resize).
+        height, width (int): frame size in pixels as displayed (the display matrix applied; before
+            any resize).
         extra (dict): decoder-specific facts worth caching (JSON types only), given back to the
             decoder when it opens the file again so that it need not rediscover them.
     """
@@ -81,6 +100,43 @@ def check_exists(path: str) -> None:
         raise SourceUnreadable(f"{path}: permission denied") from None
     if size == 0 and os.path.isfile(path):
         raise VideoUnreadable(f"{path}: the file is empty (0 bytes); re-copy or re-encode it", path)
+
+
+_natives: weakref.WeakSet[Any] = weakref.WeakSet()
+_held_over_fork: list[Any] = []
+
+
+def native(obj: T) -> T:
+    """Register ``obj`` (a reader, or a library's decoder object) so that no process forked after now
+    ever finalises it (see the module docstring); returns ``obj``. Objects that take no weak reference
+    (PyAV containers, ``cv2.VideoCapture``) are covered by registering the reader that holds them."""
+    try:
+        _natives.add(obj)
+    except TypeError:
+        pass
+    return obj
+
+
+def live_natives() -> list[Any]:
+    """The registered decoder objects still alive in this process (for tests)."""
+    return list(_natives)
+
+
+def _hold_natives() -> None:
+    _held_over_fork[:] = list(_natives)
+
+
+def _release_natives() -> None:
+    _held_over_fork.clear()
+
+
+def _abandon_inherited_natives() -> None:
+    for obj in _held_over_fork:
+        process.abandon(obj)
+    _held_over_fork.clear()
+
+
+process.at_fork(before=_hold_natives, after_in_parent=_release_natives, after_in_child=_abandon_inherited_natives)
 
 
 class TooManyOpenFiles(FastdataError, OSError):
@@ -126,6 +182,7 @@ class VideoReader(ABC):
     name: ClassVar[str] = "?"
 
     def __init__(self, path: str, *, threads: int = 1, size: Size | None = None, meta: VideoMeta | None = None) -> None:
+        native(self)  # first of all: a constructor that fails later leaves a half-built reader behind
         self.path = path
         self.threads = threads
         self.size = size

@@ -17,18 +17,32 @@ the background, stealing the cores of the other DataLoader workers. So:
 3. ask in increasing order (the base class sorts), so no read ever seeks backwards mid-clip.
 
 decord readers must never be used or destroyed in a process forked after they were created (that
-hangs); the dataset's reader cache abandons inherited readers (``HandleCache(close_inherited=False)``).
+hangs); the dataset's reader cache abandons inherited readers (``HandleCache(close_inherited=False)``),
+and every decord object is registered with :func:`~fastdata.formats.video.base.native`, so that a
+forked child never finalises one it inherited, wherever it is referenced from.
 """
 
 from __future__ import annotations
 
 import bisect
+import traceback
 from typing import Any
 
 import numpy as np
 
 from fastdata.core.errors import DecodeFailed
-from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, resize_into, unreadable
+from fastdata.formats.video.base import (
+    Size,
+    VideoMeta,
+    VideoReader,
+    VideoUnsupported,
+    check_exists,
+    native,
+    resize_into,
+    unreadable,
+)
+from fastdata.formats.video.crosscheck import unsupported
+from fastdata.formats.video.stream import StreamInfo
 
 
 class DecordReader(VideoReader):
@@ -41,23 +55,64 @@ class DecordReader(VideoReader):
         import decord
 
         check_exists(path)
+        self._vr: Any = None
+        self.info = info = StreamInfo.of(path, meta)
+        self._meta = meta if meta is not None else info.meta()
+        vr: Any = None
         try:
-            # decord resizes in its own filter graph when given a size: cheaper than resizing after
+            # decord resizes in its own filter graph when given a size (after turning the frames for
+            # display): cheaper than resizing after
             h, w = size or (-1, -1)
-            self._vr: Any = decord.VideoReader(path, ctx=decord.cpu(0), width=w, height=h, num_threads=threads)
-            frames = len(self._vr)
-            if frames < 1:
-                raise ValueError("no video frames")
-            self._keys: list[int] = list(self._vr.get_key_indices())
+            # registered before its constructor runs: one that fails after making its native handle
+            # leaves the half-built object to the garbage collector (see base.native)
+            vr = native(decord.VideoReader.__new__(decord.VideoReader))
+            vr.__init__(path, ctx=decord.cpu(0), width=w, height=h, num_threads=threads)
+            frames = len(vr)
+            keys = [int(k) for k in vr.get_key_indices()]
         except Exception as e:
-            self._vr = None
-            raise unreadable(path, "decord", e) from e
-        if meta is None:
-            first = self._get([0])
-            self.pause()
-            # with ``size`` this is the resized size: decord does not report the stored one
-            meta = VideoMeta(frames, float(self._vr.get_avg_fps()), first.shape[1], first.shape[2])
-        self._meta = meta
+            vr = None
+            traceback.clear_frames(e.__traceback__)  # decord's frames there hold the half-built reader
+            error = f"{type(e).__name__}: {str(e).strip()[:300]}"
+            raise unsupported(self, info.codec, "open", error) or unreadable(path, "decord", e) from e
+        self._vr, vr = vr, None  # the reader alone holds it: close() frees it
+        self._keys = keys
+        problem = self._disagrees(frames, keys)
+        if problem is None and meta is None:
+            try:
+                first = self._get([0])
+                self.pause()
+            except Exception:
+                self.close()  # now, in this process: never left to the garbage collector
+                raise
+            shape = first.shape[1:3]
+            if shape != self.out_size:
+                problem = f"its frames are {shape[0]}x{shape[1]}, the stream's {self.out_size[0]}x{self.out_size[1]}"
+        if problem is not None:
+            self.close()  # now, in this process: never left to the garbage collector
+            raise VideoUnsupported(
+                f"{path}: decord does not read this video as FFmpeg does ({problem}); decord cannot be told "
+                "otherwise: use decoder='pyav'",
+                path,
+            )
+
+    def _disagrees(self, frames: int, keys: list[int]) -> str | None:
+        """What makes decord's reading of this file differ from the stream's frame table, if anything."""
+        info = self.info
+        table = info.table
+        if info.streams > 1:
+            height, width = info.shown
+            alike = [o for o in info.others if o[0] == table.n and sorted(o[1:]) == sorted((height, width))]
+            if alike:
+                return f"{info.streams} video streams alike: which one decord reads cannot be checked"
+        if frames != table.n:
+            other = f" (it reads another of the {info.streams} video streams)" if info.streams > 1 else ""
+            return f"decord counts {frames} frames, video stream {info.index} holds {table.n}{other}"
+        if keys != table.keys:
+            return (
+                f"its keyframes are frames {keys[:6]}, the stream's {table.keys[:6]}: it would return other "
+                "frames than asked after a seek, as on open-GOP HEVC"
+            )
+        return None
 
     @property
     def meta(self) -> VideoMeta:
@@ -65,15 +120,18 @@ class DecordReader(VideoReader):
 
     def _get(self, indices: list[int]) -> np.ndarray:
         try:
-            return self._vr.get_batch(indices).asnumpy()  # type: ignore[no-any-return]
+            frames = self._vr.get_batch(indices).asnumpy()
         except Exception as e:
             self._park()  # its state after a failure is unknown: stop it before it is closed or reused
-            raise DecodeFailed(
-                f"{self.path}: decord cannot decode frames {indices[0]}..{indices[-1]} "
-                f"({type(e).__name__}: {str(e).strip()[:300]}); the file is damaged: re-encode "
-                "it, or pass on_error='skip'",
+            error = f"{type(e).__name__}: {str(e).strip()[:300]}"
+            raise unsupported(
+                self, self.info.codec, f"decode frames {indices[0]}..{indices[-1]} of", error, indices
+            ) or DecodeFailed(
+                f"{self.path}: decord cannot decode frames {indices[0]}..{indices[-1]} ({error}); the file is "
+                "damaged: re-encode it, or pass on_error='skip'",
                 self.path,
             ) from e
+        return self.info.display.after_rotation(frames)  # type: ignore[no-any-return]
 
     def pause(self) -> None:
         """Park the reader (1. of the module doc): no read continues from where this one ended."""

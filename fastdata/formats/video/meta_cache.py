@@ -5,7 +5,7 @@ video once. The results are kept in an index file (in the user's cache folder by
 ``index_cache`` points, e.g. beside the videos), keyed by path and checked against each file's size and
 modification time, so a second start opens only the videos that are new or changed. Layout::
 
-    {"version": 1, "decoder": "pyav",
+    {"version": 2, "decoder": "pyav",
      "videos": {"/data/a.mp4": {"size": 123456, "mtime_ns": 1700000000000000000,
                                 "meta": {"frames": 300, "fps": 30.0, "height": 224, "width": 224,
                                          "extra": {...}}},
@@ -32,7 +32,7 @@ from tqdm import tqdm
 from fastdata.core.errors import BadSample, SourceNotFound, SourceUnreadable
 from fastdata.formats.video.base import DecodeTimeout, VideoMeta, VideoUnreadable
 
-VERSION = 1
+VERSION = 2  # 2: the stream info (fastdata.formats.video.stream) in every decoder's meta
 Outcome = VideoMeta | BadSample | SourceNotFound | SourceUnreadable
 
 

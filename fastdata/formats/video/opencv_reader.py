@@ -1,12 +1,17 @@
-"""The OpenCV reader: a kept-open ``cv2.VideoCapture`` that seeks only when it must.
+"""The OpenCV reader: a kept-open ``cv2.VideoCapture`` that seeks only when it must, and checks every
+frame's number against the stream's frame table.
 
-``VideoCapture.set(CAP_PROP_POS_FRAMES, i)`` is frame-exact but costly: OpenCV seeks to the keyframe
-before ``i - 16`` and decodes forward from there. So a read that starts a little ahead of where the
-capture stands grabs forward instead, and only the frames asked for are converted (``grab`` decodes,
-``retrieve`` converts).
+``VideoCapture.set(CAP_PROP_POS_FRAMES, i)`` is costly: OpenCV seeks to the keyframe before ``i - 16``
+and decodes forward from there. So a read that starts a little ahead of where the capture stands grabs
+forward instead, and only the frames asked for are converted (``grab`` decodes, ``retrieve`` converts).
 
-OpenCV reports the frame count the container declares, which can be more than the frames present
-(a truncated AVI, a damaged MP4); reading past the real end raises :class:`FramesMissing`.
+OpenCV's own frame numbers cannot be trusted: after a seek it derives them from the timestamp and the
+average frame rate, which on a variable-frame-rate file lands a frame early (or late). So each frame
+grabbed is identified by its timestamp (``CAP_PROP_POS_MSEC``, relative to the stream's start) in the
+frame table (:mod:`fastdata.formats.video.stream`); a seek that landed after the first frame wanted is
+retried from further back, and a frame the decoder skipped is :class:`FramesMissing`, never replaced
+by its neighbour. OpenCV reads the first video stream of a file and turns frames by the display
+matrix's angle; a file whose best stream is another one is refused.
 """
 
 from __future__ import annotations
@@ -15,11 +20,26 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, resize_into, unreadable
+from fastdata.formats.video.base import (
+    FramesMissing,
+    Size,
+    VideoMeta,
+    VideoReader,
+    VideoUnsupported,
+    check_exists,
+    native,
+    resize_into,
+    unreadable,
+)
+from fastdata.formats.video.crosscheck import unsupported
+from fastdata.formats.video.stream import StreamInfo
 
 # Grabbing forward beats seeking when the target is fewer frames ahead than OpenCV's seek decodes
 # (16 frames back from the target, then back to a keyframe).
 GRAB_AHEAD = 24
+# Seeks retried from further back when OpenCV lands after the first frame wanted; the last one seeks
+# to the start of the file, from where every frame is reached by decoding forward.
+SEEK_RETRIES = 3
 
 
 class OpenCVReader(VideoReader):
@@ -32,26 +52,27 @@ class OpenCVReader(VideoReader):
         import cv2
 
         check_exists(path)
-        self._cap: Any = cv2.VideoCapture(path, cv2.CAP_FFMPEG, [cv2.CAP_PROP_N_THREADS, threads])
+        self._cap: Any = None
+        self.info = info = StreamInfo.of(path, meta)
+        self._meta = meta if meta is not None else info.meta()
+        if not info.first:
+            raise VideoUnsupported(
+                f"{path}: holds {info.streams} video streams; OpenCV reads only the first, fastdata reads "
+                f"stream {info.index} (FFmpeg's choice, which the other decoders read): use decoder='pyav'",
+                path,
+            )
+        self._cap = native(cv2.VideoCapture(path, cv2.CAP_FFMPEG, [cv2.CAP_PROP_N_THREADS, threads]))
         if not self._cap.isOpened():
-            self._cap.release()
-            self._cap = None
-            raise unreadable(path, "OpenCV", OSError("VideoCapture did not open"))
-        self._pos = 0  # the frame the next grab() returns
-        if meta is None:
-            frames = int(self._cap.get(cv2.CAP_PROP_FRAME_COUNT))
-            if frames <= 0:  # no count in the container: count by decoding (slow, but only at probe)
-                frames = self._count_frames()
-            height, width = int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT)), int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH))
-            meta = VideoMeta(frames, float(self._cap.get(cv2.CAP_PROP_FPS)), height, width)
-        self._meta = meta
-
-    def _count_frames(self) -> int:
-        n = 0
-        while self._cap.grab():
-            n += 1
-        self._seek(0)
-        return n
+            self.close()
+            error = OSError("VideoCapture did not open")
+            raise unsupported(self, info.codec, "open", error) or unreadable(path, "OpenCV", error)
+        table = info.table
+        self._pos_msec = cv2.CAP_PROP_POS_MSEC
+        # CAP_PROP_POS_MSEC is (pts - stream start) * time base, in ms: back to the table's units
+        self._ms_to_pts = 1 / (1000 * float(info.time_base))
+        self._tolerance = self._ms_to_pts  # within 1 ms: frames are at least ~4 ms apart
+        self._table = table
+        self._pos = 0  # the frame the next grab() returns (as far as we know)
 
     @property
     def meta(self) -> VideoMeta:
@@ -61,7 +82,12 @@ class OpenCVReader(VideoReader):
         import cv2
 
         self._cap.set(cv2.CAP_PROP_POS_FRAMES, i)
-        self._pos = i
+        self._pos = i  # OpenCV's idea; the next grab() says where it really is
+
+    def _grabbed(self) -> int | None:
+        """The frame number of the frame just grabbed, from its timestamp (None: no such frame)."""
+        ms = self._cap.get(self._pos_msec)
+        return self._table.nearest(self.info.start + ms * self._ms_to_pts, self._tolerance)
 
     def _read(self, wanted: list[int]) -> np.ndarray:
         import cv2
@@ -73,26 +99,42 @@ class OpenCVReader(VideoReader):
         h, w = self.out_size
         out = np.empty((len(wanted), h, w, 3), np.uint8)
         resize = (h, w) != (self._meta.height, self._meta.width)
+        retries = 0
         k = 0
         while k < len(wanted):
             if not cap.grab():
-                got = self._pos - 1 if self._pos > 0 else None
                 self._pos = 1 << 62  # unknown position: the next read seeks
-                raise self.missing(wanted[k:], got)
-            i = self._pos
-            self._pos += 1
-            if i != wanted[k]:
+                raise self._failed(wanted[k:], "grab() found no frame")
+            i = self._grabbed()
+            if i is None:
+                self._pos = 1 << 62
+                raise self._failed(wanted[k:], "a frame at a time the stream has no frame at")
+            self._pos = i + 1
+            if i < wanted[k]:
+                continue
+            if i > wanted[k]:
+                if k > 0 or retries == SEEK_RETRIES:  # the decoder skipped a frame wanted
+                    self._pos = 1 << 62
+                    raise self.missing(wanted[k:], i, f" (frame {wanted[k]} was skipped)")
+                # the seek landed after the frame wanted: seek from further back
+                retries += 1
+                back = 0 if retries == SEEK_RETRIES else max(0, first - (i - first) - GRAB_AHEAD * retries)
+                self._seek(back)
                 continue
             ok, bgr = cap.retrieve()
             if not ok:
                 self._pos = 1 << 62
-                raise self.missing(wanted[k:], i - 1)
+                raise self._failed(wanted[k:], "retrieve() failed")
             if resize:
                 resize_into(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), out[k])
             else:
                 cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=out[k])
             k += 1
-        return out
+        return self.info.display.after_rotation(out)
+
+    def _failed(self, frames: list[int], error: str) -> FramesMissing | VideoUnsupported:
+        what = f"decode frames {frames[0]}..{frames[-1]} of"
+        return unsupported(self, self.info.codec, what, error, frames) or self.missing(frames, None, f" ({error})")
 
     def close(self) -> None:
         cap, self._cap = getattr(self, "_cap", None), None

@@ -2,13 +2,15 @@
 
 The rules of :mod:`fastdata.core.handles` apply: nothing is opened before it is needed, nothing opened in
 one process is used in another, pickling drops every reader, and at most ``max_open`` readers (so
-file descriptors) are open per process. Forks get two guards:
+file descriptors) are open per process. Forks get three guards:
 
 * just before any fork, each pool closes its idle readers, in the parent, where that is safe: a
   forked worker then inherits no reader, no descriptor of a video file, and no decoder state (a user
   who looked at ``ds[0]`` before starting the DataLoader leaves nothing behind);
 * a reader that was busy at that moment (read from another thread) is inherited, and the child
-  abandons it: never uses it, never closes it (decord hangs in a forked child that does either).
+  abandons it: never uses it, never closes it (decord hangs in a forked child that does either);
+* a reader held by anything else (one that failed, whose exception's traceback holds it; one in a
+  reference cycle) is never finalised in the child either (:func:`fastdata.formats.video.base.native`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 PyAV gives us the demuxer and decoder directly, so the seek strategy is ours:
 
 * the frame table (each frame's timestamp, which frames are keyframes) is read once from the packets
-  without decoding, at probe time, and cached in the clip index; the reader never rescans the file;
+  without decoding, at probe time, and cached in the clip index; the reader never rescans the file
+  (:mod:`fastdata.formats.video.stream`, which also picks the stream, FFmpeg's best, and reads the
+  display matrix, applied to every frame converted);
 * a read jumps to the keyframe at or before its first frame and decodes forward; when the decoder
   already sits between that keyframe and the first frame (the next clip of a sequential read), it just
   keeps going, without a seek;
@@ -17,16 +19,15 @@ PyAV gives us the demuxer and decoder directly, so the seek strategy is ours:
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from fastdata.core.errors import DecodeFailed
+from fastdata.core.errors import BadSample, DecodeFailed
 from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, unreadable
+from fastdata.formats.video.stream import FrameTable, StreamInfo
 
 _local = threading.local()
 
@@ -45,59 +46,6 @@ def _reformatter() -> Any:
 SEEK_RETRIES = 2
 
 
-class FrameTable:
-    """Timestamp of every frame (presentation order) and the frame numbers of the keyframes."""
-
-    def __init__(self, pts: list[int] | dict[str, int], keys: list[int]) -> None:
-        if isinstance(pts, dict):  # constant frame rate: stored as start + step * i
-            self.start, self.step, self.n = int(pts["start"]), int(pts["step"]), int(pts["n"])
-            self._pts: list[int] | None = None
-            self._index: dict[int, int] | None = None
-        else:
-            self.start, self.step, self.n = 0, 0, len(pts)
-            self._pts = list(pts)
-            self._index = {p: i for i, p in enumerate(self._pts)}
-        self.keys = keys or [0]
-
-    @classmethod
-    def scan(cls, container: Any, stream: Any) -> FrameTable:
-        """Read every packet's timestamp and keyframe flag (demux only, no decode)."""
-        stamps: list[tuple[int, bool]] = []
-        for packet in container.demux(stream):
-            ts = packet.pts if packet.pts is not None else packet.dts
-            if ts is None or packet.size == 0:
-                continue
-            stamps.append((ts, bool(packet.is_keyframe)))
-        stamps.sort()
-        pts = [t for t, _ in stamps]
-        keys = [i for i, (_, key) in enumerate(stamps) if key]
-        steps = {b - a for a, b in itertools.pairwise(pts)}
-        if len(pts) > 1 and len(steps) == 1 and pts[1] > pts[0]:
-            return cls({"start": pts[0], "step": pts[1] - pts[0], "n": len(pts)}, keys)
-        return cls(pts, keys)
-
-    def to_json(self) -> dict[str, Any]:
-        pts: Any = self._pts if self._pts is not None else {"start": self.start, "step": self.step, "n": self.n}
-        return {"pts": pts, "keys": self.keys}
-
-    def pts(self, i: int) -> int:
-        return self._pts[i] if self._pts is not None else self.start + self.step * i
-
-    def index(self, pts: int | None) -> int | None:
-        """The frame number with timestamp ``pts`` (None when no frame has it)."""
-        if pts is None:
-            return None
-        if self._index is not None:
-            return self._index.get(pts)
-        i, r = divmod(pts - self.start, self.step)
-        return i if r == 0 and 0 <= i < self.n else None
-
-    def keyframe_before(self, i: int) -> int:
-        """The last keyframe at or before frame ``i``."""
-        k = bisect.bisect_right(self.keys, i) - 1
-        return self.keys[max(k, 0)] if self.keys[0] <= i else 0
-
-
 class PyAVReader(VideoReader):
     """Reads frames through PyAV; see the module docstring for the seek strategy."""
 
@@ -113,35 +61,29 @@ class PyAVReader(VideoReader):
         except Exception as e:
             raise unreadable(path, "PyAV", e) from e
         try:
-            if not self._container.streams.video:
-                raise ValueError("no video stream")
-            self._stream = self._container.streams.video[0]
+            info = StreamInfo.from_meta(meta)
+            self._stream = self._container.streams[info.index] if info is not None else StreamInfo.pick(self._container)
             codec = self._stream.codec_context
-            codec.thread_count = threads
+            codec.thread_count = threads  # before the first decode opens the codec
             if threads > 1:
                 codec.thread_type = "AUTO"
-            extra = meta.extra if meta is not None else {}
-            if "pts" in extra:
-                self._table = FrameTable(extra["pts"], list(extra["keys"]))
-            else:
-                self._table = FrameTable.scan(self._container, self._stream)
-            if self._table.n == 0:
-                raise ValueError("no video frames")
-            self._meta = (
-                meta
-                if meta is not None and "pts" in extra
-                else VideoMeta(self._table.n, self._rate(), codec.height, codec.width, self._table.to_json())
-            )
+            if info is None:
+                info = StreamInfo.read(self._container, self._stream, path)
+                meta = info.meta()
+            assert meta is not None
+        except BadSample:
+            self._container.close()
+            raise
         except Exception as e:
             self._container.close()
             raise unreadable(path, "PyAV", e) from e
+        self.info = info
+        self._table: FrameTable = info.table
+        self._display = info.display
+        self._turned = not info.display.identity
+        self._meta = meta
         self._frames: Iterator[Any] | None = None
         self._next = -1  # frame number the decoder produces next; -1: unknown, seek first
-
-    def _rate(self) -> float:
-        stream = self._stream
-        rate = stream.average_rate or stream.guessed_rate or stream.base_rate
-        return float(rate) if rate else 0.0
 
     @property
     def meta(self) -> VideoMeta:
@@ -213,11 +155,13 @@ class PyAVReader(VideoReader):
 
     def _convert(self, frame: Any, out: np.ndarray) -> None:
         h, w = out.shape[:2]
+        if self._turned:
+            h, w = self._display.shown(h, w)  # the stored orientation of the output size
         resize = (h, w) != (frame.height, frame.width)
         rgb = _reformatter().reformat(
             frame, format="rgb24", width=w, height=h, threads=self.threads, interpolation="AREA" if resize else None
         )
-        out[...] = rgb.to_ndarray()
+        out[...] = self._display.apply(rgb.to_ndarray()) if self._turned else rgb.to_ndarray()
 
     def close(self) -> None:
         container, self._container = getattr(self, "_container", None), None

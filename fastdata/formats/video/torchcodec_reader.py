@@ -3,7 +3,11 @@
 On CPU machines only torchcodec 0.13.0 works (later wheels link CUDA libraries), and it loads the
 system's FFmpeg libraries (Debian: ``apt-get install ffmpeg``). ``seek_mode="exact"`` scans the file's
 packets when it opens, so frame numbers are exact and the frame count is the real one; its
-``get_frames_at`` seeks only when the next frame lies in another keyframe group.
+``get_frames_at`` seeks only when the next frame lies in another keyframe group. It is told the stream
+to read (FFmpeg's best, as every decoder reads; :mod:`fastdata.formats.video.stream`), and from 0.11 on
+turns frames by the display matrix's angle (a mirror is added here). Not installed on the machine
+where fastdata's decoder-agreement test runs: a frame count that differs from the stream's frame table
+is refused rather than trusted.
 """
 
 from __future__ import annotations
@@ -13,7 +17,18 @@ from typing import Any
 import numpy as np
 
 from fastdata.core.errors import DecodeFailed
-from fastdata.formats.video.base import Size, VideoMeta, VideoReader, check_exists, resize_into, unreadable
+from fastdata.formats.video.base import (
+    Size,
+    VideoMeta,
+    VideoReader,
+    VideoUnsupported,
+    check_exists,
+    native,
+    resize_into,
+    unreadable,
+)
+from fastdata.formats.video.crosscheck import unsupported
+from fastdata.formats.video.stream import StreamInfo
 
 
 class TorchCodecReader(VideoReader):
@@ -26,18 +41,30 @@ class TorchCodecReader(VideoReader):
         from torchcodec.decoders import VideoDecoder
 
         check_exists(path)
+        self._dec: Any = None
+        self.info = info = StreamInfo.of(path, meta)
+        self._meta = meta if meta is not None else info.meta()
         try:
-            self._dec: Any = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=threads, seek_mode="exact")
-            info = self._dec.metadata
-            frames = int(info.num_frames or 0)
-            if frames < 1:
-                raise ValueError("no video frames")
+            self._dec = native(
+                VideoDecoder(
+                    path,
+                    stream_index=info.index,
+                    dimension_order="NHWC",
+                    num_ffmpeg_threads=threads,
+                    seek_mode="exact",
+                )
+            )
+            frames = int(self._dec.metadata.num_frames or 0)
         except Exception as e:
             self._dec = None
-            raise unreadable(path, "torchcodec", e) from e
-        self._meta = meta or VideoMeta(
-            frames, float(info.average_fps or 0.0), int(info.height or 0), int(info.width or 0)
-        )
+            raise unsupported(self, info.codec, "open", e) or unreadable(path, "torchcodec", e) from e
+        if frames != info.table.n:
+            self._dec = None
+            raise VideoUnsupported(
+                f"{path}: torchcodec counts {frames} frames, video stream {info.index} holds {info.table.n}: "
+                "use decoder='pyav'",
+                path,
+            )
 
     @property
     def meta(self) -> VideoMeta:
@@ -47,12 +74,15 @@ class TorchCodecReader(VideoReader):
         try:
             frames = self._dec.get_frames_at(wanted).data.numpy()
         except Exception as e:
-            raise DecodeFailed(
+            raise unsupported(
+                self, self.info.codec, f"decode frames {wanted[0]}..{wanted[-1]} of", e, wanted
+            ) or DecodeFailed(
                 f"{self.path}: torchcodec cannot decode frames {wanted[0]}..{wanted[-1]} "
                 f"({type(e).__name__}: {e}); the file is damaged: re-encode it, or pass "
                 "on_error='skip'",
                 self.path,
             ) from e
+        frames = self.info.display.after_rotation(frames)
         if self.size is not None and frames.shape[1:3] != self.size:
             out = np.empty((len(wanted), *self.size, 3), np.uint8)
             for k in range(len(wanted)):

@@ -1,0 +1,86 @@
+"""How often is each known-answer case labelled right? The target of issue 15: at least 9 of 10 runs,
+under a background load of one busy core, and --quick and the fuller run giving the same label.
+
+Each run measures every case of tests/known_answers.py (one real loader per label: tar JPEG decode with
+a 20 ms step, video decode on a helper thread at 0 workers, a shuffle window that fills the first
+batch, a 2 GiB parent, a slow per-worker set-up, huge Python batches, cheap items, a 100 ms step,
+workers over a memory budget, S3 behind a latency-injecting proxy) at the --quick timing and at the
+fuller one, while a busy-loop subprocess holds one core. The S3 case starts a local moto server and
+the fault proxy (tests/fault_proxy.py). JSON out with the counts, every run's labels, the load average
+and library versions.
+
+    PYTHONPATH=. python benchmarks/bench_known_answers.py --runs 10 --json known-answers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fastdata.bench.environment import describe
+from tests.fault_proxy import FaultProxy
+from tests.known_answers import CASES, FULL, QUICK, busy_core
+from tests.s3_server import MotoServer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--cases", default="", help="comma-separated expected labels to run (default: all)")
+    ap.add_argument("--timings", default="quick,full")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    wanted = {c for c in args.cases.split(",") if c}
+    cases = [c for c in CASES if not wanted or c.expected in wanted]
+    timings = {"quick": QUICK, "full": FULL}
+    chosen = [t for t in args.timings.split(",") if t]
+    labels: dict[str, dict[str, list[str]]] = {c.name: {t: [] for t in chosen} for c in cases}
+    loads: list[float] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, MotoServer() as server, FaultProxy(server.endpoint_url) as proxy:
+        client = server.client()
+        client.create_bucket(Bucket="known")
+        client.close()
+        folder = Path(tmp)
+        for run in range(args.runs):
+            for case in cases:
+                for t in chosen:
+                    loads.append(os.getloadavg()[0])
+                    with busy_core():
+                        try:
+                            rec = case.run(folder, timings[t], s3=(server, proxy, "known"))
+                            got = rec.bottleneck
+                        except Exception as e:  # noqa: BLE001 - a failed run counts as wrong, with its reason
+                            got = f"error: {type(e).__name__}: {e}"
+                    proxy.reset()
+                    labels[case.name][t].append(got)
+                    print(f"run {run + 1} {t:5s} {case.expected:12s} -> {got}", flush=True)
+    summary = {}
+    for case in cases:
+        row: dict[str, Any] = {"expected": case.expected}
+        for t in chosen:
+            row[t] = sum(label == case.expected for label in labels[case.name][t])
+        if len(chosen) == 2:
+            a, b = (labels[case.name][t] for t in chosen)
+            row["quick_full_agree"] = sum(x == y for x, y in zip(a, b))
+        summary[case.name] = row
+    out = {
+        "runs": args.runs,
+        "summary": summary,
+        "labels": labels,
+        "load_average": {"min": min(loads), "median": sorted(loads)[len(loads) // 2], "max": max(loads)},
+        "seconds": time.perf_counter() - started,
+        "machine": describe(),
+    }
+    print(json.dumps({"summary": summary, "load_average": out["load_average"]}, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

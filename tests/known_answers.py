@@ -1,0 +1,220 @@
+"""Loaders whose bottleneck is known, one per label, for the known-answer tests
+(tests/test_bench_known_answers.py) and the repeated count (benchmarks/bench_known_answers.py).
+
+Each case builds its data (small, seeded, in a folder it is given), sweeps a small grid with real
+DataLoaders and returns the recommendation; ``expected`` is the label it must get. :func:`busy_core`
+keeps one core busy meanwhile (a busy-loop subprocess), as a neighbour's job would. The sleeps inside
+the synthetic datasets are their workload (a wait on a slow read or a set-up), not synchronisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import fastdata as fd
+from fastdata.bench.synthetic import (
+    CheapDataset,
+    HeavyBatchDataset,
+    HoldMemoryDataset,
+    IOWaitDataset,
+    ShuffleBufferDataset,
+    SlowStartDataset,
+)
+from fastdata.loading.probes import pss
+
+QUICK = {"seconds": 1.0, "window": 0.25, "warmup": 0.25}  # what --quick measures
+FULL = {"seconds": 2.5, "window": 0.5, "warmup": 0.5}  # a fuller run (the CLI's default is 6 s)
+
+
+@contextlib.contextmanager
+def busy_core() -> Iterator[subprocess.Popen[bytes]]:
+    """One core kept busy by another program (a busy loop) while the block runs."""
+    # it asks Linux to end it with its parent, so a run killed half-way leaves no busy loop behind
+    loop = "import ctypes, signal\nctypes.CDLL(None).prctl(1, signal.SIGKILL)\nwhile True: pass"
+    proc = subprocess.Popen([sys.executable, "-c", loop])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def tar_shards(folder: Path, shards: int = 4, per_shard: int = 128) -> str:
+    """Page-cached tar shards of photo-like 256x256 JPEGs (built once per folder)."""
+    from fastdata.bench.backends.tar import write_demo_shards
+
+    pattern = str(folder / f"demo-{{000000..{shards - 1:06d}}}.tar")
+    if not (folder / f"demo-{shards - 1:06d}.tar").exists():
+        write_demo_shards(folder, shards=shards, per_shard=per_shard, size=(256, 256))
+    for path in folder.glob("*.tar"):
+        path.read_bytes()  # in the page cache
+    return pattern
+
+
+def videos(folder: Path) -> str:
+    from fastdata.bench.backends.video import write_demo_videos
+
+    if not any(folder.glob("*.mp4")):
+        write_demo_videos(folder, videos=4)
+    return str(folder)
+
+
+def cpu_decode(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """Local page-cached JPEG decode from tar, dataset-batched, with a 20 ms training step: the
+    workers decode all the time and cannot keep up. Epochs of 1024 samples: restarting the workers
+    is a small part of an epoch, as in training."""
+    pattern = tar_shards(folder / "tar8", shards=8)
+    result = fd.bench.sweep(
+        lambda: fd.TarShardDataset(pattern, decode="torch", shuffle=True, batch_size=64),
+        workers=[1, 2],
+        batch_size=None,
+        collate_fn=fd.as_is,
+        step_time=0.02,
+        persistent_workers=[False],
+        **timing,
+    )
+    return fd.bench.recommend(result)
+
+
+def helper_thread(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """Video clips at no workers: the decoding runs on the watchdog's helper thread
+    ('fastdata-decode'), while the main thread waits for it."""
+    root = videos(folder / "videos")
+    index = str(folder / "video-index.json")
+    result = fd.bench.sweep(
+        lambda: fd.VideoClipDataset(root, clip_len=8, frame_stride=2, clips_per_video=16, index_cache=index),
+        workers=[0],
+        batch_size=8,
+        main_threads=1,  # collate's torch.stack on two threads stalls behind the busy core (see the notes)
+        **timing,
+    )
+    return fd.bench.recommend(result)
+
+
+def shuffle_fill(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """A decode-then-shuffle pipeline (as webdataset's ``.decode().shuffle(n)``) whose buffer is half of
+    each worker's part of a short epoch: each epoch's first batch waits for the worker to fill it,
+    persistent workers or not; the rest keeps up with the step. (fastdata's own TarShardDataset shuffles
+    undecoded bytes, so its fill is cheap.)"""
+    result = fd.bench.sweep(
+        ShuffleBufferDataset(n=512, window=128, delay=0.002),
+        workers=[2],
+        batch_size=32,
+        step_time=0.02,
+        persistent_workers=[True],
+        **timing,
+    )
+    return fd.bench.recommend(result)
+
+
+def fork_cost(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """A 2 GiB parent (allocated and touched before the sweep), cheap items, short epochs, workers
+    that do not persist: every epoch forks the workers again, copying the parent's page tables."""
+    parent = bytearray(2 << 30)
+    np.frombuffer(parent, dtype=np.uint8)[::4096] = 1  # touch every page: resident
+    try:
+        result = fd.bench.sweep(
+            CheapDataset(n=256),
+            workers=[2],
+            batch_size=8,
+            persistent_workers=[False],
+            multiprocessing_context="fork",
+            **timing,
+        )
+    finally:
+        del parent
+    return fd.bench.recommend(result)
+
+
+def worker_init(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """Each worker's first item waits 0.3 s (an index built per process), with short epochs and
+    workers that do not persist."""
+    result = fd.bench.sweep(
+        SlowStartDataset(n=256, setup=0.3), workers=[2], batch_size=8, persistent_workers=[False], **timing
+    )
+    return fd.bench.recommend(result)
+
+
+def main_process(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """Batches of long Python lists: the main process unpickles them all."""
+    ds = HeavyBatchDataset()
+    result = fd.bench.sweep(ds, workers=[4, 8], batch_size=4, collate_fn=ds.collate_fn, **timing)
+    return fd.bench.recommend(result)
+
+
+def ipc(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """Items that cost nothing: moving them to the main process costs more than making them."""
+    result = fd.bench.sweep(CheapDataset(), workers=[0, 1], batch_size=64, **timing)
+    return fd.bench.recommend(result)
+
+
+def step_bound(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """A 100 ms step and a loader that makes a batch in ~10 ms: the step sets the pace."""
+    ds = IOWaitDataset(delay=0.001, tensor=False)
+    result = fd.bench.sweep(ds, workers=[1, 2], batch_size=8, collate_fn=list, step_time=0.1, **timing)
+    return fd.bench.recommend(result)
+
+
+def memory(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """Workers that each hold 300 MiB, with a budget of 400 MiB above what the parent holds."""
+    budget = pss(__import__("os").getpid()) + (400 << 20)
+    ds = HoldMemoryDataset(nbytes=300 << 20)
+    result = fd.bench.sweep(ds, workers=[2], batch_size=8, memory=budget, **timing)
+    return fd.bench.recommend(result)
+
+
+def storage(folder: Path, timing: dict[str, Any], *, s3: Any = None, **_: Any) -> fd.bench.Recommendation:
+    """Small objects on the local S3 server behind the fault proxy, 100 ms of latency added to every
+    request: the workers wait for bytes."""
+    if s3 is None:
+        raise ValueError("the storage case needs (server, proxy, bucket)")
+    server, proxy, bucket = s3
+    from fastdata.storage.s3_client import S3Config
+
+    proxy.configure(latency_ms=100)
+    client = server.client()
+    rng = np.random.default_rng(0)
+    keys = [f"obj/{i:04d}.bin" for i in range(64)]
+    listed = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="obj/").get("Contents", [])}
+    for key in keys:
+        if key not in listed:
+            client.put_object(Bucket=bucket, Key=key, Body=rng.bytes(2048))
+    client.close()
+    options = {**server.options(), "endpoint_url": proxy.endpoint_url}
+    urls = [f"s3://{bucket}/{k}" for k in keys]
+    result = fd.bench.sweep(
+        lambda: fd.S3Dataset(urls, config=S3Config(**options)), workers=[0, 2], batch_size=8, **timing
+    )
+    return fd.bench.recommend(result)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    expected: str
+    run: Callable[..., fd.bench.Recommendation]
+    needs_s3: bool = False
+
+
+CASES = (
+    Case("tar JPEG decode, 20 ms step", "cpu", cpu_decode),
+    Case("video decode on a helper thread, 0 workers", "cpu", helper_thread),
+    Case("shuffle window fills the first batch", "shuffle-fill", shuffle_fill),
+    Case("2 GiB parent forks workers every epoch", "fork", fork_cost),
+    Case("slow per-worker set-up", "worker-init", worker_init),
+    Case("huge Python batches", "main-process", main_process),
+    Case("trivially cheap items", "ipc", ipc),
+    Case("100 ms training step", "step", step_bound),
+    Case("workers over the memory budget", "memory", memory),
+    Case("S3 with 100 ms of latency (fault proxy)", "storage", storage, needs_s3=True),
+)
+
+__all__ = ["CASES", "FULL", "QUICK", "Case", "busy_core"]
