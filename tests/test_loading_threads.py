@@ -218,3 +218,17 @@ def test_probes_wrap_the_collate_inside_the_slots(kind: str, shards: list[str], 
     assert sum(p.n for p in got) == 33 and got[0].n == 4 and got[0].nbytes > 0
     assert batches(p.batch for p in got) == batches(fd.Loader(ds, **kw))
     assert slots.stats()["slots"] > 0  # the probed batches came through slots, not the pipe
+
+
+def test_each_pass_of_loader_threads_is_a_new_pass(shards: list[str]) -> None:
+    # the threads of a pass share one pass token, the next pass's differ: a second pass over the same epoch
+    # is seen as such (warned, as with worker processes), not taken for the first one again
+    from fastdata.core.seeding import RepeatedEpochWarning
+    from fastdata.loading.thread_loader import ThreadLoader
+
+    ds = fd.TarShardDataset(shards, batch_size=4, shuffle=True)
+    loader = ThreadLoader(ds, num_threads=2)
+    first = batches(loader)
+    with pytest.warns(RepeatedEpochWarning):
+        assert batches(loader) == first
+    loader.close()

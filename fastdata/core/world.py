@@ -86,20 +86,31 @@ _thread = threading.local()  # the worker a loader thread stands for (see acting
 
 
 @contextmanager
-def acting_as_worker(worker: int, num_workers: int) -> Iterator[None]:
+def acting_as_worker(worker: int, num_workers: int, token: int = 0) -> Iterator[None]:
     """Make :func:`current_worker` report ``(worker, num_workers)`` in the calling thread while inside.
 
     A loader thread (``fd.Loader(workers="threads")``) reads the plan of one DataLoader worker: every
     fastdata part that asks which worker it is (sharding, counters, read-ahead strides) asks here, so a
     thread stands for worker ``worker`` exactly as a worker process would. Other threads are unaffected.
+
+    Args:
+        worker, num_workers (int): the worker the thread stands for.
+        token (int): the same in every thread of one set of loader threads, different from the next set's
+            (as a DataLoader iterator's ``base_seed`` is for its workers): tells passes apart
+            (:func:`fastdata.core.seeding.pass_token`). Defaults to 0.
     """
     World(worker=worker, num_workers=num_workers)  # checks the pair
-    before = getattr(_thread, "worker", None)
-    _thread.worker = (worker, num_workers)
+    before = getattr(_thread, "worker", None), getattr(_thread, "token", 0)
+    _thread.worker, _thread.token = (worker, num_workers), token
     try:
         yield
     finally:
-        _thread.worker = before
+        _thread.worker, _thread.token = before
+
+
+def acting_token() -> int:
+    """The ``token`` of the loader threads the calling thread belongs to (0 outside them)."""
+    return int(getattr(_thread, "token", 0))
 
 
 def acting_worker() -> tuple[int, int] | None:

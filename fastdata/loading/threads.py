@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import functools
 import io
+import os
 import pickle
 import queue
 import threading
@@ -118,6 +119,7 @@ class ThreadGang:
         if len(copies) != len(workers) or not copies:
             raise ValueError("one (worker, num_workers) per copy, and at least one copy")
         self.copies, self.workers = copies, workers
+        self.token = int.from_bytes(os.urandom(8), "little") >> 1  # this set of threads, for pass tokens
         self._jobs: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in copies]
         self._threads = [
             threading.Thread(target=self._serve, args=(j,), name=f"{name}-{j}", daemon=True) for j in range(len(copies))
@@ -132,7 +134,7 @@ class ThreadGang:
 
     def _serve(self, j: int) -> None:
         copy = self.copies[j]
-        with acting_as_worker(*self.workers[j]):
+        with acting_as_worker(*self.workers[j], token=self.token):
             if isinstance(copy, Warmable):
                 try:
                     copy.warm()
