@@ -67,7 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import fastdata as fd  # noqa: E402
-from fastdata.convert.hdf5 import CHUNK_BYTES  # noqa: E402
+from fastdata.convert.hdf5_task import CHUNK_BYTES  # noqa: E402
 from fastdata.loading import slots  # noqa: E402
 from fastdata.loading.slot_layout import PackedBytes  # noqa: E402
 from fastdata.loading.slots import SlotPool  # noqa: E402
