@@ -100,12 +100,12 @@ def helper_thread(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Re
 
 
 def shuffle_fill(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
-    """A decode-then-shuffle pipeline (as webdataset's ``.decode().shuffle(n)``) whose buffer is half of
+    """A decode-then-shuffle pipeline (as webdataset's ``.decode().shuffle(n)``) whose buffer is three quarters of
     each worker's part of a short epoch: each epoch's first batch waits for the worker to fill it,
     persistent workers or not; the rest keeps up with the step. (fastdata's own TarShardDataset shuffles
     undecoded bytes, so its fill is cheap.)"""
     result = fd.bench.sweep(
-        ShuffleBufferDataset(n=512, window=128, delay=0.002),
+        ShuffleBufferDataset(n=512, window=192, delay=0.002),
         workers=[2],
         batch_size=32,
         step_time=0.02,
