@@ -187,8 +187,7 @@ def test_reader_made_in_parent_then_forked_workers_do_not_hang(tmp_path: Path) -
     left alone by the workers (checked: making them close it instead hangs this script). Run in a
     subprocess, so that a hang fails instead of blocking."""
     decoders = [d for d in ("decord", "torchcodec") if not _available(d)]
-    if "decord" not in decoders:
-        pytest.skip(_available("decord") or "")
+    assert "decord" in decoders, _available("decord")  # installed with the [test] extra
     paths = make_videos(tmp_path, count=3, frames=24)
     out = run_script(FORK_SCRIPT, ",".join(decoders), *paths, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -37,11 +37,12 @@ DECODERS = ["pyav", "decord", "opencv", "torchcodec"]
 
 
 def need(decoder: str) -> None:
-    """Skip the test, saying why, when the decoder's library cannot be loaded here (torchcodec is an
-    optional extra that also needs the system's FFmpeg)."""
+    """Fail the test, saying why, when the decoder's library cannot be loaded here: the test set-up
+    installs every decoder (the [test] extra, and the system's FFmpeg for torchcodec through
+    tools/system_deps.sh), so a missing one is a broken set-up, not a reason to pass quietly."""
     reason = _available(decoder)
     if reason:
-        pytest.skip(reason)
+        pytest.fail(f"{reason} (the test set-up installs it: pip install -e '.[test]' and tools/system_deps.sh)")
 
 
 FRAMES = 40
