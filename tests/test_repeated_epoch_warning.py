@@ -127,7 +127,7 @@ def test_video_with_distributed_sampler_warns_when_its_epoch_is_not_set(
             list(loader)
     err = capfd.readouterr().err
     # once per loader, not once per pass: two workers noticing at the very same instant may both warn
-    # (SharedState.once is a check then a store, not an atomic exchange); 4 passes would warn 3-6 times
+    # (SharedState.once is a check then a store, not an atomic exchange); without it every later read warns
     assert 1 <= err.count("RepeatedEpochWarning") <= (1 if workers == "none" else 2), err
     assert "VideoClipDataset(" in err and "clip starts" in err and "set_epoch" in err
 
