@@ -93,6 +93,10 @@ def _inspect(s3: Callable[[], Any]) -> None:
     pass
 
 
+def _performance(s3: Callable[[], Any]) -> None:
+    _shards("shards", "train", 6)
+
+
 # page -> what its examples read, made in the page's folder (the current directory)
 DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "README.md": _readme,
@@ -101,6 +105,7 @@ DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "docs/distributed.md": _distributed,
     "docs/hdf5.md": _hdf5,
     "docs/inspect.md": _inspect,
+    "docs/performance.md": _performance,
     "docs/s3.md": _s3,
     "docs/tar.md": _tar,
     "docs/video.md": _video,

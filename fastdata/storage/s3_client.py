@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from fastdata.core import process
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.core.handles import HandleCache
-from fastdata.core.world import current_worker
+from fastdata.core.world import worker_process
 
 RetryMode = Literal["standard", "adaptive"]
 AddressingStyle = Literal["auto", "path", "virtual"]
@@ -129,11 +129,11 @@ class S3Config:
 
     @property
     def threads(self) -> int:
-        """Threads issuing requests in this process: ``concurrency``, or this worker's share of
-        :data:`JOB_THREADS`."""
+        """Threads issuing requests in this process: ``concurrency``, or this worker process's share of
+        :data:`JOB_THREADS` (loader threads of one process share its pool: they are not counted)."""
         if self.concurrency is not None:
             return self.concurrency
-        return max(MIN_THREADS, JOB_THREADS // current_worker()[1])
+        return max(MIN_THREADS, JOB_THREADS // worker_process()[1])
 
     @property
     def pool_size(self) -> int:
