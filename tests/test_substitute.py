@@ -81,6 +81,25 @@ def test_tar_batch_of_only_bad_samples_is_the_next_good_sample_in_plan_order(
     assert ds.counters()["substituted"] == 1
 
 
+def test_tar_remote_shards_batch_of_only_bad_samples(
+    shards: list[str], s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any]
+) -> None:
+    # s3:// shards take the windowed path (a background thread fetches the next window meanwhile)
+    upload_files(s3_server.client(), s3_bucket, {os.path.basename(p): p for p in shards})
+    url = f"s3://{s3_bucket}/train-{{000000..000001}}.tar"
+    reference = keys_of(list(fd.TarShardDataset(shards, batch_size=BATCH, shuffle=False)))
+    bad = {*reference[1], reference[2][0]}
+    ds = fd.TarShardDataset(
+        url, batch_size=BATCH, shuffle=False, on_error="skip", decode=Refuse(bad), storage_options=s3_options
+    )
+    with quiet():
+        got = keys_of(list(fd.Loader(ds, num_workers=2)))
+    expected = [[k for k in batch if k not in bad] for batch in reference]
+    expected[1] = [reference[2][1]]
+    assert got == expected
+    assert ds.counters()["skipped"] == len(bad) and ds.counters()["substituted"] == 1
+
+
 def test_tar_substitute_wraps_to_the_start_of_the_rank_part_and_warns_once(shards: list[str]) -> None:
     reference = keys_of(list(fd.TarShardDataset(shards, batch_size=BATCH, shuffle=False)))
     bad = {*reference[-1], *reference[-2]}  # the last two batches: nothing good after them but the start
