@@ -114,7 +114,8 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
             out.extend(self.source.read(run_shard, run))
         if not out and indices:  # all bad: a batch of one substitute, so that the rank keeps its batch count
             bad = [i % len(self) for i in indices]
-            return [self._stand_in(bad, self._good, [self.urls[run_shard]])[1]]
+            shards = [self.urls[s] for s in dict.fromkeys(self.locate(i)[0] for i in bad)]
+            return [self._stand_in(bad, self._good, shards)[1]]
         return out
 
     def _good(self, indices: list[int]) -> list[tuple[int, Any]]:
