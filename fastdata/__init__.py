@@ -21,6 +21,8 @@ from fastdata.core.errors import (
     SourceNotFound,
     SourceUnavailable,
     SourceUnreadable,
+    SubstituteWarning,
+    TooManyBadSamples,
     UnsafeMember,
 )
 from fastdata.core.version import __version__ as __version__
@@ -96,7 +98,9 @@ __all__ = [
     "SourceNotFound",
     "SourceUnavailable",
     "SourceUnreadable",
+    "SubstituteWarning",
     "TarShardDataset",
+    "TooManyBadSamples",
     "UnsafeMember",
     "VideoClipDataset",
     "WorkerInit",

@@ -47,6 +47,10 @@ def _readme(s3: Callable[[], Any]) -> None:
     _h5("data", ["part-0.h5", "part-1.h5"])
 
 
+def _bad_input(s3: Callable[[], Any]) -> None:
+    make_shards("shards", shards=4, per_shard=3, prefix="train")  # keys s000000 .. s000011
+
+
 def _bench(s3: Callable[[], Any]) -> None:
     _shards("data", "train", 100)
     make_image_folder("photos", classes=2, per_class=2)
@@ -100,6 +104,7 @@ def _performance(s3: Callable[[], Any]) -> None:
 # page -> what its examples read, made in the page's folder (the current directory)
 DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "README.md": _readme,
+    "docs/bad-input.md": _bad_input,
     "docs/bench.md": _bench,
     "docs/convert.md": _convert,
     "docs/distributed.md": _distributed,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import fastdata as fd
-from fastdata.core.errors import BadSample, DecodeFailed, PlanError
+from fastdata.core.errors import DecodeFailed, PlanError
 from tests.datagen import make_shards
 from tests.dist_backends import BACKENDS, BATCH, FAST, batch_keys, make_loader
 
@@ -117,10 +117,13 @@ def test_skipped_samples_shrink_their_batch_and_never_shift_later_ones(tmp_path:
     assert ds.skipped == 2
 
 
-def test_a_batch_of_only_bad_samples_raises_instead_of_vanishing(tmp_path: Path) -> None:
-    # a missing batch would leave this rank one step short of the others: a hang at the next collective
+def test_a_batch_of_only_bad_samples_is_a_substitute_instead_of_vanishing(tmp_path: Path) -> None:
+    # a missing batch would leave this rank one step short of the others: a hang at the next collective;
+    # the next good sample in the rank's plan order stands in (more in tests/test_substitute.py)
     urls = make_shards(tmp_path, shards=2, per_shard=10, seed=2)
     reference = [list(b["__key__"]) for b in fd.TarShardDataset(urls, batch_size=BATCH)]
     ds = fd.TarShardDataset(urls, batch_size=BATCH, on_error="skip", decode=failing_decoder(set(reference[2])))
-    with pytest.warns(UserWarning), pytest.raises(BadSample, match=r"every sample of batch 2 .*train-000000\.tar"):
-        list(ds)
+    with pytest.warns(UserWarning, match=r"every sample of batch 2 .*train-000000\.tar.*stands in"):
+        got = [list(b["__key__"]) for b in ds]
+    assert got == [*reference[:2], [reference[3][0]], *reference[3:]]
+    assert ds.counters()["substituted"] == 1 and ds.skipped == len(reference[2])

@@ -13,7 +13,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.core.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
+from fastdata.core.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound, TooManyBadSamples
 from fastdata.formats.hdf5 import BadLayout, CorruptHDF5, FileChanged
 from tests.hdf5_datagen import make_h5, overwrite_in_place
 
@@ -148,10 +148,13 @@ def test_decode_failure_names_the_sample(tmp_path: Path) -> None:
     with pytest.raises(DecodeFailed, match=r"notjpeg\.h5: field 'blob', row 2 \(dataset index 2\): cannot decode"):
         ds[2]
     skipping = fd.HDF5Dataset(path, ("blob", "key"), decode="numpy", on_error="skip")
-    with pytest.warns(BadSampleWarning), pytest.raises(fd.BadSample, match="every sample of a batch of 2 was bad"):
+    # every row is bad: no substitute can stand in (counted once each, not again by the search)
+    with pytest.warns(BadSampleWarning), pytest.raises(TooManyBadSamples, match=r"notjpeg\.h5"):
         skipping.__getitems__([0, 1])
     assert skipping.skipped == 2
-    assert skipping[3] is None and skipping.skipped == 3
+    with pytest.raises(TooManyBadSamples, match=r"sample 3 was bad"):
+        skipping[3]
+    assert skipping.skipped == 3
 
 
 def test_file_rewritten_after_the_dataset_was_built(tmp_path: Path) -> None:
@@ -287,6 +290,10 @@ def test_h5py_errors_mid_read_name_file_field_row_and_fix(tmp_path: Path, fields
         damaged.__getitems__([5, 6, 30])
     skipping = opened("skipped.h5", on_error="skip")
     scribble(str(tmp_path / "skipped.h5"), keep_identity=True)
-    with pytest.warns(BadSampleWarning, match=r"skipped\.h5: field"), pytest.raises(fd.BadSample, match="all skipped"):
+    # every row is bad now: no substitute can stand in for the batch (tests/test_substitute.py)
+    with (
+        pytest.warns(BadSampleWarning, match=r"skipped\.h5: field"),
+        pytest.raises(TooManyBadSamples, match=r"skipped\.h5"),
+    ):
         skipping.__getitems__([5, 6, 30])
     assert skipping.skipped == 3

@@ -279,14 +279,13 @@ def test_stagger_is_seeded_per_worker_and_skipped_alone(videos: list[str]) -> No
     assert alone.stagger_delay == 0.0
 
 
-def test_batch_of_only_bad_clips_raises(videos: list[str], tmp_path: Path) -> None:
+def test_batch_of_only_bad_clips_gets_a_substitute(videos: list[str], tmp_path: Path) -> None:
     paths = make_videos(tmp_path, count=2, frames=[20, 20], seed=1)
     ds = fd.VideoClipDataset(paths, clip_len=CLIP_LEN, clips_per_video=2, on_error="skip", index_cache=False)
     os.remove(paths[0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BadSampleWarning)
-        assert ds[0] is None
-        with pytest.raises(fd.BadSample, match="every clip of a batch of 2"):
-            ds.__getitems__([0, 1])
+        assert ds[0]["video"] == 1  # clip 2, the first good one after it, stands in
+        assert [s["video"] for s in ds.__getitems__([0, 1])] == [1]
         assert len(ds.__getitems__([0, 2, 3])) == 2
-    assert ds.skipped == 4
+    assert ds.skipped == 4 and ds.counters()["substituted"] == 2

@@ -8,8 +8,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from fastdata.core.errors import ConfigError
@@ -182,6 +185,42 @@ def check_plot_support(args: argparse.Namespace) -> None:
             raise ConfigError("--plot needs matplotlib; install it with pip install 'fastdata[plot]'") from None
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """Fail before measuring, not after, when an output cannot be written: the folders that ``--json`` and
+    ``--plot`` write into, and the ``--profile`` folder, are created now when missing and must take a file
+    (a test file is made there and removed).
+
+    Raises:
+        ConfigError: one line naming the option, the path and why (a file in the way, a folder that cannot
+            be created or written).
+    """
+    for flag, value, is_folder in (
+        ("--json", args.json, False),
+        ("--plot", args.plot, False),
+        ("--profile", args.profile, True),
+    ):
+        if value:
+            _check_output(flag, Path(value), is_folder=is_folder)
+
+
+def _check_output(flag: str, path: Path, *, is_folder: bool) -> None:
+    folder = path if is_folder else path.parent
+    if not is_folder and path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give a file name in it, like {path / 'bench'}")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: {folder} is a file, not a folder; choose a path in a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".fastdata-bench-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as e:
+        why = f"{e.strerror}: {e.filename}" if e.strerror and e.filename else str(e)
+        raise ConfigError(
+            f"{flag} {path}: cannot create or write the folder {folder} ({why}); choose a folder you can write to"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     check_plot_support(args)
     if args.demo:
@@ -189,14 +228,15 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("pass either SPEC or --demo, not both")
     elif args.keep or args.backends:
         raise ConfigError("--keep and --backends go with --demo")
+    if not args.demo and not args.spec:
+        raise ConfigError(
+            "give a SPEC to benchmark (a shard pattern, an HDF5 file, a folder of videos, an s3:// prefix), or --demo"
+        )
+    check_outputs(args)  # before any data is built, opened or measured
     if args.demo:
         from fastdata.bench.demo import run_demo
 
         return run_demo(args)
-    if not args.spec:
-        raise ConfigError(
-            "give a SPEC to benchmark (a shard pattern, an HDF5 file, a folder of videos, an s3:// prefix), or --demo"
-        )
     return run_spec(args)
 
 

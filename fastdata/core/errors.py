@@ -8,6 +8,7 @@
     ├── SourceNotFound (FileNotFoundError)     a missing file, shard, HDF5 field or S3 key
     ├── SourceUnreadable (PermissionError)     a file or key that exists but cannot be read
     ├── SourceUnavailable (ConnectionError)    a store that did not answer (S3 down, unreachable, throttling)
+    ├── TooManyBadSamples                      under ``"skip"``: no good sample found to stand in for bad ones
     └── BadSample                              the data itself is bad; ``on_error`` decides
         ├── CorruptShard                       a truncated tar or a damaged header
         ├── UnsafeMember                       a member name with ``..``, an absolute path, a link
@@ -19,13 +20,19 @@ shared by every worker of the dataset (:meth:`ErrorPolicy.counts`), and warns on
 process): every distinct file, shard or key skipped is named in a warning of its own.
 A missing, unreadable or unreachable source (:class:`SourceNotFound`, :class:`SourceUnreadable`,
 :class:`SourceUnavailable`, when it is one object of the data) is skipped too under ``"skip"``, and counted.
+A batch whose samples are all bad, and ``ds[i]`` of a bad sample, get a substitute sample instead of
+nothing (the rule is in :mod:`fastdata.datasets.substitute`); :class:`TooManyBadSamples` is raised only when
+no good sample stands near enough to take their place.
 
 Every one of these errors carries ``source`` (str): the file, shard or key it is about ("" when unknown).
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal, get_args
 
 OnError = Literal["raise", "skip"]
@@ -85,6 +92,12 @@ class SourceUnavailable(FastdataError, ConnectionError):
         self.source = source
 
 
+class TooManyBadSamples(FastdataError):
+    """Under ``on_error="skip"``, bad samples needed a substitute (a batch of only bad samples, or ``ds[i]``
+    of a bad one) and none of the samples looked at after them was good: the data is mostly bad. The
+    message names the files and the fix."""
+
+
 class BadSample(FastdataError):
     """The bytes of one sample (or of the file holding it) are bad. Subject to ``on_error``.
 
@@ -129,6 +142,38 @@ def check_positive(name: str, value: int | float, *, allow_zero: bool = False) -
         raise ConfigError(f"{name}={value!r} must be {bound}")
 
 
+_collector = threading.local()
+
+
+@contextmanager
+def collecting() -> Iterator[list[FastdataError]]:
+    """Collect, into the list this yields, the bad input that any :class:`ErrorPolicy` under ``"skip"``
+    handles in this thread inside the block, instead of counting it and warning about it.
+
+    For a search that reads samples only to find a good one (a substitute): the bad ones it meets are
+    counted, and warned about, when they are read in their own turn. Under ``"raise"`` errors are raised
+    as always. Blocks nest; other threads (a background fetch) count as usual.
+    """
+    saved = getattr(_collector, "errors", None)
+    errors: list[FastdataError] = []
+    _collector.errors = errors
+    try:
+        yield errors
+    finally:
+        _collector.errors = saved
+
+
+def is_collecting() -> bool:
+    """Whether this thread is inside :func:`collecting` (a substitute search): counters of what a read
+    met (timeouts, say) are then left to the read of those samples in their own turn."""
+    return getattr(_collector, "errors", None) is not None
+
+
+def source_of(error: BaseException) -> str:
+    """The file, shard or key an error is about: its ``source`` (or ``filename``), else its message."""
+    return getattr(error, "source", "") or str(getattr(error, "filename", "") or "") or str(error)
+
+
 class ErrorPolicy:
     """What a dataset does with a bad sample: raise it, or skip it and count it.
 
@@ -158,6 +203,10 @@ class ErrorPolicy:
         """
         if self.on_error == "raise":
             raise error
+        collected = getattr(_collector, "errors", None)
+        if collected is not None:  # a substitute search (see collecting): counted in its own turn
+            collected.append(error)
+            return
         self._shared.count_skip()  # type: ignore[attr-defined]
         source = getattr(error, "source", "") or str(getattr(error, "filename", "") or "")
         seen = source or str(error)
@@ -177,6 +226,11 @@ class BadSampleWarning(UserWarning):
     """Warned once per file when ``on_error="skip"`` drops a sample from it."""
 
 
+class SubstituteWarning(BadSampleWarning):
+    """Warned once per dataset when a substitute sample first stands in for bad ones (a batch of only bad
+    samples, or ``ds[i]`` of a bad one, under ``on_error="skip"``; see :mod:`fastdata.datasets.substitute`)."""
+
+
 __all__ = [
     "BadSample",
     "BadSampleWarning",
@@ -190,7 +244,12 @@ __all__ = [
     "SourceNotFound",
     "SourceUnavailable",
     "SourceUnreadable",
+    "SubstituteWarning",
+    "TooManyBadSamples",
     "UnsafeMember",
     "check_choice",
     "check_positive",
+    "collecting",
+    "is_collecting",
+    "source_of",
 ]

@@ -38,7 +38,7 @@ class PassStart:
 
 # The pass logs and one-time flags of a SharedState, by use.
 DATASET_LOG, SAMPLER_LOG = 0, 1
-REPEAT_FLAG, SAMPLER_REPEAT_FLAG, EGRESS_FLAG, WINDOW_FLAG = 0, 1, 2, 3
+REPEAT_FLAG, SAMPLER_REPEAT_FLAG, EGRESS_FLAG, WINDOW_FLAG, SUBSTITUTE_FLAG = 0, 1, 2, 3, 4
 
 # Passes are logged in one int64 each, so that a record is written and read in one store and one load
 # (atomic for an aligned 8-byte word): the workers of one pass, starting at once, never see half of it.
@@ -292,6 +292,7 @@ __all__ = [
     "REPEAT_FLAG",
     "SAMPLER_LOG",
     "SAMPLER_REPEAT_FLAG",
+    "SUBSTITUTE_FLAG",
     "WINDOW_FLAG",
     "PassStart",
     "SharedEpoch",

@@ -1,9 +1,11 @@
 """What every fastdata dataset has: the rank read at construction, the epoch and skip counters
-shared with its workers, the bad-input policy, and ``close``."""
+shared with its workers, the bad-input policy (with the substitute rule of
+:mod:`fastdata.datasets.substitute`), and ``close``."""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from fastdata.core import process
@@ -11,6 +13,7 @@ from fastdata.core.errors import ErrorPolicy, OnError
 from fastdata.core.seeding import RepeatedEpochWarning, on_epoch, on_pass, pass_token
 from fastdata.core.shared import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
 from fastdata.core.world import World, current_rank, current_worker
+from fastdata.datasets.substitute import Read, after_index, find_substitute
 
 
 class DatasetBase(SharedEpoch):
@@ -36,7 +39,7 @@ class DatasetBase(SharedEpoch):
         self.rank = detected[0] if rank is None else rank
         self.world_size = detected[1] if world_size is None else world_size
         self.seed = seed
-        self._shared = SharedState(("skipped", *counters))
+        self._shared = SharedState(("skipped", "substituted", *counters))
         self._policy = ErrorPolicy(on_error, self._shared)
         World(self.rank, self.world_size, seed=seed)  # checks rank and world size
         self._seen_epoch: tuple[int, int] | None = None  # (pid, epoch) last reseeded for: see follow_epoch
@@ -52,9 +55,31 @@ class DatasetBase(SharedEpoch):
         """Samples skipped under ``on_error="skip"``, summed over the main process and every worker."""
         return self._shared.total("skipped")
 
+    @property
+    def substituted(self) -> int:
+        """Substitute samples given for bad ones under ``on_error="skip"`` (an all-bad batch, ``ds[i]`` of a
+        bad sample), summed over every process; see :mod:`fastdata.datasets.substitute`."""
+        return self._shared.total("substituted")
+
     def counters(self) -> dict[str, int]:
-        """Every shared counter (skipped samples, and backend-specific ones like retries)."""
+        """Every shared counter: ``skipped`` (bad samples left out), ``substituted`` (samples that stood in for
+        bad ones, see :mod:`fastdata.datasets.substitute`), and backend-specific ones like retries."""
         return self._shared.totals()
+
+    def _stand_in(self, bad: Sequence[int], read: Read, sources: Sequence[str] = ()) -> tuple[int, Any]:
+        """Map-style: ``(index, sample)`` of the substitute for the bad samples ``bad`` (a batch's indices, or
+        ``[i]`` for ``ds[i]``): the next good index after the last of them in index order, wrapping to 0
+        (see :mod:`fastdata.datasets.substitute`). ``read`` reads candidate indices."""
+        what = f"sample {bad[0]}" if len(bad) == 1 else f"every sample of a batch of {len(bad)}"
+        return find_substitute(
+            read,
+            after_index(bad[-1], len(self), bad),  # type: ignore[arg-type]
+            shared=self._shared,
+            owner=repr(self),
+            bad=what,
+            order="index order",
+            sources=sources,
+        )
 
     def worker_world(self) -> World:
         """The :class:`World` of the calling process (its worker id and count filled in)."""

@@ -75,6 +75,11 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         max_open (int | None): files open at once per process. Defaults to
             :func:`fastdata.core.handles.default_max_open`.
 
+    Under ``on_error="skip"`` a bad row is left out of its batch and counted in :attr:`skipped`; a batch of
+    only bad rows becomes a batch of one substitute, and ``ds[i]`` of a bad row returns it (never None):
+    the next good sample after the batch's last index (after ``i``) in index order, wrapping to 0,
+    counted in :attr:`substituted` (see :mod:`fastdata.datasets.substitute`).
+
     Raises:
         SourceNotFound: a file or field does not exist. BadLayout: fields of unequal length, a group or a
             scalar. CorruptHDF5: a file HDF5 cannot open. (Under ``on_error="skip"``, such a file is left
@@ -201,7 +206,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
     def __getitem__(self, i: int) -> Any:
         self.follow_epoch()
         got = self._read(np.array([i], dtype=np.int64))
-        return got[0] if got else None
+        return got[0] if got else self._substitute(np.array([i], dtype=np.int64))[1]
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """A batch's samples in the order asked; skipped bad ones are left out (the DataLoader calls
@@ -209,12 +214,22 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         self.follow_epoch()
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         out = self._read(idx)
-        if not out and len(idx):
-            raise BadSample(
-                f"every sample of a batch of {len(idx)} was bad (all skipped); see the warnings above for the files",
-                self.paths[self._locate(idx[:1])[0][0]],
-            )
+        if not out and len(idx):  # all bad: a batch of one substitute, so that the rank keeps its batch count
+            j, sample = self._substitute(idx)
+            return SampleBatch((*self.fields, "__index__"), np.array([j], dtype=np.int64), None, [sample])
         return out
+
+    def _substitute(self, idx: np.ndarray) -> tuple[int, Any]:
+        """The substitute for the bad samples ``idx`` (see :meth:`DatasetBase._stand_in`)."""
+        files, rows = self._locate(idx)
+        bad = (self._starts[files] + rows).tolist()  # negative indices made positive
+        sources = [self.paths[k] for k in dict.fromkeys(files.tolist())]
+
+        def good(indices: list[int]) -> list[tuple[int, Any]]:
+            batch = self._read(np.asarray(indices, dtype=np.int64))
+            return list(zip(batch.indices.tolist(), batch))
+
+        return self._stand_in(bad, good, sources)
 
     def _read(self, idx: np.ndarray) -> SampleBatch:
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process

@@ -10,7 +10,8 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fastdata.core.errors import BadSample, OnError
+from fastdata.core.errors import OnError
+from fastdata.core.pipeline import SKIP
 from fastdata.core.sharding import Remainder
 from fastdata.datasets.base import DatasetBase
 from fastdata.datasets.tar_source import Sample, TarSource, remote_counters
@@ -27,8 +28,10 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
     in a bounded LRU (``max_open``), so thousands of shards never exhaust file descriptors.
 
     Under ``on_error="skip"``, a bad sample is left out of its batch (through ``__getitems__``, which
-    the DataLoader uses when batching) and counted in :attr:`skipped`; fetched alone with ``ds[i]``,
-    it comes back as None.
+    the DataLoader uses when batching) and counted in :attr:`skipped`. A batch of only bad samples
+    becomes a batch of one substitute, and ``ds[i]`` of a bad sample returns it (never None): the next
+    good sample after the batch's last index (after ``i``) in index order, wrapping to 0, counted in
+    :attr:`substituted` (see :mod:`fastdata.datasets.substitute`).
 
     Args:
         urls (str | list[str]): shard paths or URLs (brace ranges and globs expand).
@@ -92,7 +95,7 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
         self.follow_epoch()
         shard, local = self.locate(i)
         got = self.source.read(shard, [local])
-        return got[0] if got else None
+        return got[0] if got else self._stand_in([i % len(self)], self._good, [self.urls[shard]])[1]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch)."""
@@ -109,12 +112,32 @@ class IndexedTarDataset(DatasetBase, Dataset[Any]):
             run.append(local)
         if run:
             out.extend(self.source.read(run_shard, run))
-        if not out and indices:
-            raise BadSample(
-                f"every sample of a batch of {len(indices)} was bad (all skipped); "
-                f"see the warnings above for the shards",
-                self.urls[run_shard],
-            )
+        if not out and indices:  # all bad: a batch of one substitute, so that the rank keeps its batch count
+            bad = [i % len(self) for i in indices]
+            shards = [self.urls[s] for s in dict.fromkeys(self.locate(i)[0] for i in bad)]
+            return [self._stand_in(bad, self._good, shards)[1]]
+        return out
+
+    def _good(self, indices: list[int]) -> list[tuple[int, Any]]:
+        """``(index, sample)`` of the good samples among ``indices``, in order (a substitute search)."""
+        out: list[tuple[int, Any]] = []
+        runs: list[tuple[int, list[int], list[int]]] = []  # (shard, samples in it, their indices)
+        for i in indices:
+            shard, local = self.locate(i)
+            if not runs or runs[-1][0] != shard:
+                runs.append((shard, [], []))
+            runs[-1][1].append(local)
+            runs[-1][2].append(i)
+        pipeline = self.source.pipeline
+        for shard, which, idx in runs:
+            kept: list[int] = []
+            got = self.source.read(shard, which, decode=False, kept=kept)
+            raw = dict(zip(kept, got))
+            for local, i in zip(which, idx):
+                if local in raw:
+                    sample, _ = pipeline(raw[local])
+                    if sample is not SKIP:
+                        out.append((i, sample))
         return out
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:

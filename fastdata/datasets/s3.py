@@ -13,7 +13,6 @@ from torch.utils.data import Dataset
 
 from fastdata.core import stages
 from fastdata.core.errors import (
-    BadSample,
     ErrorPolicy,
     OnError,
     SourceNotFound,
@@ -93,9 +92,11 @@ class S3Dataset(DatasetBase, Dataset[Any]):
     up where the batch it was given sits in it.
 
     Use :meth:`sampler` for a rank-aware, resumable order. Under ``on_missing="skip"`` / ``on_error="skip"``
-    a missing or unreadable object is left out of its batch and counted in :attr:`skipped` (fetched
-    alone with ``ds[i]``, it comes back as None); :meth:`counters` also reports requests, retries,
-    throttles, errors and resumed reads, summed over every worker.
+    a missing or unreadable object is left out of its batch and counted in :attr:`skipped`; a batch of
+    only such objects becomes a batch of one substitute, and ``ds[i]`` of one returns it (never None): the
+    next good object after the batch's last index (after ``i``) in index order, wrapping to 0, counted in
+    :attr:`substituted` (see :mod:`fastdata.datasets.substitute`). :meth:`counters` also reports requests,
+    retries, throttles, errors and resumed reads, summed over every worker.
 
     Args:
         source (str | list[str]): ``"s3://bucket/prefix/"``, a list of ``s3://bucket/key`` URLs, or a
@@ -222,29 +223,33 @@ class S3Dataset(DatasetBase, Dataset[Any]):
             return []
         return plan.following(self.epoch, indices, current_worker()[1] * len(indices), self.lookahead)
 
-    def _read(self, indices: Sequence[int]) -> list[Any]:
-        """The samples ``indices``, fetched concurrently and decoded in order; bad ones handled by the
-        policies (raised, or counted and left out)."""
+    def _read(self, indices: Sequence[int], *, planned: bool = True) -> list[Any]:
+        """The samples ``indices``, fetched concurrently and decoded in order, each finished or :data:`SKIP`
+        (bad: handled by the policies, raised or counted). ``planned``: a batch of the sampler's order, which
+        moves the lookahead on; False for a substitute search, which leaves it alone."""
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         self.follow_epoch()
-        ahead = self._ahead.get()
         pool = executor(self.config)
         futures: list[Future[bytes]] = []
-        hits = 0
-        for i in indices:
-            f = ahead.futures.pop(i, None)
-            if f is None:
-                f = pool.submit(self.fetch, i)
-            else:
-                hits += 1
-            futures.append(f)
-        upcoming = self._next_batches(indices)
-        ahead.drop(frozenset(upcoming))  # guesses that did not come true
-        if hits:
-            self.stats.add("s3_prefetch_hits", hits)
-        for j in upcoming:  # queued behind this batch's own fetches
-            if j not in ahead.futures:
-                ahead.futures[j] = pool.submit(self.fetch, j)
+        if planned:
+            ahead = self._ahead.get()
+            hits = 0
+            for i in indices:
+                f = ahead.futures.pop(i, None)
+                if f is None:
+                    f = pool.submit(self.fetch, i)
+                else:
+                    hits += 1
+                futures.append(f)
+            upcoming = self._next_batches(indices)
+            ahead.drop(frozenset(upcoming))  # guesses that did not come true
+            if hits:
+                self.stats.add("s3_prefetch_hits", hits)
+            for j in upcoming:  # queued behind this batch's own fetches
+                if j not in ahead.futures:
+                    ahead.futures[j] = pool.submit(self.fetch, j)
+        else:
+            futures = [pool.submit(self.fetch, i) for i in indices]
         out: list[Any] = []
         pipeline = self.pipeline
         try:
@@ -253,14 +258,15 @@ class S3Dataset(DatasetBase, Dataset[Any]):
                     data = f.result()
                 except SourceNotFound as e:
                     self._missing.handle(e)
+                    out.append(SKIP)
                     continue
                 except (SourceUnreadable, S3Unavailable, ObjectChanged) as e:
                     self._policy.handle(e)  # type: ignore[arg-type]
+                    out.append(SKIP)
                     continue
                 t = stages.lap("fetch", t)  # waiting for the object (fetched by the pool's threads)
                 sample, t = pipeline(self._sample(i, data), t)
-                if sample is not SKIP:
-                    out.append(sample)
+                out.append(sample)
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -271,19 +277,27 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"index {i} is out of range for {n} objects")
-        got = self._read([i % n])
-        return got[0] if got else None
+        got = self._read([i % n])[0]
+        return got if got is not SKIP else self._substitute([i % n])
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """A batch's samples; skipped ones are left out (the DataLoader calls this to batch)."""
-        out = self._read(indices)
+        """A batch's samples; skipped ones are left out (the DataLoader calls this to batch), and a batch of
+        only skipped ones is a batch of one substitute."""
+        out = [s for s in self._read(indices) if s is not SKIP]
         if not out and indices:
-            raise BadSample(
-                f"every sample of a batch of {len(indices)} was skipped (missing or unreadable "
-                "objects); see the warnings above",
-                self.urls[indices[0]],
-            )
+            return [self._substitute(indices)]
         return out
+
+    def _substitute(self, indices: Sequence[int]) -> Any:
+        """The substitute for the skipped objects ``indices`` (see :meth:`DatasetBase._stand_in`)."""
+        n = len(self)
+
+        def good(candidates: list[int]) -> list[tuple[int, Any]]:
+            got = self._read(candidates, planned=False)
+            return [(j, s) for j, s in zip(candidates, got) if s is not SKIP]
+
+        bad = [i % n for i in indices]
+        return self._stand_in(bad, good, [self.urls[i] for i in bad])[1]
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
         """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``. It publishes

@@ -5,18 +5,21 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset
 
 from fastdata.core import process
-from fastdata.core.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
+from fastdata.core.errors import ConfigError, OnError, PlanError, check_choice, check_positive
+from fastdata.core.pipeline import SKIP
 from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, WindowShuffle, epoch_order, rank_span, split_counts, worker_ranges
 from fastdata.core.shared import EGRESS_FLAG
 from fastdata.core.world import World
 from fastdata.datasets.base import DatasetBase
+from fastdata.datasets.substitute import find_substitute
 from fastdata.datasets.tar_source import Sample, TarSource, remote_counters
 from fastdata.datasets.tar_window import (
     DEFAULT_WINDOW,
@@ -50,7 +53,9 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
 
     With ``batch_size``, the dataset yields whole batches (use ``DataLoader(ds, batch_size=None)``): each
     rank then sees the same batches in the same order for any ``num_workers``, a skipped bad sample
-    makes one batch smaller instead of shifting all later ones, and ``state_dict``/``load_state_dict``
+    makes one batch smaller instead of shifting all later ones (a batch of only bad samples becomes a
+    batch of one substitute: the next good sample after it in this rank's plan order, counted in
+    :attr:`substituted`; see :mod:`fastdata.datasets.substitute`), and ``state_dict``/``load_state_dict``
     resume mid-epoch exactly: through :class:`fastdata.Loader` with any ``num_workers``, or through
     torchdata's ``StatefulDataLoader`` with the same ``num_workers`` (see docs/distributed.md).
 
@@ -263,7 +268,10 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         try:
             if not self.remote:
                 for lo, hi, positions in mine:
-                    yield self._batch(world, epoch, (lo, hi, stride), positions, epoch.decoded(positions))
+                    batch = epoch.decoded(positions)
+                    if not batch:
+                        batch = [self._stand_in_batch(epoch, shuffled, lo, hi, positions)]
+                    yield self._batch(world, (lo, hi, stride), batch)
                 return
             # remote: this worker's batches that start in one window are fetched together, shard by shard;
             # unshuffled batches dealt to several workers, one by one (fetched together, the runs of the other
@@ -276,32 +284,58 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
                     if n == len(group) // 2:
                         ahead.fetch_next()
                     samples = [raw.pop(p) for p in positions.tolist() if p in raw]
-                    yield self._batch(world, epoch, (lo, hi, stride), positions, pipeline.batch(samples))
+                    batch = pipeline.batch(samples)
+                    if not batch:
+                        ahead.settle()  # the window thread reads through the same readers: let it finish
+                        batch = [self._stand_in_batch(epoch, shuffled, lo, hi, positions)]
+                    yield self._batch(world, (lo, hi, stride), batch)
         finally:
             if ahead is not None:
                 ahead.close()
             self.source.close()
 
-    def _batch(
-        self, world: World, epoch: EpochReader, where: tuple[int, int, int], positions: np.ndarray, batch: list[Any]
-    ) -> Any:
+    def _batch(self, world: World, where: tuple[int, int, int], batch: list[Any]) -> Any:
         """The collated ``batch`` of positions ``lo .. hi-1`` (``where``: lo, hi, stride); notes the position
         reached first."""
-        lo, hi, stride = where
+        lo, _, stride = where
         unit = self.batch_size
         assert unit is not None
         # counted before the yield, so that a state taken right after this batch resumes past it
         self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
-        if not batch:
-            # leaving the batch out would give this rank fewer batches than the others (a hang at the next
-            # collective) and shift every later batch (a wrong resume)
-            shards = epoch.shards_at(positions)
-            raise BadSample(
-                f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)}) "
-                "was bad and skipped; an empty batch cannot be collated; see the warnings above",
-                shards[0],
-            )
         return self.collate_fn(batch)
+
+    def _stand_in_batch(
+        self, epoch: EpochReader, shuffled: WindowShuffle, lo: int, hi: int, positions: np.ndarray
+    ) -> Any:
+        """The substitute for batch ``lo .. hi-1``, whose samples were all bad: leaving the batch out would
+        give this rank fewer batches than the others (a hang at the next collective) and shift every later
+        batch (a wrong resume). The next good sample after it in this rank's plan order: the span
+        positions ``hi, hi+1 ...``, wrapping to ``0 .. lo-1`` (see :mod:`fastdata.datasets.substitute`)."""
+        unit = self.batch_size
+        assert unit is not None
+        shards = epoch.shards_at(positions)
+        pipeline = self.source.pipeline
+
+        def good(slots: list[int]) -> list[tuple[int, Any]]:
+            where = np.concatenate([shuffled.positions(s, s + 1) for s in slots])
+            raw = epoch.raw(where)
+            for slot, p in zip(slots, where.tolist()):
+                if p in raw:
+                    sample, _ = pipeline(raw[p])
+                    if sample is not SKIP:
+                        return [(slot, sample)]  # the first good one: the rest need no decoding
+            return []
+
+        return find_substitute(
+            good,
+            chain(range(hi, epoch.length), range(lo)),
+            shared=self._shared,
+            owner=repr(self),
+            bad=f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)})",
+            order="this rank's plan order",
+            unit="position",
+            sources=shards,
+        )[1]
 
     def _warn_egress(self, world: World) -> None:
         """Batched mode on remote shards: every worker reads the windows that hold its batches, so with

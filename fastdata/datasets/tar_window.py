@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -110,6 +111,12 @@ class Ahead(Generic[T]):
         """Start filling the next window now (no-op when there is none, or it is under way)."""
         if self._next is not None and self._pending is None:
             self._pending = _fill_threads.get().submit(self._fill, self._next)
+
+    def settle(self) -> None:
+        """Wait for a fill under way, keeping its result for the next window: the caller may then read
+        through the shard readers itself (a substitute search)."""
+        if self._pending is not None:
+            wait_for([self._pending])
 
     def close(self) -> None:
         """Wait for a fill under way (the readers it uses are closed next), dropping its result."""

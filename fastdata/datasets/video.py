@@ -15,7 +15,15 @@ import torch
 from torch.utils.data import Dataset
 
 from fastdata.core import process, stages
-from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable, check_choice
+from fastdata.core.errors import (
+    BadSample,
+    ConfigError,
+    OnError,
+    SourceNotFound,
+    SourceUnreadable,
+    check_choice,
+    is_collecting,
+)
 from fastdata.core.pipeline import SKIP, SamplePipeline
 from fastdata.core.seeding import derive_seed, stagger
 from fastdata.core.sharding import Remainder
@@ -86,7 +94,10 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
     Bad input (missing, empty, truncated or damaged files, not a video, a video shorter than one clip,
     frames the container announces but does not hold) raises an error naming the file under
     ``on_error="raise"``; under ``"skip"`` the clip (or, at construction, the whole video) is left out,
-    counted in :attr:`skipped`, and warned about once per file.
+    counted in :attr:`skipped`, and warned about once per file. A batch of only bad clips (with
+    ``batch_size=1``, every bad clip) becomes a batch of one substitute, and ``ds[i]`` of a bad clip returns
+    it (never None): the next good clip after the batch's last index (after ``i``) in index order, wrapping
+    to 0, counted in :attr:`substituted` (see :mod:`fastdata.datasets.substitute`).
 
     Args:
         paths (str | PathLike | list): video files, globs, brace ranges, or folders (searched
@@ -280,8 +291,10 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
             if world.total_workers > 1:
                 self.stagger_delay = stagger(world, *self.stagger)
 
-    def _read(self, indices: Sequence[int]) -> list[Any]:
-        self._begin(len(indices))
+    def _read(self, indices: Sequence[int], *, count: bool = True) -> list[Any]:
+        """The clips ``indices``, each finished or :data:`SKIP` (bad: handled by the policy). ``count``: count
+        them as reads (a substitute search's are not: they are not part of the epoch's plan)."""
+        self._begin(len(indices) if count else 0)
         plan = [self.frames_of(i) for i in indices]
         out: list[Any] = [SKIP] * len(plan)
         pipeline = self.pipeline
@@ -295,7 +308,7 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
             try:
                 clip = self.pool.read(path, frames, pause=not reads_on)
             except (BadSample, SourceNotFound, SourceUnreadable) as e:
-                if isinstance(e, DecodeTimeout):
+                if isinstance(e, DecodeTimeout) and not is_collecting():  # a substitute search's: not counted
                     self._shared.add("timeouts")
                 self._policy.handle(e)
                 continue
@@ -307,21 +320,29 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
                 "fps": self.metas[video].fps,  # type: ignore[union-attr]
             }
             out[k], _ = pipeline(sample, stages.clock())  # 0.0 unless `fastdata bench` probes
-        return [s for s in out if s is not SKIP]
+        return out
 
     def __getitem__(self, i: int) -> Any:
-        got = self._read([i])
-        return got[0] if got else None
+        got = self._read([i])[0]
+        return got if got is not SKIP else self._substitute([i])
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch)."""
-        got = self._read(indices)
+        """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch), and a batch
+        of only bad ones is a batch of one substitute."""
+        got = [s for s in self._read(indices) if s is not SKIP]
         if not got and indices:
-            raise BadSample(
-                f"every clip of a batch of {len(indices)} was bad (all skipped); see the warnings above for the files",
-                self.paths[self.locate(indices[0])[0]],
-            )
+            return [self._substitute(indices)]
         return got
+
+    def _substitute(self, indices: Sequence[int]) -> Any:
+        """The substitute for the bad clips ``indices`` (see :meth:`DatasetBase._stand_in`)."""
+        bad = [i % len(self) for i in indices]
+        sources = [self.paths[v] for v in dict.fromkeys(self.locate(i)[0] for i in bad)]
+
+        def good(candidates: list[int]) -> list[tuple[int, Any]]:
+            return [(j, s) for j, s in zip(candidates, self._read(candidates, count=False)) if s is not SKIP]
+
+        return self._stand_in(bad, good, sources)[1]
 
     def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
         """A rank-aware :class:`~fastdata.EpochSampler` that follows this dataset's ``set_epoch``."""
