@@ -18,13 +18,14 @@ and samplers also work with) keeps one state per worker and refuses a different 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_span
+from fastdata.loading.autotune import AutoTune, Setting
 from fastdata.loading.builder import as_is, build_dataloader, fastdata_worker_init
 from fastdata.loading.protocol import (
     BatchingDataset,
@@ -34,6 +35,8 @@ from fastdata.loading.protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
+from fastdata.loading.session import Session, loader_session
+from fastdata.loading.stats import Stats
 
 # DataLoader options the Loader decides itself, and why a user may not pass them.
 _OWNED = {
@@ -61,7 +64,10 @@ class Loader:
             method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
         batch_size (int | None): samples per batch. Required for map-style datasets (unless
             ``batch_sampler`` is given); for iterable ones it defaults to the dataset's and must equal it.
-        num_workers (int): DataLoader worker processes. Defaults to 0.
+        num_workers (int | "auto"): DataLoader worker processes. ``"auto"`` starts from as many as the cores
+            and memory allow, measures, and moves them (and, with ``prefetch_factor="auto"``, the prefetch)
+            at batch boundaries, restarting the workers with the epoch continuing exactly (see
+            :mod:`fastdata.loading.autotune` and docs/monitor.md). Defaults to 0.
         shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
             dataset, set it on the dataset (it must agree if given here).
         remainder ("drop" | "pad" | "uneven" | None): how an epoch that does not split evenly over ranks
@@ -77,9 +83,15 @@ class Loader:
             and ``drop_last``.
         worker_init_fn (Callable | None): run in each worker after :data:`fastdata.worker_init_fn`, which
             the Loader always installs. Defaults to None.
+        monitor (bool | Callable | str | PathLike | Monitor | None): report while training
+            (:class:`~fastdata.loading.stats.Stats`, every 10 s by default): True, a log line (logger
+            ``fastdata.monitor``); a function, called with each report; a path, a JSON-lines file; or an
+            :class:`~fastdata.loading.stats.Monitor`. :meth:`stats` returns the latest. Defaults to None.
+        autotune (AutoTune | None): how ``"auto"`` moves (bounds, window, interval, margin). Defaults to None:
+            ``AutoTune()``.
         **dataloader_kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
-            ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``collate_fn`` for map-style ...).
-            ``in_order=False`` is refused: batches out of order cannot be resumed exactly.
+            ``prefetch_factor`` (a count or ``"auto"``), ``multiprocessing_context``, ``timeout``, ``collate_fn``
+            for map-style ...). ``in_order=False`` is refused: batches out of order cannot be resumed exactly.
 
     Raises:
         ConfigError: for a combination that cannot resume exactly, at construction.
@@ -91,13 +103,15 @@ class Loader:
         dataset: Any,
         *,
         batch_size: int | None = None,
-        num_workers: int = 0,
+        num_workers: int | Literal["auto"] = 0,
         shuffle: bool | None = None,
         remainder: Remainder | None = None,
         drop_last: bool | None = None,
         sampler: Any = None,
         batch_sampler: Any = None,
         worker_init_fn: Any = None,
+        monitor: Any = None,
+        autotune: AutoTune | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         for name, why in _OWNED.items():
@@ -114,7 +128,12 @@ class Loader:
                 f"close: see fastdata.loading.protocol.Dataset), not {type(dataset)}"
             )
         self.dataset: Any = dataset  # a Dataset, and a MapDataset or a BatchingDataset (checked below)
-        self.num_workers = num_workers
+        # --- monitor and autotune (fastdata.loading.session): the session (None without either) and the
+        # user's DataLoader options; self._kwargs (below) are the current setting's: those, the probes'
+        # hooks and the prefetch ---
+        self._session: Session | None
+        self._session, self._user_kwargs = loader_session(num_workers, monitor, autotune, dataloader_kwargs)
+        self.num_workers = self._session.setting.workers if self._session is not None else int(num_workers)
         self.iterable = isinstance(dataset, IterableDataset)
         # the sampler the Loader resumes through (map-style), and whether it hands out whole batches
         self.sampler: Any = None
@@ -138,7 +157,9 @@ class Loader:
             self.sampler = self._make_sampler(sampler, shuffle, remainder)
         self._drop_last = bool(drop_last)
         self._worker_init = fastdata_worker_init(worker_init_fn)
-        self._kwargs = dataloader_kwargs
+        self._kwargs = self._user_kwargs
+        if self._session is not None:
+            self._kwargs = self._session.kwargs_for(self._user_kwargs, self._session.setting)
         self._dataloader: DataLoader[Any] | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
@@ -294,6 +315,14 @@ class Loader:
         if self._pending is not None and self._pending[0] == epoch:
             start = self._pending[1]
         self._pending = None
+        if self._session is not None:  # --- monitor and autotune: a change waiting for this pass ---
+            change = self._session.pass_starts()
+            if change is not None:
+                self._configure(change.after)
+        return self._count(self._open(epoch, start), epoch, start)
+
+    def _open(self, epoch: int, start: int) -> Iterator[Any]:
+        """The DataLoader's iterator over epoch ``epoch``, after its first ``start`` batches."""
         if self.iterable:
             self.dataset.load_state_dict(ResumeState(epoch, start, "batches").to_dict())
         else:
@@ -310,14 +339,43 @@ class Loader:
             # the workers took their copy of the resume position when the iterator started them (the main
             # process, without workers, when it took the iterator); ours must not apply to a later pass
             self.dataset.load_state_dict(ResumeState(epoch, 0, "batches").to_dict())
-        return self._count(batches, epoch, start)
+        return batches
 
     def _count(self, batches: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
         done = start
+        if self._session is not None:  # --- monitor and autotune: count, report, restart where told ---
+            batches = self._session.run(batches, epoch, start, len(self), self._reopen)
         for batch in batches:
             done += 1
             self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
             yield batch
+
+    # --- monitor and autotune (fastdata.loading.session) ---
+
+    def _configure(self, setting: Setting) -> None:
+        """Build the next DataLoader with ``setting`` (the autotuner's)."""
+        assert self._session is not None
+        self.num_workers = setting.workers
+        self._kwargs = self._session.kwargs_for(self._user_kwargs, setting)
+        self._dataloader = None
+
+    def _reopen(self, epoch: int, done: int, setting: Setting) -> Iterator[Any]:
+        """A new DataLoader with ``setting``, continuing epoch ``epoch`` after ``done`` batches (the old
+        one's iterator was shut down): the resume a saved state gets, mid-pass."""
+        self._configure(setting)
+        return self._open(epoch, done)
+
+    def stats(self) -> Stats | None:
+        """The monitor's latest report (:class:`~fastdata.loading.stats.Stats`), or None without
+        ``monitor=`` or ``num_workers="auto"``, or before the first batch."""
+        return self._session.stats() if self._session is not None else None
+
+    @property
+    def changes(self) -> list[Any]:
+        """The changes ``num_workers="auto"`` made, oldest first (:class:`~fastdata.loading.autotune.Change`)."""
+        return self._session.changes if self._session is not None else []
+
+    # --- end of monitor and autotune ---
 
     def _batches_done(self) -> int:
         epoch = self.epoch
@@ -367,6 +425,8 @@ class Loader:
         """Stop the workers (persistent ones too) and close the dataset's handles. Idempotent; the Loader
         can be iterated again afterwards."""
         self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
+        if self._session is not None:
+            self._session.close()
         self.dataset.close()
 
     def __enter__(self) -> Loader:
@@ -377,9 +437,10 @@ class Loader:
 
     def __repr__(self) -> str:
         kind = "iterable" if self.iterable else "map-style"
+        auto = " (auto)" if self._session is not None and self._session.tuner is not None else ""
         return (
             f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
-            f"num_workers={self.num_workers}, epoch={self.epoch})"
+            f"num_workers={self.num_workers}{auto}, epoch={self.epoch})"
         )
 
 
