@@ -11,10 +11,10 @@ How it decides, in order:
    :func:`fastdata.core.machine.usable_cores`) or ``max_workers``, and never more than the memory allows:
    below ``memory_reserve`` of available memory it drops as many workers as it takes to give the reserve
    back (each worker counted at its measured PSS), at once; it adds a worker only where two more would fit.
-2. **Other programs.** When the cores other programs use move by ``others_change`` or more, or the loop
-   becomes ``rate_change`` slower or faster, in two windows in a row, against earlier windows at the same
-   setting, what was measured no longer holds: the measurements are forgotten, and if other programs took
-   cores, one worker fewer is tried first.
+2. **Other programs.** When the cores other programs use move by ``others_change`` or more (in two of the
+   last three windows), or the loop becomes ``rate_change`` slower or faster (in three of the last four),
+   beyond the range of the earlier windows at the same setting, what was measured no longer holds: the
+   measurements are forgotten, and if other programs took cores, one worker fewer is tried first.
 3. **A trial.** The window after a change judges it against the setting it left: more workers (or more
    prefetch) are kept only if faster by ``margin``; fewer workers are kept unless slower by ``margin``
    (fewer processes for the same speed leave the cores to the training and to other programs). A trial that
@@ -208,6 +208,14 @@ class _Entry:
         return statistics.median(self.rates) if self.rates else 0.0
 
 
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    """The lower and upper quartiles of ``values``; their least and greatest when there are fewer than four."""
+    if len(values) < 4:
+        return min(values), max(values)
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
 def ladder(low: int, high: int) -> list[int]:
     """Worker counts tried: 0, 1, 2, 4, 8 ... up to ``high``, and ``high`` itself, from ``low``."""
     counts = [0, 1]
@@ -332,39 +340,47 @@ class Tuner:
         self._settled_on = set()
 
     def _moved(self, entry: _Entry, obs: Observation) -> str:
-        """Whether the machine changed under this setting, against its earlier windows: other programs took
-        or gave back ``others_change`` cores in the last two windows, or the loop became ``rate_change``
-        slower or faster in the last three. Returns the change in words ("" when none)."""
+        """Whether the machine changed under this setting: other programs took or gave back
+        ``others_change`` cores in two of the last three windows, or the loop became ``rate_change`` slower or
+        faster in three of the last four (the latest among them each time), beyond the range of the earlier
+        windows at this setting (their quartiles: a signal that flips back and forth has a wide range, and
+        never leaves it). Returns the change in words ("" when none)."""
         lim, rlim = self.options.others_change, self.options.rate_change
         now = f"now {obs.others:.1f} of {obs.cores}"
-        if len(entry.others) >= 3:
-            took = [o - statistics.median(entry.others[-12:-2]) for o in entry.others[-2:]]
-            if min(took) >= lim:
-                return f"other programs took {min(took):.1f} cores ({now})"
-            if max(took) <= -lim:
-                return f"other programs gave back {-max(took):.1f} cores ({now})"
-        if len(entry.rates) >= 5:
-            base = statistics.median(entry.rates[-13:-3])
-            ratios = [r / base - 1 for r in entry.rates[-3:]] if base > 0 else [0.0]
-            took_now = obs.others - statistics.median(entry.others[-13:-3])
-            if max(ratios) <= -rlim or min(ratios) >= rlim:
-                how = f"{-max(ratios):.0%} slower" if max(ratios) < 0 else f"{min(ratios):.0%} faster"
-                others = f"other programs use {obs.others:.1f} of {obs.cores} cores, {took_now:+.1f}"
-                return f"the loop became {how} ({others})"
+        if len(entry.others) >= 5:
+            low, high = _quartiles(entry.others[-13:-3])
+            recent = entry.others[-3:]
+            up = [o - high for o in recent if o - high >= lim]
+            down = [low - o for o in recent if low - o >= lim]
+            if len(up) >= 2 and recent[-1] - high >= lim:
+                return f"other programs took {min(up):.1f} cores ({now})"
+            if len(down) >= 2 and low - recent[-1] >= lim:
+                return f"other programs gave back {min(down):.1f} cores ({now})"
+        if len(entry.rates) >= 6:
+            low, high = _quartiles(entry.rates[-14:-4])
+            recent = entry.rates[-4:]
+            took = obs.others - statistics.median(entry.others[-14:-4])
+            others = f"other programs use {obs.others:.1f} of {obs.cores} cores, {took:+.1f}"
+            slower = [r for r in recent if r <= low * (1 - rlim)]
+            faster = [r for r in recent if r >= high * (1 + rlim)]
+            if low > 0 and len(slower) >= 3 and slower[-1] is recent[-1]:
+                return f"the loop became {1 - max(slower) / low:.0%} slower ({others})"
+            if high > 0 and len(faster) >= 3 and faster[-1] is recent[-1]:
+                return f"the loop became {min(faster) / high - 1:.0%} faster ({others})"
         return ""
 
     def _moving(self, entry: _Entry) -> bool:
-        """The latest windows are beyond the thresholds of :meth:`_moved`, not yet long enough to be sure:
-        wait for the next before exploring."""
-        if len(entry.others) < 2:
+        """The latest window is beyond the range of the earlier ones by the thresholds of :meth:`_moved`, not
+        yet for long enough to be sure: wait for the next before exploring."""
+        if len(entry.others) < 3:
             return False
-        o = entry.others[-1] - statistics.median(entry.others[-11:-1])
-        if abs(o) >= self.options.others_change:
+        low, high = _quartiles(entry.others[-11:-1])
+        o = entry.others[-1]
+        if o - high >= self.options.others_change or low - o >= self.options.others_change:
             return True
-        if len(entry.rates) < 3:
-            return False
-        base = statistics.median(entry.rates[-12:-2] if len(entry.rates) > 3 else entry.rates[:-1])
-        return base > 0 and abs(entry.rates[-1] / base - 1) >= self.options.rate_change
+        low, high = _quartiles(entry.rates[-11:-1])
+        r, rlim = entry.rates[-1], self.options.rate_change
+        return (low > 0 and r <= low * (1 - rlim)) or (high > 0 and r >= high * (1 + rlim))
 
     def wants_early(self) -> bool:
         """The current setting is not measured yet: its window's first quarter may already decide."""
@@ -402,7 +418,7 @@ class Tuner:
         if moved:
             # what was measured no longer holds: keep only this setting's last window (the one before it may
             # have held the moment the other program started)
-            took = obs.others - statistics.median(entry.others[-12:-2] or entry.others[:1])
+            took = obs.others - statistics.median(entry.others[-13:-3] or entry.others[:1])
             self._forget(_Entry(entry.rates[-1:], entry.others[-1:]))
             # other programs take cores: try fewer workers first (the issue's rule, kept only if not slower)
             self._fewer_first = took >= opts.others_change / 2 and self.fixed_workers is None
