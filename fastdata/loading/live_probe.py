@@ -103,7 +103,7 @@ class ProcessDetail:
     """One process of the loader, read at a report: every thread of it.
 
     Attributes:
-        role (str): "main" or "worker K".
+        role (str): "main" or "worker K" (K: its index, its row ``1 + K`` in the stage table).
         pid (int): its id.
         threads (int): threads alive. dstate (int): threads in D state at the reading.
         pss (float): proportional set size, bytes (shared pages divided among the processes sharing them).
@@ -260,16 +260,18 @@ class LiveProbe:
         )
 
     def details(self, pids: list[int]) -> list[ProcessDetail]:
-        """Every thread of the main process and of the workers ``pids``, with PSS and descriptors."""
+        """Every thread of the main process and of the workers ``pids`` still running (a worker of a pass
+        that ran out may have exited), with PSS and descriptors."""
         out = []
-        skip = {self._sampler.native_id} if self._sampler.native_id else set()
-        self._main.skip = skip
-        for role, pid, probe in [("main", self.pid, self._main)] + [
-            (f"worker {k}", pid, self._worker_probe(pid)) for k, pid in enumerate(pids)
-        ]:
+        self._main.skip = {self._sampler.native_id} if self._sampler.native_id else set()
+        for k, pid in [(-1, self.pid), *enumerate(pids)]:
+            probe = self._main if k < 0 else self._worker_probe(pid)
             c = probe.read()
+            fds = open_fds(pid)
             p, u = memory_of(pid)
-            out.append(ProcessDetail(role, pid, c.threads, c.dstate, p, u, open_fds(pid), c))
+            if not (c.threads and p):
+                continue  # it exited while being read
+            out.append(ProcessDetail("main" if k < 0 else f"worker {k}", pid, c.threads, c.dstate, p, u, fds, c))
         live = set(pids)
         self._workers = {p: w for p, w in self._workers.items() if p in live}
         return out
@@ -364,7 +366,8 @@ def figures(a: Snapshot, b: Snapshot) -> Figures:
         stall=wait / loop if batches else 0.0,
         step=step_time >= STEP_SHARE * loop,
         wait_ms=1000 * wait / batches if batches else 0.0,
-        step_ms=1000 * step_time / batches if batches else 0.0,
+        # the time after a batch until the next is asked for: a pass's first batch has none before it
+        step_ms=1000 * step_time / max(1, batches - (lb.starts - la.starts)) if batches else 0.0,
         main_loader=(lb.wait_cpu - la.wait_cpu + max(0.0, b.loop_runq - a.loop_runq) * wait / loop) / loop,
         main_helpers=helpers / seconds,
         main_cores=main_cpu / seconds,

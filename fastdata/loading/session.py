@@ -334,7 +334,7 @@ class Session:
             before=self._before,
         )
         verdict = classify(ev, self.tuner.options.stall_target if self.tuner is not None else 0.05)
-        processes = [self._process(d, fig, k) for k, d in enumerate(details)]
+        processes = [self._process(d, fig) for d in details]
         stats = Stats(
             time=now(),
             seconds=fig.seconds,
@@ -366,14 +366,15 @@ class Session:
         self._before = {d.pid: d.counters for d in details}
         return stats
 
-    def _process(self, d: ProcessDetail, fig: Any, k: int) -> ProcessStats:
+    def _process(self, d: ProcessDetail, fig: Any) -> ProcessStats:
         was = self._before.get(d.pid)
         win = d.counters.minus(was) if was is not None else d.counters
-        if k == 0:
+        if d.role == "main":
             cores, busy = fig.main_cores, fig.main_cores + win.runq / fig.seconds
         else:
-            cores = fig.worker_cores[k - 1] if k - 1 < len(fig.worker_cores) else win.cpu / fig.seconds
-            busy = fig.worker_busy[k - 1] if k - 1 < len(fig.worker_busy) else cores
+            k = int(d.role.split()[1])
+            cores = fig.worker_cores[k] if k < len(fig.worker_cores) else win.cpu / fig.seconds
+            busy = fig.worker_busy[k] if k < len(fig.worker_busy) else cores
         return ProcessStats(
             d.role, d.pid, cores, busy, win.voluntary, win.involuntary, d.threads, d.dstate, d.pss, d.uss, d.fds
         )
