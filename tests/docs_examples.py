@@ -89,6 +89,10 @@ def _inspect(s3: Callable[[], Any]) -> None:
     pass
 
 
+def _monitor(s3: Callable[[], Any]) -> None:
+    _shards("shards", "shard", 10)
+
+
 # page -> what its examples read, made in the page's folder (the current directory)
 DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "README.md": _readme,
@@ -96,6 +100,7 @@ DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "docs/distributed.md": _distributed,
     "docs/hdf5.md": _hdf5,
     "docs/inspect.md": _inspect,
+    "docs/monitor.md": _monitor,
     "docs/s3.md": _s3,
     "docs/tar.md": _tar,
     "docs/video.md": _video,
