@@ -17,10 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: the tests' servers
 
 from fastdata.bench.environment import describe
 from tests.fault_proxy import FaultProxy

@@ -26,9 +26,19 @@ machine is shared, so compare ratios within one run.
 the stock loader with ``pin_memory=True`` against pinned slots (:func:`slot_dataloader` with
 ``pin_memory=True``), each batch copied with ``.to("cuda", non_blocking=True)``, and checks the copies.
 
+``--loader BACKENDS`` measures what decides ``fd.Loader``'s default transport: the same loader through
+``fd.Loader(transport="stock")`` and ``fd.Loader(transport="slots")`` (and ``num_workers=0``), on every
+backend: ``tar_bytes`` (``TarShardDataset(batch_size=64)``, raw ~30 KB bytes), ``tar_decoded`` (the same
+with 256x256 JPEGs decoded to uint8 arrays), ``hdf5_u8`` (decoded uint8 256x256x3), ``hdf5_jpeg`` (JPEG
+bytes in a vlen field, raw), ``video`` (``VideoClipDataset``, 8-frame 224x224 clips, 1.2 MB, batch 8)
+and ``s3`` (``S3Dataset``, 30 KB objects on a local moto server). ``loader_verdict`` says whether slots
+were faster on every one.
+
 Usage::
 
     PYTHONPATH=. python benchmarks/bench_transport.py --out bench_transport.json
+    PYTHONPATH=. python benchmarks/bench_transport.py --backends none \
+        --loader tar_bytes,tar_decoded,hdf5_u8,hdf5_jpeg,video,s3 --out bench_transport_loader.json
 """
 
 from __future__ import annotations
@@ -53,12 +63,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-import fastdata as fd
-from fastdata.convert.hdf5 import CHUNK_BYTES
-from fastdata.loading import slots
-from fastdata.loading.slot_layout import PackedBytes
-from fastdata.loading.slots import SlotPool
-from fastdata.loading.transport import SlotCollate, batch_as_is, slot_dataloader
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import fastdata as fd  # noqa: E402
+from fastdata.convert.hdf5_task import CHUNK_BYTES  # noqa: E402
+from fastdata.loading import slots  # noqa: E402
+from fastdata.loading.slot_layout import PackedBytes  # noqa: E402
+from fastdata.loading.slots import SlotPool  # noqa: E402
+from fastdata.loading.transport import SlotCollate, batch_as_is, slot_dataloader  # noqa: E402
 
 PAGE = 4096
 
@@ -232,6 +245,171 @@ def run_backend(name: str, loaders: dict[str, Callable[[], DataLoader[Any]]], ar
     return out
 
 
+# -- fd.Loader, every backend, stock against slots ----------------------------------------------------
+
+
+def make_jpeg_tar(folder: Path, shards: int, per_shard: int, hw: int, seed: int) -> list[str]:
+    """Shards of ``hw`` x ``hw`` JPEGs (smooth pictures with a little noise, ~15-25 KB, as photographs
+    compress) and class labels."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 160, hw, dtype=np.float32)[None, :, None]
+    urls = []
+    for s in range(shards):
+        path = folder / f"jpeg-{s:04d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tf:
+            for i in range(per_shard):
+                pixels = (rng.integers(0, 96, (1, 1, 3)) + ramp + rng.integers(0, 24, (hw, hw, 3))).astype(np.uint8)
+                buf = io.BytesIO()
+                Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+                for ext, data in (("jpg", buf.getvalue()), ("cls", str(i % 1000).encode())):
+                    info = tarfile.TarInfo(f"s{s:04d}_{i:06d}.{ext}")
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
+        urls.append(str(path))
+    return urls
+
+
+def make_hdf5_jpeg(path: Path, n: int, hw: int, seed: int) -> None:
+    """JPEG bytes (of the kind :func:`make_jpeg_tar` writes) in a vlen uint8 field ``jpg``, and labels."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 160, hw, dtype=np.float32)[None, :, None]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("label", data=rng.integers(0, 1000, n))
+        field = f.create_dataset("jpg", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(64,))
+        for lo in range(0, n, 256):
+            part = np.empty(min(256, n - lo), dtype=object)
+            for k in range(len(part)):
+                pixels = (rng.integers(0, 96, (1, 1, 3)) + ramp + rng.integers(0, 24, (hw, hw, 3))).astype(np.uint8)
+                buf = io.BytesIO()
+                Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+                part[k] = np.frombuffer(buf.getvalue(), np.uint8)
+            field[lo : lo + len(part)] = part
+
+
+def loader_datasets(name: str, folder: Path, args: argparse.Namespace, server: Any) -> tuple[Any, dict[str, Any]]:
+    """``(dataset, fd.Loader keyword arguments)`` of one backend."""
+    (folder / name).mkdir(parents=True, exist_ok=True)
+    if name == "tar_bytes":
+        urls = make_tar(folder / name, 8, args.tar_samples // 8, 30_000, args.seed)
+        warm(urls)
+        return fd.TarShardDataset(urls, batch_size=64), {}
+    if name == "tar_decoded":
+        urls = make_jpeg_tar(folder / name, 8, args.decoded_samples // 8, 256, args.seed)
+        warm(urls)
+        return fd.TarShardDataset(urls, batch_size=64, decode="numpy"), {}
+    if name == "hdf5_u8":
+        path = folder / "u8.h5"
+        make_hdf5(path, args.hdf5_samples, 256, args.seed)
+        warm([str(path)])
+        return fd.HDF5Dataset(str(path), fields=("image", "label")), {"batch_size": 64}
+    if name == "hdf5_jpeg":
+        path = folder / "jpeg.h5"
+        make_hdf5_jpeg(path, args.decoded_samples, 256, args.seed)
+        warm([str(path)])
+        return fd.HDF5Dataset(str(path), fields=("jpg", "label"), decode="raw"), {"batch_size": 64}
+    if name == "video":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_video import make_videos
+
+        paths = make_videos(folder / name, count=8, frames=240, size=224, fps=30, codec="mp4v", seed=args.seed)
+        warm(paths)
+        ds = fd.VideoClipDataset(paths, clip_len=8, frame_stride=2, clips_per_video=8, index_cache=False)
+        return ds, {"batch_size": 8}
+    if name == "s3":
+        from tests.s3_server import CREDENTIALS, REGION, upload_files
+
+        client = server.client()
+        client.create_bucket(Bucket="transport")
+        rng = np.random.default_rng(args.seed)
+        files = {f"obj/{i:06d}.bin": rng.bytes(30_000) for i in range(args.s3_objects)}
+        urls = upload_files(client, "transport", files)
+        ds = fd.S3Dataset(urls, endpoint_url=server.endpoint_url, region_name=REGION, **CREDENTIALS)
+        return ds, {"batch_size": 64}
+    raise SystemExit(f"unknown --loader backend {name!r}")
+
+
+def time_fd_loader(loader: fd.Loader, epochs: int) -> dict[str, float]:
+    """One repeat over ``epochs`` epochs of an ``fd.Loader`` (see :func:`time_loader`)."""
+    inner = loader.dataloader
+    pids = workers_of(inner)
+    before_main, before_w = minflt(os.getpid()), sum(minflt(p) for p in pids)
+    samples = nbytes = batches = 0
+    start = time.perf_counter()
+    for _ in range(epochs):
+        for batch in loader:
+            s, b = consume(batch)
+            samples, nbytes, batches = samples + s, nbytes + b, batches + 1
+            del batch
+    seconds = time.perf_counter() - start
+    main_f, work_f = minflt(os.getpid()) - before_main, sum(minflt(p) for p in pids) - before_w
+    return {
+        "samples_per_s": samples / seconds,
+        "gb_per_s": nbytes / seconds / 1e9,
+        "batch_pages": nbytes / max(1, batches) / PAGE,
+        "faults_per_batch": (main_f + work_f) / max(1, batches),
+    }
+
+
+def run_loader_backend(name: str, ds: Any, kwargs: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    many = {"num_workers": args.workers, "persistent_workers": True, "multiprocessing_context": "fork"}
+    loaders = {
+        "in_process": fd.Loader(ds, **kwargs),
+        "stock": fd.Loader(ds, transport="stock", **kwargs, **many),
+        "slots": fd.Loader(ds, transport="slots", **kwargs, **many),
+    }
+    for loader in loaders.values():  # warm-up: workers started, files opened, slots made
+        for _ in loader:
+            pass
+    reps: dict[str, list[dict[str, float]]] = {k: [] for k in loaders}
+    slots.reset_counts()
+    for _ in range(args.repeats):  # interleaved: a noisy neighbour hits every configuration
+        for k, loader in loaders.items():
+            reps[k].append(time_fd_loader(loader, args.epochs))
+    through = slots.stats()
+    for loader in loaders.values():
+        loader.close()
+    out: dict[str, Any] = {"configs": {}}
+    for k, runs in reps.items():
+        out["configs"][k] = {m: statistics.median(r[m] for r in runs) for m in runs[0]} | {
+            "repeats": [round(r["samples_per_s"], 1) for r in runs]
+        }
+    c = out["configs"]
+    out["slots_vs_stock"] = c["slots"]["samples_per_s"] / c["stock"]["samples_per_s"]
+    out["slots_vs_in_process"] = c["slots"]["samples_per_s"] / c["in_process"]["samples_per_s"]
+    out["stock_vs_in_process"] = c["stock"]["samples_per_s"] / c["in_process"]["samples_per_s"]
+    out["batches_through"] = {"slots": through["slots"], "pipe": through["pipe"]}
+    print(name, json.dumps({k: v for k, v in out.items() if k != "configs"}), file=sys.stderr, flush=True)
+    return out
+
+
+def loader_section(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    names = args.loader.split(",")
+    out: dict[str, Any] = {"backends": {}}
+    server = None
+    if "s3" in names:
+        from tests.s3_server import MotoServer
+
+        server = MotoServer().__enter__()
+    try:
+        for name in names:
+            ds, kwargs = loader_datasets(name, folder, args, server)
+            out["backends"][name] = run_loader_backend(name, ds, kwargs, args)
+            ds.close()
+    finally:
+        if server is not None:
+            server.__exit__(None, None, None)
+    ratios = {k: round(v["slots_vs_stock"], 3) for k, v in out["backends"].items()}
+    out["slots_vs_stock"] = ratios
+    out["loader_verdict"] = (
+        "slots faster on every backend" if all(r > 1 for r in ratios.values()) else "slots not faster on every backend"
+    )
+    return out
+
+
 def cuda_h2d(path: str, workers: int, epochs: int) -> dict[str, Any]:
     """Host-to-device throughput of the HDF5 batches: stock pin_memory=True against pinned slots."""
     ds = fd.HDF5Dataset(path, fields=("image", "label"))
@@ -280,7 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tar-samples", type=int, default=8192)
     ap.add_argument("--epochs", type=int, default=3, help="epochs per timed repeat")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--backends", default="hdf5,tar")
+    ap.add_argument("--backends", default="hdf5,tar", help="DataLoader-level backends: hdf5,tar (or none)")
+    ap.add_argument("--loader", default="", help="fd.Loader backends: tar_bytes,tar_decoded,hdf5_u8,hdf5_jpeg,video,s3")
+    ap.add_argument("--decoded-samples", type=int, default=2048, help="JPEGs for tar_decoded and hdf5_jpeg")
+    ap.add_argument("--s3-objects", type=int, default=512)
     ap.add_argument("--cuda", action="store_true", help="also host-to-device (only where CUDA is)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_transport.json")
@@ -306,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
             urls = make_tar(folder, 8, args.tar_samples // 8, 30_000, args.seed)
             warm(urls)
             result["backends"]["tar_bytes_30k"] = run_backend("tar", tar_loaders(urls, args.workers), args)
+        if args.loader:
+            result["loader"] = loader_section(folder, args)
         if args.cuda:
             if torch.cuda.is_available():
                 result["cuda"] = cuda_h2d(h5, args.workers, args.epochs)

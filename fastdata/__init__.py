@@ -19,6 +19,7 @@ from fastdata.core.errors import (
     FastdataError,
     PlanError,
     SourceNotFound,
+    SourceUnavailable,
     SourceUnreadable,
     UnsafeMember,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "PlanError",
     "S3Dataset",
     "SourceNotFound",
+    "SourceUnavailable",
     "SourceUnreadable",
     "TarShardDataset",
     "UnsafeMember",

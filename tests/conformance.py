@@ -4,7 +4,9 @@ A backend's test module subclasses :class:`Conformance` and provides a ``backend
 :class:`Backend`. The suite then checks, through real DataLoader worker processes under ``fork`` and
 ``spawn``: every sample exactly once for ``num_workers`` in {0, 2, 3}; the same order for the same seed
 and epoch and a new order for a new epoch; no handle left open after iteration (or after ``close()``);
-and that a dataset touched in the parent before the workers start is still read correctly.
+and that a dataset touched in the parent before the workers start is still read correctly. Every way of
+reading (:data:`MODES`: the stock transport, reused slots, loader threads, worker processes with threads)
+gives every sample exactly once, in the order of ``num_workers=0``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
 from fastdata.core.handles import open_files
+from fastdata.loading import slots
 from fastdata.loading.builder import build_dataloader
+from fastdata.loading.thread_loader import ThreadLoader
+
+MODES = ("stock", "slots", "threads", "hybrid")
+"""How the suite reads: worker processes with the stock transport or with reused slots, loader threads in
+this process, or worker processes that each read in two threads."""
 
 
 @dataclass
@@ -42,15 +50,22 @@ class Backend:
     batch_size: int = 4
 
 
-def loader(backend: Backend, ds: Any, num_workers: int, context: str | None = None) -> DataLoader:
-    """The DataLoader fastdata builds for ``ds`` (the one :class:`fastdata.Loader` and the harness use)."""
+def loader(
+    backend: Backend, ds: Any, num_workers: int, context: str | None = None, mode: str = "stock"
+) -> DataLoader | ThreadLoader:
+    """The DataLoader fastdata builds for ``ds`` (the one :class:`fastdata.Loader` and the harness use), or
+    the ThreadLoader with ``mode="threads"``."""
     assert isinstance(ds, IterableDataset) == backend.iterable, "Backend.iterable does not match the dataset"
+    if mode == "threads":
+        return ThreadLoader(ds, num_threads=num_workers, batch_size=backend.batch_size, shuffle=ds_shuffle(ds))
     return build_dataloader(
         ds,
         batch_size=backend.batch_size,
         num_workers=num_workers,
         shuffle=ds_shuffle(ds),
         multiprocessing_context=context,
+        transport="slots" if mode == "slots" else "stock",
+        threads_per_worker=2 if mode == "hybrid" else 1,
     )
 
 
@@ -64,10 +79,17 @@ def make(backend: Backend, *, seed: int = 0, shuffle: bool = False) -> Any:
     return ds
 
 
-def read_order(backend: Backend, ds: Any, num_workers: int = 0, context: str | None = None) -> list[Any]:
+def read_order(
+    backend: Backend, ds: Any, num_workers: int = 0, context: str | None = None, mode: str = "stock"
+) -> list[Any]:
     keys: list[Any] = []
-    for batch in loader(backend, ds, num_workers, context):
-        keys.extend(backend.keys_of(batch))
+    source = loader(backend, ds, num_workers, context, mode)
+    try:
+        for batch in source:
+            keys.extend(backend.keys_of(batch))
+    finally:
+        if isinstance(source, ThreadLoader):
+            source.close()
     return keys
 
 
@@ -84,6 +106,17 @@ class Conformance:
         counts = Counter(keys)
         assert not [k for k, c in counts.items() if c > 1], "samples read twice"
         assert sorted(counts) == sorted(backend.expected), "samples missing or unexpected"
+
+    @pytest.mark.parametrize("mode", MODES[1:])
+    def test_every_mode_reads_each_sample_once_in_order(self, backend: Backend, mode: str) -> None:
+        ds = make(backend, seed=5, shuffle=True)
+        want = read_order(backend, ds, 0)
+        slots.reset_counts()
+        # 3 workers (or threads), 2 for the hybrid (x 2 threads each): more readers than the 3 shards
+        got = read_order(backend, ds, 2 if mode == "hybrid" else 3, "fork", mode)
+        assert got == want, f"{mode}: another order, or samples missing or repeated"
+        if mode == "slots":
+            assert slots.stats()["slots"] > 0, "no batch came through a slot"
 
     def test_same_seed_and_epoch_same_order_new_epoch_new_order(self, backend: Backend) -> None:
         a, b = make(backend, seed=7, shuffle=True), make(backend, seed=7, shuffle=True)

@@ -79,6 +79,10 @@ def _s3(s3: Callable[[], Any]) -> None:
     convert("corpus", "out", shard_count=4, progress=False, fsync=False)  # what ShardUploader uploads
 
 
+def _convert(s3: Callable[[], Any]) -> None:
+    make_image_folder("data/train", classes=3, per_class=6)
+
+
 def _video(s3: Callable[[], Any]) -> None:
     from tests.videogen import make_videos
 
@@ -93,14 +97,20 @@ def _monitor(s3: Callable[[], Any]) -> None:
     _shards("shards", "shard", 10)
 
 
+def _performance(s3: Callable[[], Any]) -> None:
+    _shards("shards", "train", 6)
+
+
 # page -> what its examples read, made in the page's folder (the current directory)
 DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "README.md": _readme,
     "docs/bench.md": _bench,
+    "docs/convert.md": _convert,
     "docs/distributed.md": _distributed,
     "docs/hdf5.md": _hdf5,
     "docs/inspect.md": _inspect,
     "docs/monitor.md": _monitor,
+    "docs/performance.md": _performance,
     "docs/s3.md": _s3,
     "docs/tar.md": _tar,
     "docs/video.md": _video,

@@ -245,3 +245,24 @@ def test_the_tuner_reacts_when_another_program_takes_a_core() -> None:
     assert started is not None and reacted is not None, f"no change within 15 s of the busy loop's start: {seen}"
     assert "other programs" in reacted.reason, ([c.reason for c in tuner.changes], seen)
     assert reacted.t - started <= 15
+
+
+def test_a_restart_lets_go_of_the_old_workers_slots(data: dict[str, Path]) -> None:
+    from fastdata.loading import slot_registry
+
+    name = "tar_shards"
+    loader = make_loader(name, data[name], num_workers="auto", autotune=FAST_WINDOWS, transport="slots")
+    assert loader._session is not None
+    loader._session.tuner = Scripted([0])  # from 2 workers to none: no new worker would prune the old rings
+    loader.set_epoch(1)
+    slot_registry.release()  # the rings of earlier tests' exited workers
+    rings_before, rings_after = [], []
+    changed = False  # the change is decided at a batch and applied as the next one is asked for
+    for batch in loader:
+        (rings_after if changed else rings_before).append(len(slot_registry._rings))
+        changed = bool(loader.changes)
+        del batch  # a batch still held keeps its slot's memory, not its ring's entry
+    loader.close()
+    assert [c.after.workers for c in loader.changes] == [0]
+    assert max(rings_before) >= 1  # the two workers' batches came through slots ...
+    assert rings_after and max(rings_after) == 0  # ... and their rings went with them at the restart

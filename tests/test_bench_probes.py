@@ -225,15 +225,14 @@ def threading_id() -> int:
     return threading.get_native_id()
 
 
-def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill(tmp_path: Any) -> None:
+def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill() -> None:
+    from fastdata.bench.synthetic import ShuffleBufferDataset
     from fastdata.loading.stage_table import start_split
-
-    shards = make_shards(tmp_path, shards=2, per_shard=64, jpeg=True)
 
     def slow_init(worker_id: int) -> None:
         time.sleep(0.2)  # the workers' set-up this test measures
 
-    ds = fd.TarShardDataset(shards, decode="numpy", shuffle=True, shuffle_window=1000)
+    ds = ShuffleBufferDataset(n=128, window=120, delay=0.002)
     table = StageTable(2)
     loader = make_loader(ds, Config(1, 2, False, False, 8), table=table, worker_init_fn=slow_init)
     table.new_epoch()
@@ -245,8 +244,9 @@ def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill(tmp_path: Any)
     del it
     assert first.n == 8
     assert split.init >= 0.2  # the worker_init_fn
-    assert split.read == 128 and split.batch == 8  # the whole window before the first batch
-    assert split.fill > 10 * split.produce  # 120 of the 128 samples read were the buffer's
+    # the whole buffer before the first item, then a read per item for the other 7 of the batch
+    assert split.read == 120 + 7 and split.batch == 8
+    assert split.fill > 10 * split.produce
 
 
 def test_the_d_state_sampler_looks_at_our_threads() -> None:

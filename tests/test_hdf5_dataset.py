@@ -294,3 +294,75 @@ def test_user_handle_held_in_parent_is_not_shared_with_forked_workers(
     assert probes[from_second, 4].all(), "the file held by the user was not opened apart"
     assert not probes[~from_second, 4].any(), "files nobody else holds open use the plain driver"
     assert theirs not in {(int(a), int(b)) for a, b in probes[:, 2:4].tolist()}
+
+
+# -- what a worker returns must pickle, under any collate_fn ----------------------------------------
+
+
+def keep_batch(batch: Any) -> Any:
+    """``collate_fn=lambda b: b``, as a function spawn workers can be given."""
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("context", "collate_fn"),
+    [
+        ("fork", lambda b: b),  # the usual way to get lists of variable-length samples
+        ("fork", list),
+        pytest.param("spawn", keep_batch, marks=pytest.mark.slow),  # (spawn cannot send a lambda at all)
+        pytest.param("spawn", list, marks=pytest.mark.slow),
+    ],
+)
+def test_batches_come_back_under_any_collate_fn(
+    files: tuple[list[str], dict[str, Any]], context: str, collate_fn: Any
+) -> None:
+    paths, every = files
+    ds = fd.HDF5Dataset(paths, FIELDS)
+    loader = DataLoader(
+        ds,
+        batch_size=4,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=2,
+        multiprocessing_context=context,
+        collate_fn=collate_fn,
+        timeout=60,  # a batch that cannot cross to the main process hangs it: fail instead
+    )
+    seen = []
+    for batch in loader:
+        for sample in batch:
+            assert_sample(sample, every, sample["__index__"])
+            seen.append(sample["__index__"])
+    assert sorted(seen) == list(range(33))
+
+
+def test_sample_batches_pickle_built_or_not(files: tuple[list[str], dict[str, Any]], tmp_path: Any) -> None:
+    paths, every = files
+    ds = fd.HDF5Dataset(paths, FIELDS)
+    lazy = ds.__getitems__([3, 20, 4])
+    copy = pickle.loads(pickle.dumps(lazy))
+    assert copy.columns is not None and collate(copy)["image"].shape == (3, 4, 5, 3)  # the rows, sent once
+    for sample, i in zip(copy, [3, 20, 4]):
+        assert_sample(sample, every, i)
+    built = ds.__getitems__([7, 8])
+    list(built)  # the sample dicts exist now
+    again = pickle.loads(pickle.dumps(built))
+    assert again.columns is None  # (the dicts carry the rows)
+    for sample, i in zip(again, [7, 8]):
+        assert_sample(sample, every, i)
+    # a batch with skipped rows, one a transform made: they pickle too
+    damaged = str(tmp_path / "damaged.h5")
+    make_h5(damaged, 8, chunks=4, compression="gzip")
+    with h5py.File(damaged, "r") as f:
+        info = f["image"].id.get_chunk_info(1)
+    with open(damaged, "r+b") as f:
+        f.seek(info.byte_offset)
+        f.write(b"\xff" * info.size)
+    skipping = fd.HDF5Dataset(damaged, ("image", "key"), on_error="skip")
+    with pytest.warns(fd.BadSampleWarning):
+        partial = skipping.__getitems__([0, 5, 1])
+    assert [s["key"] for s in pickle.loads(pickle.dumps(partial))] == [0, 1]
+    decoded = fd.HDF5Dataset(paths, ("label", "key"), transform=lambda s: {**s, "label": s["label"] + 1})
+    assert [s["label"] for s in pickle.loads(pickle.dumps(decoded.__getitems__([1, 2])))] == [
+        every["label"][1] + 1,
+        every["label"][2] + 1,
+    ]

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 import fastdata as fd
 from fastdata.core.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
 from fastdata.formats.hdf5 import BadLayout, CorruptHDF5, FileChanged
-from tests.hdf5_datagen import make_h5
+from tests.hdf5_datagen import make_h5, overwrite_in_place
 
 FIELDS = ("image", "label", "key")
 
@@ -185,3 +185,108 @@ def test_bad_options_fail_at_construction(tmp_path: Path, kwargs: dict[str, Any]
 def test_remote_urls_are_refused() -> None:
     with pytest.raises(ConfigError, match="reads local files only"):
         fd.HDF5Dataset("s3://bucket/data.h5")
+
+
+# -- a file overwritten in place while it is open ---------------------------------------------------
+
+
+def rewrite_with_other_rows(path: str, seed: int) -> dict[str, Any]:
+    """Overwrite ``path`` in place (same inode) with a file of the same fields holding other rows."""
+    written: dict[str, Any] = {}
+
+    def write(f: Any) -> None:
+        written.update(make_h5(os.path.join(os.path.dirname(path), f"other-{seed}.h5"), 14, seed=seed))
+        with h5py.File(os.path.join(os.path.dirname(path), f"other-{seed}.h5"), "r") as other:
+            for name in other:
+                other.copy(other[name], f, name)
+
+    overwrite_in_place(path, write)
+    return written
+
+
+@pytest.mark.parametrize("field", ["image", "blob"])  # read straight from the file / through HDF5
+def test_file_overwritten_in_place_is_detected_when_the_next_epoch_starts(tmp_path: Path, field: str) -> None:
+    path = str(tmp_path / "a.h5")
+    data = make_h5(path, 12, chunks=4)
+    ds = fd.HDF5Dataset(path, (field, "key"))
+    batch = ds.__getitems__(list(range(12)))  # the file is open in this process now
+    assert batch[5][field] == data[field][5] if field == "blob" else np.array_equal(batch[5][field], data[field][5])
+    rewrite_with_other_rows(path, seed=9)
+    ds.set_epoch(1)
+    with pytest.raises(
+        FileChanged, match=r"a\.h5: the file changed after the dataset was built .*build the dataset again"
+    ):
+        ds.__getitems__([3, 4])
+    skipping = fd.HDF5Dataset([path], (field, "key"), on_error="skip")  # a dataset built on the new file
+    assert len(skipping) == 14
+
+
+def test_file_overwritten_in_place_under_persistent_workers(tmp_path: Path) -> None:
+    path = str(tmp_path / "a.h5")
+    make_h5(path, 12, chunks=4)
+    ds = fd.HDF5Dataset(path, ("image", "blob", "key"))
+    loader = DataLoader(
+        ds,
+        batch_size=4,
+        sampler=ds.sampler(shuffle=True),
+        num_workers=2,
+        persistent_workers=True,
+        collate_fn=ds.collate,
+        timeout=60,
+    )
+    assert sorted(k for b in loader for k in b["key"].tolist()) == list(range(12))
+    rewrite_with_other_rows(path, seed=9)
+    ds.set_epoch(1)
+    with pytest.raises(FileChanged, match=r"a\.h5: the file changed after the dataset was built"):
+        list(loader)
+
+
+def test_file_overwritten_in_place_is_skipped_and_counted_under_skip(tmp_path: Path) -> None:
+    good, changing = str(tmp_path / "good.h5"), str(tmp_path / "changing.h5")
+    make_h5(good, 5, first_key=0)
+    make_h5(changing, 6, first_key=5, seed=1)
+    ds = fd.HDF5Dataset([good, changing], ("image", "key"), on_error="skip")
+    assert [s["key"] for s in ds.__getitems__(list(range(11)))] == list(range(11))
+    rewrite_with_other_rows(changing, seed=9)
+    ds.set_epoch(1)
+    with pytest.warns(BadSampleWarning, match=r"changing\.h5: the file changed"):
+        keys = [s["key"] for s in ds.__getitems__(list(range(11)))]
+    assert keys == list(range(5)) and ds.skipped == 6
+
+
+def scribble(path: str, keep_identity: bool = False) -> None:
+    """Overwrite all but the first 4 KiB of ``path`` with random bytes, in place (a copy or rewrite in
+    progress); with ``keep_identity``, the modification time is put back too."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        f.write(np.random.default_rng(0).bytes(st.st_size - 4096))
+    if keep_identity:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("fields", [("image", "key"), ("blob", "key")])
+def test_h5py_errors_mid_read_name_file_field_row_and_fix(tmp_path: Path, fields: tuple[str, ...]) -> None:
+    # the file is open, its chunk index not read yet; then its bytes change under it (within an epoch):
+    # what h5py raises reading it (RuntimeError, OSError ...) comes out naming file, field, row and fix
+    def opened(name: str, on_error: str = "raise") -> fd.HDF5Dataset:
+        make_h5(tmp_path / name, 40, chunks=4)
+        ds = fd.HDF5Dataset(str(tmp_path / name), fields, on_error=on_error)  # type: ignore[arg-type]
+        ds.handle(0)
+        return ds
+
+    rewritten = opened("rewritten.h5")
+    scribble(str(tmp_path / "rewritten.h5"))
+    with pytest.raises(FileChanged, match=r"rewritten\.h5: field '\w+', row 5 \(dataset index 5\): .*the file changed"):
+        rewritten.__getitems__([5, 6, 30])
+    damaged = opened("damaged.h5")
+    scribble(str(tmp_path / "damaged.h5"), keep_identity=True)  # nothing says it changed: damage, then
+    with pytest.raises(
+        CorruptHDF5, match=r"damaged\.h5: field '\w+', row 5 \(dataset index 5\): .*the file is damaged"
+    ):
+        damaged.__getitems__([5, 6, 30])
+    skipping = opened("skipped.h5", on_error="skip")
+    scribble(str(tmp_path / "skipped.h5"), keep_identity=True)
+    with pytest.warns(BadSampleWarning, match=r"skipped\.h5: field"), pytest.raises(fd.BadSample, match="all skipped"):
+        skipping.__getitems__([5, 6, 30])
+    assert skipping.skipped == 3

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
+import tracemalloc
 from collections import Counter
 from typing import Any
 
+import h5py
 import numpy as np
 import pytest
 from torch.utils.data import DataLoader
@@ -146,3 +149,36 @@ def test_dataloader_reads_every_sample_once_in_the_same_batches_for_any_workers(
     assert batches(0) == first
     ds.set_epoch(1)  # the sampler follows the dataset's epoch
     assert batches(0) != first
+
+
+# -- a dataset of 2^31 rows: the sampler must not build the epoch's order up front ------------------
+
+
+def test_sampler_over_2_31_rows_takes_memory_of_a_batch_not_of_the_epoch(tmp_path: Any) -> None:
+    # 2^31 rows that were never written: a chunked dataset of fill values costs a few KiB of file
+    n = 1 << 31
+    path = str(tmp_path / "huge.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("label", (n,), dtype=np.int16, chunks=(1 << 20,), fillvalue=7)
+    tracemalloc.start()
+    try:
+        ds = fd.HDF5Dataset(path, ("label",))
+        assert len(ds) == n
+        sampler = ds.sampler(shuffle=True)
+        loader = DataLoader(ds, batch_size=64, sampler=sampler, collate_fn=ds.collate)
+        batch = next(iter(loader))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, (
+        f"{peak / 2**20:.0f} MiB to build the dataset and start an epoch of 2^31 rows"
+    )  # the full order: 16 GiB
+    assert batch["label"].tolist() == [7] * 64
+    indices = batch["__index__"]
+    assert len(set(indices.tolist())) == 64 and int(indices.max()) > n // 64  # shuffled over the whole range
+    with h5py.File(path, "r") as f:
+        assert int(f["label"][int(indices[0])]) == 7
+    again = ds.sampler(shuffle=True)
+    assert list(itertools.islice(iter(again), 64)) == indices.tolist()  # same seed and epoch, same order
+    ds.set_epoch(1)
+    assert list(itertools.islice(iter(again), 64)) != indices.tolist()

@@ -30,6 +30,7 @@ from fastdata.loading.protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
+from fastdata.loading.transport import SlotCollate
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 
@@ -130,11 +131,14 @@ def test_worker_init_start_method_and_hooks() -> None:
 
 def test_the_loader_and_the_harness_build_the_same_dataloader(h5: list[str]) -> None:
     ds = fd.HDF5Dataset(h5, ("image", "key"), seed=3)
-    ours = fd.Loader(ds, batch_size=4, num_workers=2).dataloader
+    ours = fd.Loader(ds, batch_size=4, num_workers=2, transport="stock").dataloader
     bench = make_loader(ds, Config(2, 2, False, False, 4))
     for dl in (ours, bench):
         assert isinstance(dl.sampler, fd.EpochSampler) and dl.batch_size == 4 and dl.collate_fn == ds.collate
         assert isinstance(dl.worker_init_fn, WorkerInit)
+    # the Loader's default transport: the same collate function, inside reused slots
+    slotted = fd.Loader(ds, batch_size=4, num_workers=2).dataloader.collate_fn
+    assert isinstance(slotted, SlotCollate) and slotted.collate_fn == ds.collate
     # probed: the harness's probes wrap what the builder chose
     probed = make_loader(ds, Config(2, 2, False, False, 4), table=StageTable(3))
     assert isinstance(probed.collate_fn, ProbedCollate) and probed.collate_fn.collate_fn == ds.collate

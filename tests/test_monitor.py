@@ -203,3 +203,25 @@ def test_options_are_checked(shards: list[str]) -> None:
     iter(dl)
     with pytest.raises(ConfigError, match="before its first epoch"):
         fd.monitor(dl)
+
+
+def test_loader_threads_are_monitored_and_not_auto_tuned(shards: list[str]) -> None:
+    reference = tar_loader(shards, num_workers=2, workers="threads")
+    reference.set_epoch(1)
+    expected = [k for b in reference for k in b["__key__"]]
+    reference.close()
+    reports: list[Stats] = []
+    loader = tar_loader(shards, num_workers=2, workers="threads", monitor=fd.Monitor(to=reports.append, every=5))
+    loader.set_epoch(1)
+    got = [k for b in loader for k in b["__key__"]]
+    latest = loader.stats()
+    loader.close()
+    assert got == expected  # the monitor hands the threads' batches out unchanged
+    assert len(reports) == len(got) // 4 // 5
+    for r in reports:
+        assert r.loader_threads == 2 and r.workers == 0 and r.samples == 20 and r.samples_per_s > 0
+        assert r.processes[0].role == "main" and r.processes[0].threads >= 3  # the loop and the two readers
+    assert latest is not None and "2 loader threads" in latest.line()
+    for options in ({"num_workers": "auto"}, {"num_workers": 2, "prefetch_factor": "auto"}):
+        with pytest.raises(ConfigError, match='workers="processes"'):
+            tar_loader(shards, workers="threads", **options)

@@ -13,7 +13,7 @@ import pytest
 import fastdata as fd
 from fastdata.core.errors import ConfigError, SourceNotFound
 from fastdata.core.shared import SharedState
-from fastdata.formats.tar import scan
+from fastdata.formats.tar import ShardIndex, scan
 from fastdata.storage import open_reader, s3_client
 from fastdata.storage.local import LocalReader
 from fastdata.storage.s3 import COUNTERS, ObjectChanged, S3Config, S3Reader, Stats
@@ -216,17 +216,26 @@ def test_readers_are_never_pickled_datasets_are(blob: tuple[str, bytes], s3_opti
     assert copy[0]["bin"] == data
 
 
-def test_index_sidecar_is_read_from_s3(
+def test_index_sidecar_is_read_from_s3_and_checked(
     s3_server: MotoServer, s3_bucket: str, s3_env: dict[str, str], tmp_path: Any
 ) -> None:
     (path,) = make_shards(tmp_path, shards=1, per_shard=20, seed=4)
     with LocalReader(path) as local:
         index = scan(local)
-    # a sidecar that differs from a scan (renamed keys): the dataset's keys show which one it used
-    index.keys = [f"from-sidecar-{k}" for k in index.keys]
-    upload_files(s3_server.client(), s3_bucket, {"t-000000.tar": path, "t-000000.tar.idx": index.to_bytes()})
-    ds = fd.IndexedTarDataset(f"s3://{s3_bucket}/t-000000.tar")
-    assert ds[7]["__key__"] == index.keys[7]
+    # a sidecar the check accepts that a scan would not write (spans are not used to read): shows it was used
+    index.spans = [(0, 0)] * len(index)
+    client = s3_server.client()
+    upload_files(client, s3_bucket, {"t-000000.tar": path, "t-000000.tar.idx": index.to_bytes()})
+    url = f"s3://{s3_bucket}/t-000000.tar"
+    ds = fd.IndexedTarDataset(url)
+    assert ds[7]["__key__"] == index.keys[7] and ds.source.index(url).spans == index.spans
+    # one that names other members (renamed keys) is checked against the shard's headers and not used
+    wrong = ShardIndex.from_bytes(url, index.to_bytes())
+    wrong.keys = [f"from-sidecar-{k}" for k in wrong.keys]
+    upload_files(client, s3_bucket, {"t-000000.tar.idx": wrong.to_bytes()})
+    with pytest.warns(UserWarning, match=r"t-000000\.tar\.idx: says the member at byte \d+ is from-sidecar-s000000"):
+        ds = fd.IndexedTarDataset(url)
+    assert ds[7]["__key__"] == "s000007"
 
 
 def test_a_known_size_opens_without_a_request_and_pins_the_first_gets_version(

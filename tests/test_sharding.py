@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -9,9 +10,13 @@ import pytest
 
 from fastdata.core.errors import ConfigError, PlanError
 from fastdata.core.sharding import (
+    EXACT_ORDER_MAX,
     WindowShuffle,
     epoch_order,
+    keyed_permutation,
     locate,
+    order_keys,
+    rank_index_blocks,
     rank_indices,
     rank_span,
     split_counts,
@@ -121,3 +126,41 @@ def test_locate_maps_epoch_positions_to_shards() -> None:
         (3, 2),
         (3, 3),
     ]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 17, 1000, 4097, 65_536, 100_003])
+def test_keyed_permutation_is_a_seeded_bijection(n: int) -> None:
+    # what epochs of more than EXACT_ORDER_MAX samples are shuffled by, position by position
+    keys = order_keys(3, 1)
+    x = np.arange(n, dtype=np.int64)
+    p = keyed_permutation(x, n, keys)
+    assert sorted(p.tolist()) == list(range(n))
+    assert np.array_equal(p, keyed_permutation(x, n, order_keys(3, 1)))
+    assert np.array_equal(p[n // 3 :], keyed_permutation(x[n // 3 :], n, keys)), "any part, computed alone"
+    if n > 5:
+        assert not np.array_equal(p, keyed_permutation(x, n, order_keys(3, 2)))
+        assert not np.array_equal(p, x)
+    if n >= 1000:  # and it looks shuffled: no long stretch of neighbours stays together
+        assert np.mean(np.abs(np.diff(p)) == 1) < 0.01
+
+
+def test_rank_index_blocks_of_a_huge_epoch_split_it_like_rank_indices() -> None:
+    n = EXACT_ORDER_MAX + 12_345
+    spans = []
+    for rank in range(3):
+        blocks = list(
+            itertools.islice(
+                rank_index_blocks(n, rank=rank, world_size=3, shuffle=True, seed=0, epoch=0, block=1000, start=5), 2
+            )
+        )
+        assert [len(b) for b in blocks] == [1000, 1000]
+        spans.append(np.concatenate(blocks))
+    flat = np.concatenate(spans)
+    assert len(set(flat.tolist())) == len(flat) and flat.min() >= 0 and flat.max() < n
+    start, _ = rank_span(n, 1, 3, "drop")
+    expected = keyed_permutation(np.arange(start + 5, start + 2005), n, order_keys(0, 0))
+    assert np.array_equal(spans[1], expected)
+    small = list(rank_index_blocks(50, rank=1, world_size=2, shuffle=True, seed=4, epoch=2, start=3))
+    assert np.array_equal(
+        np.concatenate(small), rank_indices(50, rank=1, world_size=2, shuffle=True, seed=4, epoch=2)[3:]
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 import uuid
 import warnings
@@ -20,7 +21,9 @@ from torch.utils.data import DataLoader
 import fastdata as fd
 from fastdata.convert import convert
 from fastdata.core.errors import BadSampleWarning
+from fastdata.inspection.tar import inspect_tar
 from tests.datagen import jpeg_bytes, make_image_folder, write_tar
+from tests.tar_datagen import END, headers, member, patch, pax_header, samples, tar_bytes, within
 
 N = 10  # samples per shard
 
@@ -180,3 +183,131 @@ def test_nothing_is_extracted(bad, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     escape = str(bad["escape"])
     assert os.listdir(work) == [] and sorted(os.listdir(tmp_path)) == before
     assert not Path(f"/tmp/{escape}").exists() and not (Path(str(bad["root"])).parent / f"{escape}.jpg").exists()
+
+
+# -- damaged headers: never a hang, never a silent loss ------------------------------------------------
+# A shard of four samples (s0000 .. s0003, jpg + cls); the damage hits the first header of s0002.
+SHARD = tar_bytes(samples(4))
+HIT = headers(SHARD)["s0002.jpg"]
+
+
+def with_pax(records: bytes) -> bytes:
+    """SHARD with a PAX header holding ``records`` right before the member at HIT."""
+    return SHARD[:HIT] + pax_header(records) + SHARD[HIT:]
+
+
+# (shard bytes, what the message says, the samples kept before the damage)
+DAMAGE = {
+    "negative-size-base256": (patch(SHARD, HIT, 124, b"\xff" * 12), "negative size", 2),
+    "negative-size-octal": (patch(SHARD, HIT, 124, b"-0000001000\0"), "negative size", 2),
+    "size-not-a-number": (patch(SHARD, HIT, 124, b"12x4567\0    "), "not a number", 2),
+    "bad-checksum": (patch(SHARD, HIT, 0, b"X", checksum=False), "bad checksum", 1),
+    "cut-inside-a-header": (SHARD[: HIT + 200], "truncated: the shard ends 200 bytes into a 512-byte header", 2),
+    "pax-record-of-length-0": (with_pax(b"0 path=s0002.jpg\n"), "claims 0 bytes", 1),
+    "pax-record-too-short": (with_pax(b"3 path=s0002.jpg\n"), "claims 3 bytes", 1),
+    "pax-record-negative-length": (with_pax(b"-17 path=s0002.jpg\n"), "does not start with a length", 1),
+    "pax-record-no-number": (with_pax(b"ab path=s0002.jpg\n"), "does not start with a length", 1),
+    "pax-size-not-a-number": (with_pax(b"15 size=12a456\n"), "PAX size record '12a456' is not a number", 1),
+    "pax-size-negative": (with_pax(b"13 size=-512\n"), "PAX size record is negative", 1),
+}
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("damaged")
+    for name, (data, _, _) in DAMAGE.items():
+        (root / f"{name}.tar").write_bytes(data)
+    (root / "empty.tar").write_bytes(b"")
+    (root / "random.tar").write_bytes(np.random.default_rng(3).bytes(10240))
+    return root
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_damaged_header_raises_naming_shard_offset_and_what_was_found(damaged: Path, kind: str) -> None:
+    url = str(damaged / f"{kind}.tar")
+    with within(20), pytest.raises(fd.CorruptShard) as e:
+        keys(loader(fd.TarShardDataset(url), num_workers=0))
+    message = str(e.value)
+    assert f"{kind}.tar: " in message and f"at byte {HIT}" in message and DAMAGE[kind][1] in message
+    with within(20):
+        report = inspect_tar(url)
+    assert not report.complete and any(f"at byte {HIT}" in b for b in report.bad)
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_damaged_header_under_skip_keeps_the_samples_before_it_and_counts_the_loss(damaged: Path, kind: str) -> None:
+    url = str(damaged / f"{kind}.tar")
+    kept = [f"s{i:04d}" for i in range(DAMAGE[kind][2])]
+    ds = fd.TarShardDataset(url, on_error="skip")
+    with within(20), pytest.warns(BadSampleWarning, match=re.escape(f"skipping bad sample(s): {url}: ")):
+        assert keys(loader(ds, num_workers=0)) == kept
+    assert ds.skipped == 1  # how many samples followed the damage is unknown: one skip for the shard
+    ds = fd.TarShardDataset(url, on_error="skip")
+    with within(30):
+        assert sorted(keys(loader(ds, num_workers=2))) == kept
+    assert ds.skipped == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [("empty", "is empty (0 bytes), not a tar archive"), ("random", "not a tar archive: the first 512 bytes")],
+)
+def test_a_shard_that_is_no_tar_is_named_not_an_empty_plan(damaged: Path, name: str, words: str) -> None:
+    url = str(damaged / f"{name}.tar")
+    with pytest.raises(fd.CorruptShard, match=re.escape(f"{url}: {words}")):
+        keys(loader(fd.TarShardDataset(url), num_workers=0))
+    with pytest.raises(fd.CorruptShard, match=re.escape(words)):
+        fd.IndexedTarDataset(url)[0]
+    cut = str(damaged / "cut-inside-a-header.tar")
+    ds = fd.TarShardDataset([url, cut], on_error="skip")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert keys(loader(ds, num_workers=0)) == ["s0000", "s0001"]
+    said = " ".join(str(w.message) for w in caught if issubclass(w.category, BadSampleWarning))
+    assert ds.skipped == 2 and f"(s): {url}: " in said and f"(s): {cut}: " in said
+
+
+def test_damage_in_a_converted_shard_counts_each_sample_the_manifest_lost(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "src", classes=1, per_class=6)
+    manifest = convert(tmp_path / "src", tmp_path / "out", shard_count=1, progress=False, fsync=False)
+    url = str(tmp_path / "out" / manifest["shards"][0]["name"])
+    data = Path(url).read_bytes()
+    at = headers(data)["class_0/img_0003.cls"]  # sample 3's second member
+    Path(url).write_bytes(patch(data, at, 0, b"X", checksum=False))
+    ds = fd.TarShardDataset(url, on_error="skip")  # the manifest plans 6 samples
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = keys(loader(ds, num_workers=0))
+    assert got == [f"class_0/img_{i:04d}" for i in range(3)] and ds.skipped == 3
+    said = [str(w.message) for w in caught]
+    assert any(re.search(r"\.idx: points at byte \d+, which follows no valid header; scanning", m) for m in said)
+    assert any(m.startswith(f"fastdata: skipping bad sample(s): {url}: ") and "bad checksum" in m for m in said)
+
+
+# -- PAX sizes are sizes: checked like the ustar field ---------------------------------------------------
+def pax_sized(data: bytes, pax_size: int) -> bytes:
+    """s0000 whole, then s0001.jpg with its size in a PAX record (the ustar field says 0, as for a
+    member of 8 GiB and more), then the end-of-archive marker."""
+    first = tar_bytes(samples(1))[: headers(tar_bytes(samples(2)))["s0001.jpg"]]
+    records = b"size=%d\n" % pax_size
+    records = b"%d %s" % (len(records) + 2 + len(str(len(records) + 3)) - 1, records)
+    return first + pax_header(records) + member("s0001.jpg", data, size_field=0) + END
+
+
+def test_a_pax_size_reads_exactly_its_member(tmp_path: Path) -> None:
+    data = b"pax-sized" * 100
+    (tmp_path / "a.tar").write_bytes(pax_sized(data, len(data)))
+    with tarfile.open(tmp_path / "a.tar") as tf:
+        assert tf.extractfile("s0001.jpg").read() == data  # the layout is right: tarfile reads it so
+    got = {s["__key__"]: s for s in fd.TarShardDataset(str(tmp_path / "a.tar"))}
+    assert bytes(got["s0001"]["jpg"]) == data and sorted(got) == ["s0000", "s0001"]
+
+
+def test_a_pax_size_past_the_end_is_truncated_never_bytes_beyond_the_member(tmp_path: Path) -> None:
+    data = b"pax-sized" * 100
+    (tmp_path / "cut.tar").write_bytes(pax_sized(data, 50_000))  # the shard ends long before that
+    url = str(tmp_path / "cut.tar")
+    with pytest.raises(fd.CorruptShard, match=r"cut\.tar: truncated: member 's0001\.jpg' needs 50000 bytes"):
+        keys(loader(fd.TarShardDataset(url), num_workers=0))
+    report = inspect_tar(url)
+    assert not report.complete and report.samples == 2 and any("truncated" in b for b in report.bad)

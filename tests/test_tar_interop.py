@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import gzip
+import subprocess
+import tarfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +17,10 @@ from torch.utils.data import DataLoader
 import fastdata as fd
 from fastdata.convert import convert
 from fastdata.formats.tar_writer import TarShardWriter
+from fastdata.inspection.tar import inspect_tar
 from tests.datagen import jpeg_bytes, make_image_folder
+
+EXTS = ("jpg", "cls", "json")
 
 
 def samples(n: int, seed: int = 0) -> list[dict]:
@@ -25,7 +32,7 @@ def samples(n: int, seed: int = 0) -> list[dict]:
 
 
 def as_bytes(sample: dict) -> tuple:
-    return (sample["__key__"], *((e, bytes(sample[e])) for e in ("jpg", "cls", "json")))
+    return (sample["__key__"], *((e, bytes(sample[e])) for e in EXTS))
 
 
 def read_ours(urls: list[str], iterable: bool) -> list[tuple]:
@@ -89,3 +96,115 @@ def test_converted_corpus_read_by_webdataset_with_decoding(tmp_path: Path) -> No
     urls = [str(tmp_path / "out" / s["name"]) for s in manifest["shards"]]
     got = {s["__key__"]: (s["jpg"].shape, s["cls"]) for s in wds.WebDataset(urls, shardshuffle=False).decode("rgb8")}
     assert got == {rel[:-4]: ((24, 32, 3), label) for rel, label in files}
+
+
+# -- shards as found in the wild: gzip, stray files, GNU sparse members --------------------------------
+def write_files(folder: Path, members: list[tuple[str, bytes]]) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in members:
+        (folder / name).write_bytes(data)
+    return [name for name, _ in members]
+
+
+def gnu_tar(out: Path, folder: Path, names: list[str], *options: str) -> str:
+    """A shard written by GNU tar itself, members in the order given."""
+    subprocess.run(["tar", *options, "-cf", str(out), "-C", str(folder), *names], check=True)
+    return str(out)
+
+
+def wds_samples(urls: list[str]) -> list[tuple]:
+    return sorted(as_bytes(s) for s in wds.WebDataset(urls, shardshuffle=False, empty_check=False))
+
+
+def streamed(urls: list[str], **options: object) -> list[tuple]:
+    ds = fd.TarShardDataset(urls, **options)
+    return sorted(as_bytes(s) for s in DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"))
+
+
+@pytest.mark.parametrize("how", ["tar-czf.tar.gz", "webdataset.tgz", "gzip-named.tar"])
+def test_gzip_shards_are_streamed_as_webdataset_reads_them(tmp_path: Path, how: str) -> None:
+    urls = []
+    for shard in range(3):
+        written = samples(5, seed=10 + shard)
+        for s in written:
+            s["__key__"] = f"{shard}-{s['__key__']}"
+        url = str(tmp_path / f"{shard}-{how}")
+        if how.startswith("tar-czf"):
+            names = write_files(
+                tmp_path / f"src{shard}", [(f"{s['__key__']}.{e}", s[e]) for s in written for e in EXTS]
+            )
+            gnu_tar(Path(url), tmp_path / f"src{shard}", names, "-z")
+        elif how.startswith("webdataset"):
+            with wds.TarWriter(url, compress=True) as sink:
+                for s in written:
+                    sink.write(dict(s))
+        else:
+            with wds.TarWriter(str(tmp_path / "plain.tar")) as sink:
+                for s in written:
+                    sink.write(dict(s))
+            Path(url).write_bytes(gzip.compress((tmp_path / "plain.tar").read_bytes()))
+        assert Path(url).read_bytes()[:2] == b"\x1f\x8b"
+        urls.append(url)
+    expected = wds_samples(urls)
+    assert len(expected) == 15 and streamed(urls) == expected
+    with pytest.raises(
+        fd.ConfigError,
+        match=r"is gzip-compressed, so its samples cannot be read in random order.*"
+        r"TarShardDataset",
+    ):
+        fd.IndexedTarDataset(urls)
+    report = inspect_tar(urls[0])
+    assert report.samples == 5 and report.complete and "gzip-compressed" in report.notes[0]
+
+
+def test_a_cut_gzip_shard_keeps_the_samples_before_the_cut(tmp_path: Path) -> None:
+    written = samples(40, seed=4)
+    with wds.TarWriter(str(tmp_path / "whole.tar.gz"), compress=True) as sink:
+        for s in written:
+            sink.write(dict(s))
+    data = (tmp_path / "whole.tar.gz").read_bytes()
+    (tmp_path / "cut.tar.gz").write_bytes(data[: len(data) * 2 // 3])
+    url = str(tmp_path / "cut.tar.gz")
+    with pytest.raises(fd.CorruptShard, match=r"cut\.tar\.gz: .*the gzip stream is cut short"):
+        list(fd.TarShardDataset(url))
+    ds = fd.TarShardDataset(url, on_error="skip")
+    with pytest.warns(fd.BadSampleWarning, match="gzip stream is cut short"):
+        got = [as_bytes(s) for s in ds]
+    assert 10 < len(got) < 40 and got == [as_bytes(s) for s in written[: len(got)]] and ds.skipped == 1
+
+
+def test_members_without_an_extension_are_left_out_with_one_warning(tmp_path: Path) -> None:
+    written = samples(3, seed=5)
+    files = [(f"{s['__key__']}.{e}", s[e]) for s in written for e in EXTS]
+    # a README first, and a stray file between the members of one sample (GNU tar keeps the order given)
+    files = [("README", b"read me"), *files[:4], ("NOTES", b"notes"), *files[4:]]
+    url = gnu_tar(tmp_path / "a.tar", tmp_path / "src", write_files(tmp_path / "src", files))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [as_bytes(s) for s in fd.TarShardDataset(url)]  # on_error="raise": not a stop
+    assert got == [as_bytes(s) for s in written] == wds_samples([url])
+    said = [str(w.message) for w in caught if "without an extension" in str(w.message)]
+    assert len(said) == 1 and "2 member(s)" in said[0] and "a.tar" in said[0]
+    report = inspect_tar(url)
+    assert report.samples == 3 and not report.bad and any("2 member(s) without an extension" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "posix"])
+def test_gnu_sparse_members_are_refused_never_misread(tmp_path: Path, fmt: str) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "k1.bin", "wb") as f:  # holes between eight stretches of data: more than a header's map holds
+        f.truncate(1 << 20)
+        for i in range(8):
+            f.seek(i * 120_000)
+            f.write(b"data%d" % i * 100)
+    names = write_files(src, [("k0.cls", b"0"), ("k1.cls", b"1"), ("k2.cls", b"2")])
+    url = gnu_tar(tmp_path / "a.tar", src, [names[0], "k1.bin", names[1], names[2]], "--sparse", f"--format={fmt}")
+    with tarfile.open(url) as tf:
+        assert tf.getmember("k1.bin").sparse  # GNU tar did store it sparse
+    with pytest.raises(fd.UnsafeMember, match=r"a\.tar: member 'k1\.bin' is a GNU sparse file"):
+        list(fd.TarShardDataset(url))
+    ds = fd.TarShardDataset(url, on_error="skip")
+    with pytest.warns(fd.BadSampleWarning, match="k1.bin"):
+        got = {s["__key__"]: bytes(s["cls"]) for s in ds}
+    assert got == {"k0": b"0", "k2": b"2"} and ds.skipped == 1

@@ -12,6 +12,9 @@
   stage probe times); with short epochs and workers that do not persist, diagnosis "worker-init".
 * :class:`HoldMemoryDataset`: each process holds (and has touched) a buffer of its own; with a memory
   budget below what the workers hold, diagnosis "memory".
+* :class:`ShuffleBufferDataset`: items pass through a shuffle buffer that is filled before the first one
+  is yielded (as webdataset's ``.decode().shuffle(n)`` does); each epoch's first batch waits for the
+  whole buffer, persistent workers or not; diagnosis "shuffle-fill".
 
 The sleep here *is* the workload (an I/O wait), not a synchronisation.
 """
@@ -23,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from fastdata.core import process, stages
 
@@ -210,3 +213,37 @@ __all__ = [
     "SlowStartDataset",
     "spin",
 ]
+
+
+class ShuffleBufferDataset(IterableDataset[int]):
+    """Items read (each a ``delay`` second wait, timed as a read) into a buffer of ``window`` before the
+    first is yielded, then drawn from it at random: what a decode-then-shuffle pipeline does. Each
+    DataLoader worker reads every ``num_workers``-th item.
+
+    Args:
+        n (int): items per epoch. Defaults to 2048.
+        window (int): the buffer, per worker. Defaults to 512.
+        delay (float): seconds each read waits. Defaults to 0.001.
+        seed (int): seeds the draws. Defaults to 0.
+    """
+
+    def __init__(self, n: int = 2048, window: int = 512, delay: float = 0.001, seed: int = 0) -> None:
+        self.n, self.window, self.delay, self.seed = n, window, delay, seed
+
+    def __iter__(self) -> Any:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        rng = np.random.default_rng([self.seed, worker])
+        buffer: list[int] = []
+        for i in range(worker, self.n, workers):
+            t = stages.clock()
+            time.sleep(self.delay)
+            stages.lap("fetch", t)
+            buffer.append(i)
+            if len(buffer) >= self.window:
+                yield buffer.pop(int(rng.integers(len(buffer))))
+        while buffer:
+            yield buffer.pop(int(rng.integers(len(buffer))))
+
+    def __repr__(self) -> str:
+        return f"ShuffleBufferDataset(n={self.n}, window={self.window}, delay={self.delay})"

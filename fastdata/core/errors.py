@@ -7,6 +7,7 @@
     ├── PlanError (ValueError)                 a layout that cannot be split fairly (too few shards ...)
     ├── SourceNotFound (FileNotFoundError)     a missing file, shard, HDF5 field or S3 key
     ├── SourceUnreadable (PermissionError)     a file or key that exists but cannot be read
+    ├── SourceUnavailable (ConnectionError)    a store that did not answer (S3 down, unreachable, throttling)
     └── BadSample                              the data itself is bad; ``on_error`` decides
         ├── CorruptShard                       a truncated tar or a damaged header
         ├── UnsafeMember                       a member name with ``..``, an absolute path, a link
@@ -14,8 +15,12 @@
 
 ``on_error="raise"`` (the default) raises the first :class:`BadSample` with a message that names the
 file, member or key and says what to do. ``on_error="skip"`` drops the sample, counts it in a counter
-shared by every worker of the dataset (:meth:`ErrorPolicy.counts`), and warns once per file.
-A missing source (:class:`SourceNotFound`) is skipped too under ``"skip"``, and counted.
+shared by every worker of the dataset (:meth:`ErrorPolicy.counts`), and warns once per file (per
+process): every distinct file, shard or key skipped is named in a warning of its own.
+A missing, unreadable or unreachable source (:class:`SourceNotFound`, :class:`SourceUnreadable`,
+:class:`SourceUnavailable`, when it is one object of the data) is skipped too under ``"skip"``, and counted.
+
+Every one of these errors carries ``source`` (str): the file, shard or key it is about ("" when unknown).
 """
 
 from __future__ import annotations
@@ -39,11 +44,45 @@ class PlanError(FastdataError, ValueError):
 
 
 class SourceNotFound(FastdataError, FileNotFoundError):
-    """A file, shard, field or object does not exist."""
+    """A file, shard, field or object does not exist.
+
+    Args:
+        message (str): names the file or key, and the fix.
+        source (str): the file or key, for the error policy's warnings. Defaults to "".
+    """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class SourceUnreadable(FastdataError, PermissionError):
-    """A file or object exists but cannot be read."""
+    """A file or object exists but cannot be read.
+
+    Args:
+        message (str): names the file or key, and the fix.
+        source (str): the file or key, for the error policy's warnings. Defaults to "".
+    """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class SourceUnavailable(FastdataError, ConnectionError):
+    """The store holding a file or object did not answer after every retry: down, unreachable (nothing
+    listening, a DNS or TLS failure, timeouts) or throttling. Raised as it is where the data cannot be
+    planned without it (listing, counting at construction); subject to ``on_error`` when it is the read
+    of one object.
+
+    Args:
+        message (str): names the object, the endpoint and the fix.
+        source (str): the object, for the error policy's warnings. Defaults to "".
+    """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class BadSample(FastdataError):
@@ -111,16 +150,23 @@ class ErrorPolicy:
         # the set of files already warned about belongs to one process
         return {"on_error": self.on_error, "_shared": self._shared, "_warned": set()}
 
-    def handle(self, error: BadSample | SourceNotFound | SourceUnreadable) -> None:
-        """Raise ``error`` under ``"raise"``; under ``"skip"`` count it and warn once per source."""
+    def handle(self, error: BadSample | SourceNotFound | SourceUnreadable | SourceUnavailable) -> None:
+        """Raise ``error`` under ``"raise"``; under ``"skip"`` count it and warn once per source.
+
+        The source is the error's ``source`` (or ``filename``); an error that names none is told apart
+        by its message (which names the file), so two different files are never folded into one warning.
+        """
         if self.on_error == "raise":
             raise error
         self._shared.count_skip()  # type: ignore[attr-defined]
         source = getattr(error, "source", "") or str(getattr(error, "filename", "") or "")
-        if source not in self._warned:
-            self._warned.add(source)
+        seen = source or str(error)
+        if seen not in self._warned:
+            self._warned.add(seen)
+            message = str(error)
+            where = f" in {source}" if source and source not in message else ""  # most messages name it first
             warnings.warn(
-                f"fastdata: skipping bad sample(s) in {source or 'a source'}: {error} "
+                f"fastdata: skipping bad sample(s){where}: {message} "
                 "(on_error='skip'; see dataset.skipped for the count)",
                 BadSampleWarning,
                 stacklevel=3,
@@ -142,6 +188,7 @@ __all__ = [
     "OnError",
     "PlanError",
     "SourceNotFound",
+    "SourceUnavailable",
     "SourceUnreadable",
     "UnsafeMember",
     "check_choice",

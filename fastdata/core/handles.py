@@ -89,6 +89,10 @@ class HandleCache(Generic[K, T]):
         self.opened += 1
         return handle
 
+    def open_keys(self) -> list[K]:
+        """The keys of the handles open in this process, least recently used first."""
+        return list(self._handles) if self._owner == process._pid else []
+
     def discard(self, key: K) -> None:
         """Close and forget the handle for ``key`` (after an error left it in a bad state)."""
         if self._owner == process._pid and key in self._handles:

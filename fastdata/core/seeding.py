@@ -31,7 +31,7 @@ import torch
 
 from fastdata.core import process
 from fastdata.core.protocol import PassAware, Warmable, WorkerAware
-from fastdata.core.world import World
+from fastdata.core.world import World, acting_token
 
 
 def derive_seed(*parts: int) -> int:
@@ -66,12 +66,14 @@ def pass_token(k: int) -> int:
     """The identity of this process's ``k``-th pass (1-based) over a dataset: in a DataLoader worker, mixed
     from the iterator's ``base_seed`` (the same in every worker of one ``iter(DataLoader)``, new for the
     next unless the DataLoader's generator is reseeded alike) and ``k`` (persistent workers count their
-    passes alike); in the main process, from the process id and ``k``."""
+    passes alike); in the main process, from the process id and ``k`` (and, in loader threads, the token
+    of their set: :func:`fastdata.core.world.acting_as_worker`)."""
     from torch.utils.data import get_worker_info
 
     info = get_worker_info()
     if info is None:
-        return derive_seed(process.pid(), k, _MAIN)
+        # loader threads of the main process: their set's token, the same in each of them (0 elsewhere)
+        return derive_seed(process.pid(), k, _MAIN, acting_token())
     return derive_seed((info.seed - info.id) & 0xFFFFFFFFFFFFFFFF, k)
 
 

@@ -61,10 +61,18 @@ def rank_span(n: int, rank: int, world_size: int, remainder: Remainder = "drop")
     return start, length
 
 
+EXACT_ORDER_MAX = 1 << 24
+"""Epochs of up to this many samples (16.8M) are shuffled by a numpy permutation of the whole sequence
+(``n`` int64s, built when an epoch starts). Larger ones by :func:`keyed_permutation`, computed position by
+position, so that a sampler over 2^31 rows does not build a 16 GiB order up front."""
+
+
 def epoch_order(n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
     """The epoch sequence of ``n`` items: ``arange(n)``, or a permutation seeded by (seed, epoch)."""
     if not shuffle:
         return np.arange(n, dtype=np.int64)
+    if n > EXACT_ORDER_MAX:
+        return keyed_permutation(np.arange(n, dtype=np.int64), n, order_keys(seed, epoch))
     return np.random.default_rng([seed, epoch, 0x5EED]).permutation(n)
 
 
@@ -80,8 +88,73 @@ def rank_indices(
 ) -> np.ndarray:
     """The indices one rank reads in one epoch, in order (for map-style datasets)."""
     start, length = rank_span(n, rank, world_size, remainder)
+    positions = (start + np.arange(length, dtype=np.int64)) % n
+    if n > EXACT_ORDER_MAX:
+        return _order_at(positions, n, shuffle=shuffle, seed=seed, epoch=epoch)
     order = epoch_order(n, shuffle=shuffle, seed=seed, epoch=epoch)
-    return order[(start + np.arange(length)) % n]
+    return order[positions]
+
+
+def rank_index_blocks(
+    n: int,
+    *,
+    rank: int,
+    world_size: int,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    remainder: Remainder = "drop",
+    start: int = 0,
+    block: int = 1 << 16,
+) -> Iterator[np.ndarray]:
+    """``rank_indices(...)[start:]`` in consecutive blocks; above :data:`EXACT_ORDER_MAX` samples each
+    block is computed when it is asked for, in memory proportional to ``block``, not to ``n``."""
+    span_start, length = rank_span(n, rank, world_size, remainder)
+    if n <= EXACT_ORDER_MAX:
+        yield rank_indices(
+            n, rank=rank, world_size=world_size, shuffle=shuffle, seed=seed, epoch=epoch, remainder=remainder
+        )[start:]
+        return
+    for lo in range(start, length, block):
+        positions = (span_start + np.arange(lo, min(lo + block, length), dtype=np.int64)) % n
+        yield _order_at(positions, n, shuffle=shuffle, seed=seed, epoch=epoch)
+
+
+def _order_at(positions: np.ndarray, n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
+    """The items of the epoch sequence of ``n`` (> :data:`EXACT_ORDER_MAX`) at ``positions``."""
+    return keyed_permutation(positions, n, order_keys(seed, epoch)) if shuffle else positions
+
+
+def order_keys(seed: int, epoch: int) -> np.ndarray:
+    """The four Feistel keys of :func:`keyed_permutation` for (seed, epoch)."""
+    return np.random.default_rng([seed, epoch, 0x5EED, 0xFE15]).integers(0, 1 << 64, size=4, dtype=np.uint64)
+
+
+def keyed_permutation(x: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
+    """A permutation of ``0 .. n-1`` chosen by ``keys``, evaluated at ``x`` (values in ``0 .. n-1``):
+    ``len(keys)`` Feistel rounds (four make a pseudo-random permutation) over the smallest even number of
+    bits that covers ``n``, with cycle walking for values that land at or past ``n`` (a bijection of the
+    bigger domain restricted this way stays a bijection of ``0 .. n-1``). Any position costs the same,
+    so a worker or a resumed run computes only the part it reads."""
+    bits = max(2, -(-max(1, int(n - 1).bit_length()) // 2) * 2)
+    half = bits // 2
+    out = _feistel(x.astype(np.uint64), half, keys)
+    todo = np.flatnonzero(out >= n)
+    while len(todo):  # ends: x's cycle under the bijection leads back to x < n; about 1-3 rounds
+        out[todo] = _feistel(out[todo], half, keys)
+        todo = todo[out[todo] >= n]
+    return out.astype(np.int64)
+
+
+def _feistel(x: np.ndarray, half: int, keys: np.ndarray) -> np.ndarray:
+    mask = np.uint64((1 << half) - 1)
+    left, right = x >> np.uint64(half), x & mask
+    for key in keys:
+        z = right ^ key  # splitmix64's finaliser as the round function
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        left, right = right, left ^ ((z ^ (z >> np.uint64(31))) & mask)
+    return (left << np.uint64(half)) | right
 
 
 class WindowShuffle:

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastdata.core.world import acting_worker
+
 
 @dataclass(frozen=True)
 class PassStart:
@@ -154,11 +156,17 @@ class SharedState:
         return self._HEAD + self.counters.index(counter) * self.SLOTS + slot
 
     def add(self, counter: str, n: int = 1) -> None:
-        """Add ``n`` to this process's slot of ``counter``."""
-        from torch.utils.data import get_worker_info
+        """Add ``n`` to this process's slot of ``counter`` (a loader thread's own slot, in thread mode: each
+        slot has one writer, so no lock is needed)."""
+        acting = acting_worker()
+        if acting is not None:
+            slot = 1 + acting[0] % (self.SLOTS - 1)
+        else:
+            from torch.utils.data import get_worker_info
 
-        info = get_worker_info()
-        self._array[self._slot(counter, 0 if info is None else 1 + info.id % (self.SLOTS - 1))] += n
+            info = get_worker_info()
+            slot = 0 if info is None else 1 + info.id % (self.SLOTS - 1)
+        self._array[self._slot(counter, slot)] += n
 
     def count_skip(self) -> None:
         self.add("skipped")

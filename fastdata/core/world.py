@@ -7,6 +7,9 @@ the worker is read inside ``__iter__``/``__getitem__``, where ``get_worker_info(
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from fastdata.core.errors import ConfigError
@@ -79,11 +82,57 @@ def current_rank() -> tuple[int, int]:
     return rank, world_size
 
 
-def current_worker() -> tuple[int, int]:
-    """``(worker_id, num_workers)`` inside a DataLoader worker, ``(0, 1)`` in the main process."""
+_thread = threading.local()  # the worker a loader thread stands for (see acting_as_worker)
+
+
+@contextmanager
+def acting_as_worker(worker: int, num_workers: int, token: int = 0) -> Iterator[None]:
+    """Make :func:`current_worker` report ``(worker, num_workers)`` in the calling thread while inside.
+
+    A loader thread (``fd.Loader(workers="threads")``) reads the plan of one DataLoader worker: every
+    fastdata part that asks which worker it is (sharding, counters, read-ahead strides) asks here, so a
+    thread stands for worker ``worker`` exactly as a worker process would. Other threads are unaffected.
+
+    Args:
+        worker, num_workers (int): the worker the thread stands for.
+        token (int): the same in every thread of one set of loader threads, different from the next set's
+            (as a DataLoader iterator's ``base_seed`` is for its workers): tells passes apart
+            (:func:`fastdata.core.seeding.pass_token`). Defaults to 0.
+    """
+    World(worker=worker, num_workers=num_workers)  # checks the pair
+    before = getattr(_thread, "worker", None), getattr(_thread, "token", 0)
+    _thread.worker, _thread.token = (worker, num_workers), token
+    try:
+        yield
+    finally:
+        _thread.worker, _thread.token = before
+
+
+def acting_token() -> int:
+    """The ``token`` of the loader threads the calling thread belongs to (0 outside them)."""
+    return int(getattr(_thread, "token", 0))
+
+
+def acting_worker() -> tuple[int, int] | None:
+    """``(worker, num_workers)`` the calling loader thread stands for, or None outside one."""
+    return getattr(_thread, "worker", None)
+
+
+def worker_process() -> tuple[int, int]:
+    """``(worker_id, num_workers)`` of this DataLoader worker process, ``(0, 1)`` in the main process,
+    whichever loader thread asks: for what a process holds once for all its threads (a thread pool)."""
     from torch.utils.data import get_worker_info
 
     info = get_worker_info()
     if info is None:
         return 0, 1
     return info.id, info.num_workers
+
+
+def current_worker() -> tuple[int, int]:
+    """``(worker_id, num_workers)`` inside a DataLoader worker (or a loader thread standing for one, see
+    :func:`acting_as_worker`), ``(0, 1)`` in the main process."""
+    acting = getattr(_thread, "worker", None)
+    if acting is not None:
+        return acting  # type: ignore[no-any-return]
+    return worker_process()

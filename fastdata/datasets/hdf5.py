@@ -10,27 +10,28 @@ import numpy as np
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from fastdata.core import stages
+from fastdata.core import process, stages
 from fastdata.core.bufferpool import BufferPool
 from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable
 from fastdata.core.handles import HandleCache
 from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.sharding import Remainder
 from fastdata.datasets.base import DatasetBase
-from fastdata.datasets.hdf5_batch import Sample, SampleBatch, collate
+from fastdata.datasets.hdf5_batch import Sample, SampleBatch, build_samples, collate
 from fastdata.formats.decode import DecodeMode, Decoder
 from fastdata.formats.hdf5 import (
     DEFAULT_RDCC_NBYTES,
     DEFAULT_RDCC_NSLOTS,
     DEFAULT_RDCC_W0,
-    BadLayout,
     ChunkCache,
     FieldDecoder,
     FieldInfo,
     FileInfo,
+    check_same_rows,
     describe,
 )
-from fastdata.formats.hdf5_rows import H5Handle, corrupt, read_field
+from fastdata.formats.hdf5_handle import H5Handle, row_error
+from fastdata.formats.hdf5_rows import read_field
 from fastdata.loading.chunk_sampler import ChunkBatchSampler
 from fastdata.loading.sampler import EpochSampler
 from fastdata.storage import expand_urls, scheme
@@ -40,8 +41,11 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
     """Samples of one or many HDF5 files; each field is an HDF5 dataset with one row per sample.
 
     Index ``i`` runs across the files in the order given. Each sample is a dict ``{field: value, ...,
-    "__index__": i}``: fixed-size rows come back as numpy arrays (or numpy scalars), variable-length
-    ``uint8`` rows as ``bytes`` (decoded with ``decode``), strings as ``str``.
+    "__index__": i}``: what h5py's ``ds[i]`` gives, in native byte order (fixed-size rows as numpy arrays
+    or scalars), except variable-length ``uint8`` rows as ``bytes`` (decoded with ``decode``),
+    variable-length strings as ``str`` and compound rows as dicts of their members (see
+    :mod:`fastdata.formats.hdf5_types`). Fields reached through external links are read from the file
+    that holds them.
 
     Files are described once at construction (fields checked, lengths read) and closed again. Each process
     then opens a file on first use, read-only, with the chunk cache below; a forked worker never reads
@@ -74,7 +78,10 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
     Raises:
         SourceNotFound: a file or field does not exist. BadLayout: fields of unequal length, a group or a
             scalar. CorruptHDF5: a file HDF5 cannot open. (Under ``on_error="skip"``, such a file is left
-            out with a warning and counted once in :attr:`skipped`.)
+            out with a warning and counted once in :attr:`skipped`.) UnsupportedField: a datatype fastdata
+            does not read, or a compression filter this process lacks (raised under any ``on_error``).
+        FileChanged (when reading): a file rewritten or replaced since (checked when a file is opened and
+            when an epoch starts), or a read that fails on a file that changed since.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
             self.infos.append(self._describe(path, first))
             first = first or self.infos[-1]
         self._fields: tuple[FieldInfo, ...] = next((i.fields for i in self.infos if i is not None), ())
+        self._dicts = tuple(f.name for f in self._fields if f.kind == "compound")  # rows built as dicts
         self._starts = np.concatenate([[0], np.cumsum([i.length if i else 0 for i in self.infos])]).astype(np.int64)
         if field_decoder is not None:
             byte_fields = tuple(f.name for f in self._fields if f.kind == "bytes")
@@ -133,7 +141,7 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         try:
             info = describe(path, self.fields, self.cache)
             if first is not None:
-                _check_same_rows(first, info)
+                check_same_rows(first, info)
             return info
         except (SourceNotFound, SourceUnreadable, BadSample) as e:
             self._policy.handle(e)  # raises, or warns and counts the file once
@@ -169,6 +177,27 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         files = np.searchsorted(self._starts, idx, side="right") - 1
         return files, idx - self._starts[files]
 
+    def follow_epoch(self) -> None:
+        """As :meth:`DatasetBase.follow_epoch`; and when an epoch starts in this process, close the files
+        that changed since the dataset was built (rewritten in place, replaced), so that reading them
+        again raises :class:`~fastdata.formats.hdf5.FileChanged` instead of returning stale or garbled rows
+        (an open HDF5 file keeps the old layout's metadata). Costs a compare per read, a ``stat`` per open
+        file per epoch."""
+        before = self._seen_epoch
+        super().follow_epoch()
+        if self._seen_epoch != before and before is not None and before[0] == process.pid():
+            self._close_changed()
+
+    def _close_changed(self) -> None:
+        for k in self._handles.open_keys():
+            info = self.infos[k]
+            try:
+                changed = info is None or info.changed() is not None
+            except (SourceNotFound, SourceUnreadable):
+                changed = True
+            if changed:
+                self._handles.discard(k)  # reopening checks the file again and raises FileChanged
+
     def __getitem__(self, i: int) -> Any:
         self.follow_epoch()
         got = self._read(np.array([i], dtype=np.int64))
@@ -193,8 +222,8 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         if len(self.paths) > 1 or (idx < 0).any():
             idx = self._starts[files] + rows  # negative indices made positive
         m = len(idx)
-        columns = {f.name: self._pool.empty((m, *f.row_shape), f.dtype) for f in self._fields if f.kind == "array"}
-        objects: dict[str, list[Any]] = {f.name: [None] * m for f in self._fields if f.kind != "array"}
+        columns = {f.name: self._pool.empty((m, *f.row_shape), f.dtype) for f in self._fields if f.fixed}
+        objects: dict[str, list[Any]] = {f.name: [None] * m for f in self._fields if not f.fixed}
         bad = np.zeros(m, dtype=bool)
         if m and (len(self.paths) == 1 or bool((files == files[0]).all())):
             self._read_file(int(files[0]), np.arange(m), rows, idx, columns, objects, bad)
@@ -203,22 +232,28 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
                 pos = np.flatnonzero(files == k)
                 self._read_file(k, pos, rows[pos], idx, columns, objects, bad)
         keys = (*self.fields, "__index__")
+        read: dict[str, Any] = {**columns, **objects}
         pipeline = self.pipeline
         if pipeline.passthrough:
             stages.lap("fetch", t, m)
             if bad.any():
                 keep = np.flatnonzero(~bad)
-                return SampleBatch(keys, idx[keep], None, lambda: self._samples(idx, keep, columns, objects))
-            return SampleBatch(keys, idx, columns, lambda: self._samples(idx, None, columns, objects))
+                kept = {
+                    name: v[keep] if isinstance(v, np.ndarray) else [v[k] for k in keep.tolist()]
+                    for name, v in read.items()
+                }
+                return SampleBatch(keys, idx[keep], None, rows=kept, dicts=self._dicts)
+            return SampleBatch(keys, idx, columns, rows=read, dicts=self._dicts)
         good = np.flatnonzero(~bad)
-        samples, kept = pipeline.batch_kept(self._samples(idx, good, columns, objects), stages.lap("fetch", t, m))
-        if len(kept) < len(good):
+        raw = build_samples(keys, idx, read, self._dicts, good.tolist())
+        samples, kept_at = pipeline.batch_kept(raw, stages.lap("fetch", t, m))
+        if len(kept_at) < len(good):
             dropped = np.ones(len(good), dtype=bool)
-            dropped[kept] = False
+            dropped[kept_at] = False
             bad[good[dropped]] = True
         # the whole-batch columns stand for the samples only when nothing but byte fields changed
         same = pipeline.transform is None and isinstance(pipeline.decoder, FieldDecoder) and not bad.any()
-        return SampleBatch(keys, idx[~bad], columns if same else None, lambda: samples)
+        return SampleBatch(keys, idx[~bad], columns if same else None, samples)
 
     def _read_file(
         self,
@@ -230,7 +265,6 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
         objects: dict[str, list[Any]],
         bad: np.ndarray,
     ) -> None:
-        path = self.paths[k]
         try:
             handle = self._handles.get(k)
         except (SourceNotFound, SourceUnreadable, BadSample) as e:
@@ -240,31 +274,29 @@ class HDF5Dataset(DatasetBase, Dataset[Any]):
             return
         whole = pos[-1] - pos[0] == len(pos) - 1  # consecutive positions: read straight into the column
         for field in handle.info.fields:
-            if field.kind == "array":
-                col = columns[field.name]
-                target = col[pos[0] : pos[-1] + 1] if whole else None
-                values, errors = read_field(handle, field, rows, out=target)
-                if not whole:
-                    col[pos] = values
-            else:
-                values, errors = read_field(handle, field, rows)
-                dest = objects[field.name]
-                for p, v in zip(pos.tolist(), values):
-                    dest[p] = v
+            try:
+                if field.fixed:
+                    col = columns[field.name]
+                    target = col[pos[0] : pos[-1] + 1] if whole else None
+                    values, errors = read_field(handle, field, rows, out=target)
+                    if not whole:
+                        col[pos] = values
+                else:
+                    values, errors = read_field(handle, field, rows)
+                    dest = objects[field.name]
+                    for p, v in zip(pos.tolist(), values):
+                        dest[p] = v
+            except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:  # h5py, outside a row's read
+                reason = f"h5py failed while reading {len(rows)} row(s) of it ({type(e).__name__}: {e})"
+                self._handles.discard(k)  # its state is unknown now: reopen (and recheck the file) next time
+                errors = {row: reason for row in rows.tolist()}
             if errors:
                 for p, row in zip(pos.tolist(), rows.tolist()):
                     if row in errors and not bad[p]:
                         bad[p] = True
-                        self._policy.handle(corrupt(path, field.name, row, int(idx[p]), errors[row]))
-
-    def _samples(
-        self, idx: np.ndarray, keep: np.ndarray | None, columns: dict[str, np.ndarray], objects: dict[str, list[Any]]
-    ) -> list[Sample]:
-        """The sample dicts of positions ``keep`` (all when None), fixed-size fields as views of ``columns``."""
-        sources = [(name, columns[name] if name in columns else objects[name]) for name in self.fields]
-        positions = range(len(idx)) if keep is None else keep.tolist()
-        index = idx.tolist()
-        return [{**{name: src[j] for name, src in sources}, "__index__": index[j]} for j in positions]
+                        self._policy.handle(row_error(handle, field, row, int(idx[p]), errors[row]))
+            if handle.file is None:  # discarded above: the other fields cannot be read through it
+                break
 
     @staticmethod
     def collate(samples: Sequence[Sample]) -> Any:
@@ -347,21 +379,6 @@ def _check_fields(fields: str | Sequence[str]) -> tuple[str, ...]:
     if "__index__" in names:
         raise ConfigError("'__index__' is the key fastdata adds to every sample; it cannot be a field")
     return names
-
-
-def _check_same_rows(first: FileInfo, info: FileInfo) -> None:
-    """Samples of every file must collate together: the same kind, row shape and type per field."""
-    for a, b in zip(first.fields, info.fields):
-        if (a.kind, a.row_shape) != (b.kind, b.row_shape) or (a.kind == "array" and a.dtype != b.dtype):
-
-            def rows(f: FieldInfo) -> str:
-                return f"{f.kind} rows {f.row_shape} {f.dtype}" if f.kind == "array" else f"{f.kind} rows"
-
-            raise BadLayout(
-                f"{info.path}: field {b.name!r} has {rows(b)}, but {first.path} has {rows(a)}; "
-                "a field must have the same row shape and type in every file",
-                info.path,
-            )
 
 
 def _decoders(decode: Any) -> tuple[Decoder | None, Callable[[Sample], Sample] | None]:

@@ -106,7 +106,8 @@ class S3Dataset(DatasetBase, Dataset[Any]):
         transform (Callable | None): applied to each decoded sample dict.
         on_missing ("raise" | "skip"): an object listed but gone. Defaults to "raise".
         on_error ("raise" | "skip"): an object that cannot be read after every retry (access denied,
-            throttled or failing store) or decoded. Defaults to "raise".
+            throttled or failing store, an endpoint that cannot be reached) or decoded. Listing a prefix
+            at construction, and missing credentials, raise either way. Defaults to "raise".
         seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
         lookahead (int): batches of this worker fetched ahead of time (0: none). Two keep the threads busy

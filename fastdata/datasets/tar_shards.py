@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import IterableDataset, default_collate
+from torch.utils.data import IterableDataset
 
 from fastdata.core import process
 from fastdata.core.errors import BadSample, ConfigError, OnError, PlanError, check_choice, check_positive
@@ -32,6 +32,7 @@ from fastdata.datasets.tar_window import (
     worker_span,
 )
 from fastdata.formats.decode import DecodeMode, Decoder, make_decoder
+from fastdata.loading.transport import batch_default_collate
 from fastdata.storage import expand_urls, scheme
 
 
@@ -67,7 +68,9 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             (yield samples; the order then depends on ``num_workers``). On remote shards, each of ``n``
             workers fetches the windows that hold its batches: ``min(n, window / batch_size)`` times the
             shards' bytes per epoch (warned); per-sample mode fetches them once.
-        collate_fn (Callable | None): Defaults to ``torch.utils.data.default_collate``.
+        collate_fn (Callable | None): Defaults to ``torch.utils.data.default_collate`` (precisely
+            :func:`fastdata.loading.transport.batch_default_collate`, which is ``default_collate`` except
+            that in a worker whose batches go through reused slots it stacks straight into the slot).
         drop_last (bool): with ``batch_size``, drop the rank's last, smaller batch. Defaults to False.
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
         transform (Callable | None): applied to each decoded sample dict.
@@ -115,7 +118,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         self.shuffle, self.shuffle_window = shuffle, shuffle_window or DEFAULT_WINDOW
         self.shuffle_bytes = shuffle_bytes
         self.batch_size, self.drop_last, self.remainder = batch_size, drop_last, remainder
-        self.collate_fn = collate_fn or default_collate
+        self.collate_fn = collate_fn or batch_default_collate
         self.remote = any(scheme(u) for u in shard_urls)
         options = dict(storage_options or {})
         if self.remote:
@@ -130,6 +133,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             storage_options=options,
             stats=self._shared,
             dealt=batch_size is not None,
+            streaming=True,
         )
         self.total = sum(self.source.counts)
         # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote

@@ -12,13 +12,16 @@ from typing import Any
 from tqdm import tqdm
 
 from fastdata.core import stages
-from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable
 from fastdata.core.handles import HandleCache
 from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.world import current_worker
 from fastdata.formats.manifest import shard_listing
 from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
+from fastdata.formats.tar_check import check_once
+from fastdata.formats.tar_gzip import GzipShard, is_gzip, refusal
 from fastdata.storage import Reader, open_reader, scheme
+from fastdata.storage.local import file_identity
 
 Sample = dict[str, Any]
 # Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
@@ -34,27 +37,37 @@ def remote_counters(urls: list[str]) -> tuple[str, ...]:
     return tuple(COUNTERS)
 
 
-def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
-    """The shard's sidecar index (``URL.idx``) if it exists and matches the shard, else a fresh scan."""
+def sidecar_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex | None:
+    """The shard's sidecar index (``URL.idx``) when there is one and it matches the shard (checked against
+    the shard's headers by :func:`~fastdata.formats.tar_check.check_once`); None (warned, for a damaged
+    or mismatched one) when the shard must be scanned."""
     try:
         side = opener(index_url(url))
     except (SourceNotFound, SourceUnreadable):
-        return scan(reader)
+        return None
     try:
-        index = ShardIndex.from_bytes(url, side.read(0, side.size))
+        data = side.read(0, side.size)
+        index = ShardIndex.from_bytes(url, data)
     except Exception as e:  # noqa: BLE001 - a damaged sidecar is rebuilt, never trusted
-        warnings.warn(f"{index_url(url)}: unreadable index ({e}); scanning the shard instead", stacklevel=2)
-        return scan(reader)
+        warnings.warn(f"{index_url(url)}: unreadable index ({e}); scanning the shard instead", stacklevel=3)
+        return None
     finally:
         side.close()
-    if index.size != reader.size:
+    problem = check_once(index, reader, data)
+    if problem is not None:
         warnings.warn(
-            f"{index_url(url)}: index is for a shard of {index.size} bytes, the shard has "
-            f"{reader.size}; scanning the shard instead",
-            stacklevel=2,
+            f"{index_url(url)}: {problem}; scanning the shard instead (rewrite the sidecar with "
+            "'fastdata inspect --write-manifest', or delete it)",
+            stacklevel=3,
         )
-        return scan(reader)
+        return None
+    index.identity = getattr(reader, "identity", None)
     return index
+
+
+def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
+    """The shard's sidecar index if it matches the shard (:func:`sidecar_index`), else a fresh scan."""
+    return sidecar_index(url, reader, opener) or scan(reader)
 
 
 class TarSource:
@@ -75,6 +88,9 @@ class TarSource:
             manifest, the shard's index or, for local files, the file).
         dealt (bool): the dataset deals batches to its DataLoader workers in turn, so each worker reads
             every n-th stretch of a shard (a hint for remote read-ahead). Defaults to False.
+        streaming (bool): the dataset reads its part of each shard in one pass, so gzip-compressed
+            shards are read (decompressed in memory, see :mod:`fastdata.formats.tar_gzip`); without,
+            they are refused. Defaults to False.
     """
 
     def __init__(
@@ -88,6 +104,7 @@ class TarSource:
         storage_options: dict[str, Any] | None = None,
         stats: Any = None,
         dealt: bool = False,
+        streaming: bool = False,
     ) -> None:
         self.urls = urls
         self.policy = policy
@@ -95,12 +112,17 @@ class TarSource:
         self._options = dict(storage_options or {})
         self._stats = stats
         self._dealt = dealt
+        self._streaming = streaming
+        self._checked_epoch: int | None = None  # the epoch whose start this process last checked shards for
+        self._noted: set[str] = set()  # what this process warned about: "ignored", shards that changed
+        self._gzip: set[str] = set()  # shards found to be gzip-compressed (read decompressed)
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each shard, where known (manifest, index, local file)
         self.counts = self._count_samples()
         self.sizes = [self._sizes.get(u, -1) for u in self.urls]
+        self._planned = dict(zip(urls, self.counts))
         self.close()  # the parent keeps no reader or connection open into the DataLoader's fork
 
     def __getstate__(self) -> dict[str, Any]:
@@ -122,16 +144,25 @@ class TarSource:
 
     def _open_shard(self, url: str) -> Reader:
         """A shard's reader. A remote one is told what comes next: the sidecar index (fetched together
-        with the shard's first bytes) and, when batches are dealt to workers, every n-th stretch."""
+        with the shard's first bytes) and, when batches are dealt to workers, every n-th stretch.
+        A shard found to be gzip-compressed (see :meth:`index`) is decompressed; a shard that is not the
+        file its cached index was made from loses that index."""
         if not scheme(url):
-            return open_reader(url)
-        hints: dict[str, Any] = {
-            "companion": index_url(url),
-            "expected_stride": current_worker()[1] if self._dealt else 1,
-        }
-        if self._sizes.get(url, -1) > 0:
-            hints["size"] = self._sizes[url]  # known: the reader opens without a request of its own
-        return self.open(url, **hints)
+            reader = open_reader(url)
+        else:
+            hints: dict[str, Any] = {
+                "companion": index_url(url),
+                "expected_stride": current_worker()[1] if self._dealt else 1,
+            }
+            if self._sizes.get(url, -1) > 0:
+                hints["size"] = self._sizes[url]  # known: the reader opens without a request of its own
+            reader = self.open(url, **hints)
+        if url in self._gzip:
+            reader = GzipShard(reader)
+        index = self._indexes.get(url)
+        if index is not None and index.identity != getattr(reader, "identity", None):
+            del self._indexes[url]  # replaced on disk since it was indexed: index it again
+        return reader
 
     def _count_samples(self) -> list[int]:
         """Samples per shard: from a manifest beside the shards, else from each shard's index."""
@@ -162,13 +193,57 @@ class TarSource:
         """The index of shard ``url``, from this process's cache, its sidecar, or a scan."""
         index = self._indexes.get(url)
         if index is None:
-            index = load_index(url, self._readers.get(url), self.open)
+            reader = self._readers.get(url)
+            # a sidecar that matches the shard's headers says it is a plain tar: the gzip sniff (whose small
+            # read would fetch a remote shard's first megabytes in every worker) runs only before a scan
+            index = sidecar_index(url, reader, self.open)
+            if index is None:
+                if url not in self._gzip and is_gzip(reader):
+                    if not self._streaming:
+                        raise refusal(url)
+                    self._gzip.add(url)
+                    self._readers.discard(url)
+                    reader = self._readers.get(url)  # reopened, decompressed
+                index = scan(reader)
             self._indexes[url] = index
             if len(self._indexes) > INDEX_CACHE_SHARDS:
                 self._indexes.popitem(last=False)
+            self._note(url, index)
         else:
             self._indexes.move_to_end(url)
         return index
+
+    def _note(self, url: str, index: ShardIndex) -> None:
+        """Warn (once per process) about what a fresh index shows: members that belong to no sample,
+        and a shard whose sample count changed since the epoch was planned."""
+        if index.ignored and "ignored" not in self._noted:
+            self._noted.add("ignored")
+            warnings.warn(
+                f"fastdata: {url}: {index.ignored} member(s) without an extension (a README?) belong to no "
+                "sample and are left out (WebDataset names are KEY.EXT); 'fastdata inspect' counts them in "
+                "every shard",
+                stacklevel=3,
+            )
+        planned = getattr(self, "_planned", {}).get(url)
+        if planned is not None and planned != len(index) and index.tail_error is None and url not in self._noted:
+            self._noted.add(url)
+            warnings.warn(
+                f"fastdata: {url}: has {len(index)} samples now, {planned} when the dataset was built (the "
+                "shard was replaced?); the epoch keeps the planned count: build the dataset again to read it all",
+                stacklevel=3,
+            )
+
+    def _check_identities(self) -> None:
+        """At the start of an epoch: forget the index (and reader) of every local shard that is no
+        longer the file it was indexed from (replaced or rewritten since)."""
+        epoch = self._stats.epoch if self._stats is not None else 0
+        if epoch == self._checked_epoch:
+            return
+        self._checked_epoch = epoch
+        for url, index in list(self._indexes.items()):
+            if index.identity is not None and file_identity(url) != index.identity:
+                del self._indexes[url]
+                self._readers.discard(url)
 
     def read(
         self, shard: int, which: Sequence[int], *, decode: bool = True, kept: list[int] | None = None
@@ -178,10 +253,11 @@ class TarSource:
         numbers of the samples read (all of ``which`` but the bad ones) are appended to ``kept``."""
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         url = self.urls[shard]
+        self._check_identities()
         try:
             reader = self._readers.get(url)
             index = self.index(url)
-        except (SourceNotFound, SourceUnreadable) as e:
+        except (SourceNotFound, SourceUnreadable, SourceUnavailable) as e:
             for _ in which:
                 self.policy.handle(e)
             return []
@@ -195,7 +271,12 @@ class TarSource:
                     good.append(i)
                 else:
                     self.policy.handle(problem)
-        samples: list[Any] = read_samples(reader, index, good)
+        try:
+            samples: list[Any] = read_samples(reader, index, good)
+        except SourceUnavailable as e:  # the store stopped answering mid-shard (after every retry)
+            for _ in good:
+                self.policy.handle(e)
+            return []
         if kept is not None:
             kept.extend(good)
         t = stages.lap("fetch", t, len(samples))

@@ -27,6 +27,7 @@ from fastdata.formats.video.base import DecodeTimeout, Size, VideoTooShort
 from fastdata.formats.video.meta_cache import VideoIndex, default_index_file
 from fastdata.formats.video.pool import ReaderPool
 from fastdata.loading.sampler import EpochSampler
+from fastdata.loading.video_sampler import ClipBatchSampler
 from fastdata.storage import expand_urls, scheme
 
 
@@ -333,6 +334,51 @@ class VideoClipDataset(DatasetBase, Dataset[Any]):
             world_size=self.world_size,
             shared=self._shared,
             owner=repr(self),
+        )
+
+    def clip_sampler(
+        self,
+        batch_size: int,
+        *,
+        num_workers: int = 1,
+        run: int | None = None,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        remainder: Remainder = "drop",
+    ) -> ClipBatchSampler:
+        """A rank-aware, resumable :class:`~fastdata.loading.video_sampler.ClipBatchSampler` that follows this
+        dataset's ``set_epoch``: batches laid out so that each of ``num_workers`` DataLoader workers reads
+        its videos forward, one after the other, while the workers read different files. Pass it as
+        ``fd.Loader(ds, batch_sampler=ds.clip_sampler(64, num_workers=4), num_workers=4)``.
+
+        Args:
+            batch_size (int): clips per batch (a multiple of ``run``).
+            num_workers (int): the workers the layout is made for (any count reads the same batches; this
+                one reads them with the fewest seeks). Defaults to 1.
+            run (int | None): clips of one video in a row in a batch: each batch draws from
+                ``batch_size / run`` videos, and a worker keeps as many open (keep ``max_open`` at least that).
+                Defaults to 2 (1 for an odd ``batch_size``).
+            shuffle, drop_last, remainder: as for :meth:`sampler`.
+        """
+        counts = np.diff(self._starts)
+
+        def clip_starts() -> list[int]:  # this epoch's first frame of every clip, by dataset index
+            return [self.clip_start(v, c) for v, k in enumerate(counts) for c in range(int(k))]
+
+        return ClipBatchSampler(
+            self._starts[:-1],
+            len(self),
+            batch_size,
+            clip_starts=clip_starts,
+            lanes=num_workers,
+            run=run,
+            shuffle=shuffle,
+            seed=self.seed,
+            drop_last=drop_last,
+            remainder=remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
         )
 
     def warm(self) -> None:

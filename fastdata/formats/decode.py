@@ -6,6 +6,10 @@ uint8 tensor (``"torch"``), decoded by PIL or OpenCV; ``cls`` becomes an int, ``
 a str and ``npy`` an array. Anything else stays bytes. A decoder that rejects the bytes raises
 :class:`~fastdata.core.errors.DecodeFailed` naming the sample and member.
 
+Every image comes out in one colour layout, ``color="rgb"`` (3 channels, uint8) unless told otherwise, so
+that a batch of real photos (grayscale, palette, CMYK, 16-bit, alpha) stacks; the layouts and how each
+backend reaches them are in :mod:`fastdata.formats.images`.
+
 ``size=`` resizes images as they are decoded, and a JPEG larger than twice the target is decoded at
 1/2, 1/4 or 1/8 scale first (libjpeg's DCT scaling, through PIL's ``Image.draft`` or OpenCV's
 ``IMREAD_REDUCED_*``), which skips most of the decoding work; see :class:`Decoder` for what it costs in
@@ -23,107 +27,14 @@ from typing import Any, Literal
 import numpy as np
 
 from fastdata.core.errors import ConfigError, DecodeFailed, check_choice
+from fastdata.formats.images import Color, ResizeMethod, Size, cv2_array, pil_array, pil_image, reduction, target_size
 
 DecodeMode = Literal["raw", "pil", "numpy", "torch"]
 ImageBackend = Literal["pil", "cv2"]
-ResizeMethod = Literal["bilinear", "bicubic", "area", "nearest", "lanczos"]
-Size = tuple[int, int]
 
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "bmp", "webp", "tif", "tiff"})
 INT_EXTS = frozenset({"cls", "cls2", "index", "inx", "id"})
 TEXT_EXTS = frozenset({"txt", "text", "transcript"})
-
-
-def _pil_resample(method: ResizeMethod) -> Any:
-    from PIL import Image
-
-    R = Image.Resampling
-    return {"bilinear": R.BILINEAR, "bicubic": R.BICUBIC, "area": R.BOX, "nearest": R.NEAREST, "lanczos": R.LANCZOS}[
-        method
-    ]
-
-
-def _cv2_interpolation(method: ResizeMethod) -> int:
-    import cv2
-
-    return {
-        "bilinear": cv2.INTER_LINEAR,
-        "bicubic": cv2.INTER_CUBIC,
-        "area": cv2.INTER_AREA,
-        "nearest": cv2.INTER_NEAREST,
-        "lanczos": cv2.INTER_LANCZOS4,
-    }[method]
-
-
-def target_size(width: int, height: int, size: int | Size) -> tuple[int, int]:
-    """The ``(width, height)`` an image of ``width x height`` is resized to: ``size=(h, w)`` exactly, or
-    ``size=s`` with the shorter side ``s`` and the aspect ratio kept (as ``torchvision``'s ``Resize(s)``)."""
-    if isinstance(size, tuple):
-        return size[1], size[0]
-    if width <= height:
-        return size, max(1, int(size * height / width))
-    return max(1, int(size * width / height)), size
-
-
-def reduction(width: int, height: int, target: tuple[int, int]) -> int:
-    """The largest DCT scale-down factor (8, 4, 2 or 1) that keeps the decoded image at least ``target``
-    (width, height) in both directions, so that the final resize never enlarges."""
-    for f in (8, 4, 2):
-        if -(-width // f) >= target[0] and -(-height // f) >= target[1]:
-            return f
-    return 1
-
-
-def _is_jpeg(data: bytes) -> bool:
-    return data[:3] == b"\xff\xd8\xff"
-
-
-def _image_pil(
-    data: bytes, size: int | Size | None = None, method: ResizeMethod = "bilinear", reduce: bool = True
-) -> Any:
-    from PIL import Image
-
-    img: Image.Image = Image.open(io.BytesIO(data))
-    target = None if size is None else target_size(*img.size, size)
-    if target is not None and reduce and img.format == "JPEG":
-        img.draft(None, target)  # decode at the smallest DCT scale that is still >= target
-    img.load()
-    if img.mode not in ("RGB", "L"):
-        img = img.convert("RGB")
-    if target is not None and img.size != target:
-        img = img.resize(target, _pil_resample(method))
-    return img
-
-
-def _array_pil(
-    data: bytes, size: int | Size | None = None, method: ResizeMethod = "bilinear", reduce: bool = True
-) -> np.ndarray:
-    arr = np.asarray(_image_pil(data, size, method, reduce))
-    return arr[:, :, None] if arr.ndim == 2 else arr
-
-
-def _array_cv2(
-    data: bytes, size: int | Size | None = None, method: ResizeMethod = "bilinear", reduce: bool = True
-) -> np.ndarray:
-    import cv2
-
-    flag, target = cv2.IMREAD_COLOR, None
-    if size is not None:
-        from PIL import Image  # reads the header only: the size, to choose the scale
-
-        width, height = Image.open(io.BytesIO(data)).size
-        target = target_size(width, height, size)
-        if reduce and _is_jpeg(data):
-            f = reduction(width, height, target)
-            flag = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4}.get(
-                f, cv2.IMREAD_REDUCED_COLOR_8
-            )
-    arr = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
-    if arr is None:
-        raise ValueError("OpenCV could not decode the image")
-    if target is not None and (arr.shape[1], arr.shape[0]) != target:
-        arr = cv2.resize(arr, target, interpolation=_cv2_interpolation(method))
-    return cv2.cvtColor(arr, cv2.COLOR_BGR2RGB)
 
 
 @dataclass(frozen=True)
@@ -151,10 +62,14 @@ class Decoder:
             average over the source when shrinking; OpenCV's ``bilinear`` does not (aliasing), its
             ``area`` does. Defaults to ``"bilinear"``.
         reduce (bool): decode JPEGs at reduced scale when ``size`` allows. Defaults to True.
+        color ("rgb" | "gray" | "rgba" | "keep"): the colour layout every image comes out in: 3, 1 or 4
+            uint8 channels (as Pillow's ``convert("RGB")``, ``"L"``, ``"RGBA"``; 16-bit samples by their
+            high byte), or ``"keep"``: as the file stores it (any channel count, uint16 for 16-bit).
+            Defaults to ``"rgb"``, so that images of mixed kinds collate into one batch.
 
     Raises:
-        ConfigError: an unknown mode, backend or filter, a size that is not positive, or ``size`` with
-            ``mode="raw"``.
+        ConfigError: an unknown mode, backend, filter or color, a size that is not positive, or ``size``
+            with ``mode="raw"``.
     """
 
     mode: DecodeMode = "raw"
@@ -162,11 +77,13 @@ class Decoder:
     size: int | Size | None = None
     resize: ResizeMethod = "bilinear"
     reduce: bool = True
+    color: Color = "rgb"
 
     def __post_init__(self) -> None:
         check_choice("decode", self.mode, DecodeMode)
         check_choice("image_backend", self.image_backend, ImageBackend)
         check_choice("resize", self.resize, ResizeMethod)
+        check_choice("color", self.color, Color)
         if self.mode == "pil" and self.image_backend != "pil":
             raise ConfigError("decode='pil' gives PIL images; use image_backend='pil' with it")
         if self.size is not None:
@@ -217,14 +134,17 @@ class Decoder:
 
     def image(self, data: bytes) -> Any:
         """Decode image bytes to the configured form."""
-        how = (self.size, self.resize, self.reduce)
+        how = (self.color, self.size, self.resize, self.reduce)
         if self.mode == "pil":
-            return _image_pil(data, *how)
-        arr = _array_cv2(data, *how) if self.image_backend == "cv2" else _array_pil(data, *how)
+            return pil_image(data, *how)
+        arr = cv2_array(data, *how) if self.image_backend == "cv2" else pil_array(data, *how)
         if self.mode == "torch":
             import torch
 
-            return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+            chw = np.ascontiguousarray(arr.transpose(2, 0, 1))
+            if not chw.flags.writeable:  # one channel: a view of PIL's read-only buffer, no copy made above
+                chw = chw.copy()
+            return torch.from_numpy(chw)
         return arr
 
 
@@ -237,3 +157,19 @@ def make_decoder(
     if isinstance(decode, str):
         return Decoder(decode)
     return decode
+
+
+__all__ = [
+    "IMAGE_EXTS",
+    "INT_EXTS",
+    "TEXT_EXTS",
+    "Color",
+    "DecodeMode",
+    "Decoder",
+    "ImageBackend",
+    "ResizeMethod",
+    "Size",
+    "make_decoder",
+    "reduction",
+    "target_size",
+]

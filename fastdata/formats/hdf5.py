@@ -7,10 +7,15 @@ or ``jpeg`` holding variable-length ``uint8`` rows (encoded images). :func:`desc
 when a dataset is built, and records what the readers of :mod:`fastdata.formats.hdf5_rows` need: each
 field's kind, row shape, chunking and whether its rows can be read straight from the file.
 
-Errors name the file and the field and say what to do: a missing file or field is
-:class:`~fastdata.core.errors.SourceNotFound`; a file HDF5 cannot open (truncated, not HDF5) is
-:class:`CorruptHDF5`; fields that do not form samples (unequal lengths, a group, a scalar) are
-:class:`BadLayout`; a file replaced after the dataset was built is :class:`FileChanged`.
+What each field's rows come back as is judged by its datatype (:mod:`fastdata.formats.hdf5_types`);
+fields reached through links are followed as h5py follows them (:mod:`fastdata.formats.hdf5_links`).
+
+Errors name the file and the field and say what to do: a missing file or field (or a broken link to it)
+is :class:`~fastdata.core.errors.SourceNotFound`; a file HDF5 cannot open (truncated, not HDF5) is
+:class:`CorruptHDF5`; fields that do not form samples (unequal lengths, a group, a scalar, a null
+dataspace) are :class:`BadLayout`; a datatype fastdata does not read, or a compression filter this process
+lacks, is :class:`~fastdata.formats.hdf5_types.UnsupportedField`; a file replaced or rewritten after the
+dataset was built is :class:`FileChanged`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import h5py  # imported here so that a missing h5py fails on first use with the install hint
 import numpy as np
@@ -35,6 +40,8 @@ from fastdata.core.errors import (
     check_positive,
 )
 from fastdata.formats.decode import IMAGE_EXTS, INT_EXTS, TEXT_EXTS, Decoder
+from fastdata.formats.hdf5_links import broken_link, linked_file
+from fastdata.formats.hdf5_types import FieldKind, UnsupportedField, field_type, filters, missing_filter
 
 _KNOWN_EXTS = IMAGE_EXTS | INT_EXTS | TEXT_EXTS | {"json", "npy"}
 
@@ -51,11 +58,6 @@ which only evicts them sooner; each slot costs 8 bytes."""
 
 DEFAULT_RDCC_W0 = 0.75
 """HDF5's default preemption policy: how readily fully read chunks are evicted first (0 to 1)."""
-
-FieldKind = Literal["array", "bytes", "str", "object"]
-"""How a field's rows come back: ``"array"`` fixed-size rows (numpy arrays or scalars), ``"bytes"``
-variable-length ``uint8`` rows (``bytes``; encoded images), ``"str"`` strings, ``"object"`` other
-variable-length rows (numpy arrays of varying length)."""
 
 # Bytes of one block that the chunk-aware sampler keeps together in a file without chunks.
 CONTIGUOUS_BLOCK_BYTES = 1 << 20
@@ -110,13 +112,22 @@ class FieldInfo:
 
     Attributes:
         name (str): the HDF5 path of the dataset inside the file (``"image"``, ``"data/label"``).
-        kind (FieldKind): how its rows come back.
-        dtype (np.dtype): numpy dtype of the HDF5 dataset (h5py's, with its vlen metadata).
-        row_shape (tuple[int, ...]): shape of one row (``()`` for scalars and variable-length rows).
+        kind (FieldKind): how its rows come back (see :data:`fastdata.formats.hdf5_types.FieldKind`).
+        dtype (np.dtype): numpy type of one element of a batch column, native byte order (h5py's, with
+            its vlen metadata, for variable-length rows).
+        row_shape (tuple[int, ...]): shape of one row as it comes back (an HDF5 array datatype's shape
+            included; ``()`` for scalars and one-dimensional variable-length fields).
         row_bytes (int): bytes of one fixed-size row; 0 for variable-length rows.
         chunk_rows (int | None): rows per chunk along the first axis; None without chunking.
         direct (bool): rows can be read straight from the file's bytes, bypassing HDF5: fixed-size
             native numeric rows, no filter (compression), stored contiguously or in chunks of whole rows.
+        read_dtype (np.dtype): numpy type of one element of the HDF5 dataset when read through HDF5
+            (a subarray type for an HDF5 array datatype), native byte order. Defaults to ``dtype``.
+        file_ndim (int): dimensions of the HDF5 dataset (rows included). Defaults to 1.
+        filters (tuple[tuple[int, str], ...]): ``(id, name)`` of each HDF5 filter of the field.
+        source (str | None): the file that holds the field's data when it is not this file (an HDF5
+            external link, as "master files" of detector data use); direct reads go to that file.
+        source_identity (tuple[int, int, int, int] | None): :func:`file_identity` of ``source``.
     """
 
     name: str
@@ -126,6 +137,16 @@ class FieldInfo:
     row_bytes: int
     chunk_rows: int | None
     direct: bool
+    read_dtype: np.dtype[Any] | None = None
+    file_ndim: int = 1
+    filters: tuple[tuple[int, str], ...] = ()
+    source: str | None = None
+    source_identity: tuple[int, int, int, int] | None = None
+
+    @property
+    def fixed(self) -> bool:
+        """Rows of one size, read into one array per batch (``"array"`` and ``"compound"`` fields)."""
+        return self.kind in ("array", "compound")
 
 
 @dataclass(frozen=True)
@@ -145,13 +166,42 @@ class FileInfo:
     fields: tuple[FieldInfo, ...]
     identity: tuple[int, int, int, int]
 
+    def changed(self) -> FileChanged | None:
+        """The error to raise if the file, or a file its fields link to, is not the one described (another
+        size, modification time or inode: rewritten or replaced since); None when all are the same.
+
+        Raises:
+            SourceNotFound: one of the files is gone. SourceUnreadable: one cannot be read any more.
+        """
+        why = self.change()
+        return FileChanged(f"{self.path}: {why}", self.path) if why else None
+
+    def change(self) -> str:
+        """What :meth:`changed` says, without the path in front; "" when nothing changed."""
+        for path, identity in self.identities():
+            if file_identity(path) != identity:
+                linked = "" if path == self.path else f" (the file its fields link to, {path})"
+                return (
+                    f"the file{linked} changed after the dataset was built (size, time or inode differ: "
+                    "rewritten while a job reads it?); build the dataset again once it is complete"
+                )
+        return ""
+
+    def identities(self) -> list[tuple[str, tuple[int, int, int, int]]]:
+        """``(path, identity)`` of the file and of every other file its fields' data lie in."""
+        out = [(self.path, self.identity)]
+        for f in self.fields:
+            if f.source is not None and f.source_identity is not None and (f.source, f.source_identity) not in out:
+                out.append((f.source, f.source_identity))
+        return out
+
     @property
     def block_rows(self) -> int:
         """Rows that are cheap to read together: :data:`VLEN_BLOCK_ROWS` when a field has variable-length
         rows, else the chunk rows of the widest field, or about 1 MiB of rows when it has no chunks."""
         if not self.fields:
             return 1
-        if any(f.kind != "array" for f in self.fields):
+        if not all(f.fixed for f in self.fields):
             return VLEN_BLOCK_ROWS
         widest = max(self.fields, key=lambda f: f.row_bytes)
         if widest.chunk_rows:
@@ -200,7 +250,9 @@ def describe(path: str, fields: tuple[str, ...], cache: ChunkCache | None = None
 
     Raises:
         SourceNotFound: the file, or one of the fields, does not exist (the message lists the datasets
-            the file holds). BadLayout: a field is a group or a scalar, or the fields' lengths differ.
+            the file holds), or an external link points to a file that does not exist.
+        BadLayout: a field is a group or a scalar, or the fields' lengths differ.
+        UnsupportedField: a field's datatype cannot be read, or its compression filter is missing.
         CorruptHDF5: HDF5 cannot open the file.
     """
     identity = file_identity(path)
@@ -218,9 +270,34 @@ def describe(path: str, fields: tuple[str, ...], cache: ChunkCache | None = None
     return FileInfo(path, length, infos, identity)
 
 
+def check_same_rows(first: FileInfo, info: FileInfo) -> None:
+    """Samples of every file must collate together: the same kind, row shape and type per field.
+
+    Raises:
+        BadLayout: naming both files, the field and its rows in each.
+    """
+    for a, b in zip(first.fields, info.fields):
+        if (a.kind, a.row_shape) != (b.kind, b.row_shape) or (a.fixed and a.dtype != b.dtype):
+
+            def rows(f: FieldInfo) -> str:
+                return f"{f.kind} rows {f.row_shape} {f.dtype}" if f.fixed else f"{f.kind} rows"
+
+            raise BadLayout(
+                f"{info.path}: field {b.name!r} has {rows(b)}, but {first.path} has {rows(a)}; "
+                "a field must have the same row shape and type in every file",
+                info.path,
+            )
+
+
 def _field(f: Any, path: str, name: str) -> FieldInfo:
-    obj = f.get(name)
+    try:
+        obj = f.get(name)
+    except (KeyError, OSError):  # a link on the way cannot be followed
+        obj = None
     if obj is None:
+        broken = broken_link(f, name)
+        if broken:
+            raise SourceNotFound(f"{path}: field {name!r} {broken}")
         raise SourceNotFound(
             f"{path}: no field {name!r}; the file holds {_list_datasets(f)}; pass fields=(...) naming those"
         )
@@ -228,37 +305,48 @@ def _field(f: Any, path: str, name: str) -> FieldInfo:
         raise BadLayout(
             f"{path}: field {name!r} is a group, not a dataset; name a dataset inside it ({_list_datasets(obj)})", path
         )
+    if obj.shape is None:
+        raise BadLayout(f"{path}: field {name!r} has a null dataspace (no data at all), not one row per sample", path)
     if obj.ndim == 0:
         raise BadLayout(f"{path}: field {name!r} is a scalar, not one row per sample", path)
-    return field_info(obj, name)
+    return field_info(obj, name, path)
 
 
-def field_info(ds: Any, name: str) -> FieldInfo:
-    """The :class:`FieldInfo` of an open h5py dataset."""
-    dtype = ds.dtype
+def field_info(ds: Any, name: str, path: str = "") -> FieldInfo:
+    """The :class:`FieldInfo` of an open h5py dataset (field ``name`` of the file ``path``).
+
+    Raises:
+        UnsupportedField: its datatype cannot be read, or a filter it is compressed with is missing.
+    """
+    where = path or ds.file.filename
+    ftype = field_type(ds, where, name)
     chunk_rows = int(ds.chunks[0]) if ds.chunks else None
-    vlen = h5py.check_vlen_dtype(dtype)
-    strings = h5py.check_string_dtype(dtype)
-    if strings is not None and strings.length is None:
-        return FieldInfo(name, "str", dtype, (), 0, chunk_rows, False)
-    if vlen is not None:
-        kind: FieldKind = "bytes" if vlen in (np.dtype(np.uint8), np.dtype(np.int8)) else "object"
-        return FieldInfo(name, kind, dtype, (), 0, chunk_rows, False)
-    row_shape = tuple(int(s) for s in ds.shape[1:])
-    row_bytes = int(dtype.itemsize * np.prod(row_shape, dtype=np.int64))
     dcpl = ds.id.get_create_plist()
+    pipeline = filters(dcpl)
+    missing = missing_filter(pipeline)
+    if missing:
+        raise UnsupportedField(f"{where}: field {name!r} ({ds.dtype}) cannot be read: {missing}")
+    source = linked_file(ds, path)
+    extra: dict[str, Any] = {
+        "read_dtype": ftype.read_dtype,
+        "file_ndim": int(ds.ndim),
+        "filters": pipeline,
+        "source": source,
+        "source_identity": file_identity(source) if source is not None else None,
+    }
+    if ftype.kind not in ("array", "compound"):
+        return FieldInfo(name, ftype.kind, ftype.dtype, ftype.row_shape, 0, chunk_rows, False, **extra)
+    row_bytes = int(ftype.dtype.itemsize * np.prod(ftype.row_shape, dtype=np.int64))
     layout = dcpl.get_layout()
     direct = (
-        dtype.kind in "biufc"
-        and dtype.names is None
-        and dtype.isnative
-        and ds.id.get_type().get_size() == dtype.itemsize
-        and dcpl.get_nfilters() == 0
+        ftype.plain
+        and ds.id.get_type().get_size() == ftype.read_dtype.itemsize
+        and not pipeline
         and dcpl.get_external_count() == 0
-        and (layout == h5d.CONTIGUOUS or (layout == h5d.CHUNKED and tuple(ds.chunks[1:]) == row_shape))
+        and (layout == h5d.CONTIGUOUS or (layout == h5d.CHUNKED and tuple(ds.chunks[1:]) == tuple(ds.shape[1:])))
         and row_bytes > 0
     )
-    return FieldInfo(name, "array", dtype, row_shape, row_bytes, chunk_rows, bool(direct))
+    return FieldInfo(name, ftype.kind, ftype.dtype, ftype.row_shape, row_bytes, chunk_rows, bool(direct), **extra)
 
 
 def _list_datasets(group: Any, limit: int = 12) -> str:

@@ -1,4 +1,5 @@
-"""Reading rows of an HDF5 file in one process: the open file (:class:`H5Handle`) and batched reads.
+"""Reading rows of an HDF5 file in one process, batch by batch, through its open file
+(:class:`~fastdata.formats.hdf5_handle.H5Handle`).
 
 Measured here (h5py 3.16, HDF5 2.0, page cache hot): an h5py read call costs about 25-100 us whatever
 it reads; reading one row from a chunk of many loads the whole chunk into the chunk cache first; and
@@ -19,183 +20,17 @@ A read that fails is retried row by row, so that one damaged chunk costs only it
 from __future__ import annotations
 
 import itertools
-import os
-import warnings
-import weakref
 from typing import Any
 
 import numpy as np
 
-from fastdata.core import process
-from fastdata.formats.hdf5 import ChunkCache, CorruptHDF5, FieldInfo, FileChanged, FileInfo, file_identity, open_file
+from fastdata.formats.hdf5 import FieldInfo
+from fastdata.formats.hdf5_handle import H5Handle, RowReader
 
 # Small rows (up to SMALL_ROW_BYTES) closer than MERGE_GAP_BYTES in the file are taken from one span of
 # it with a single copy: for labels, one copy of a few KiB beats a Python-level copy per row.
 SMALL_ROW_BYTES = 512
 MERGE_GAP_BYTES = 8192
-
-# Every open handle of this process, and (in a forked child) of its parent.
-_live: weakref.WeakSet[H5Handle] = weakref.WeakSet()
-
-
-def _close_inherited() -> None:
-    """Close, in a forked child, every handle its parent opened (of any dataset): the child must not read
-    through them, and while they are open HDF5 would give the child's own opens the parent's file."""
-    pid = process.pid()
-    for handle in list(_live):
-        if handle.pid != pid:
-            handle.close()
-
-
-class H5Handle:
-    """One HDF5 file opened in this process: the h5py file, its field datasets, a descriptor for direct
-    reads, and bookkeeping that shows which process opened it.
-
-    Opening checks that the file is the one the dataset was built on (:class:`FileChanged` otherwise).
-    In a process forked from one that still holds the same file open through some other h5py handle
-    (the user's own, or another dataset's), HDF5 would hand this process the *parent's* open file,
-    descriptor and caches included; the file is then opened through HDF5's ``stdio`` driver, which HDF5
-    never shares with another driver's handle, and a warning says so.
-
-    Attributes:
-        pid (int): the process that opened it.
-        fileno (tuple[int, int]): HDF5's serial number of the open file; a worker whose handle has its
-            parent's number would be reading through the parent's file.
-        driver (str): the HDF5 driver in use (``"sec2"``, or ``"stdio"`` after the fallback above).
-    """
-
-    def __init__(self, info: FileInfo, cache: ChunkCache) -> None:
-        self.info = info
-        self.pid = process.pid()
-        if file_identity(info.path) != info.identity:
-            raise FileChanged(
-                f"{info.path}: the file changed after the dataset was built (size, time or "
-                "inode differ); build the dataset again (was the file rewritten while reading?)",
-                info.path,
-            )
-        self._key = info.identity[:2]
-        self.datasets: dict[str, Any] = {}
-        if process.forked():
-            _close_inherited()
-        self.file = open_file(info.path, cache)
-        self.driver = "sec2"
-        if process.forked() and self._shared_with_others():
-            self.file.close()
-            self.file = open_file(info.path, cache, driver="stdio")
-            self.driver = "stdio"
-            warnings.warn(
-                f"fastdata: {info.path} is also open through an h5py object this worker inherited from the "
-                "parent process (or opened itself); HDF5 would share that open file with the worker, so the "
-                "worker opened the file through HDF5's stdio driver instead. Close your own h5py objects "
-                "before the DataLoader starts its workers (or use multiprocessing_context='spawn')",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        _live.add(self)
-        self.fileno: tuple[int, int] = tuple(self.file.id.fileno)  # type: ignore[assignment]
-        self.datasets = {f.name: self.file[f.name] for f in info.fields}
-        for name, ds in self.datasets.items():
-            if ds.shape[0] != info.length:
-                self.close()
-                raise FileChanged(
-                    f"{info.path}: field {name!r} has {ds.shape[0]} rows, {info.length} when the "
-                    "dataset was built; build the dataset again",
-                    info.path,
-                )
-        self._reader: RowReader | None = None
-        self._offsets: dict[str, tuple[np.ndarray, int] | None] = {}
-
-    def _shared_with_others(self) -> bool:
-        """Whether HDF5 objects (files, datasets ...) other than this process's handles are open on the
-        file just opened: then HDF5 shares its open file with theirs."""
-        from h5py import h5f
-
-        pid = process.pid()
-        ours = sum(
-            1 + len(h.datasets)
-            for h in list(_live)
-            if h is not self and h.pid == pid and h.file is not None and h._key == self._key
-        )
-        return int(h5f.get_obj_count(self.file.id, h5f.OBJ_ALL)) > ours + 1
-
-    # -- direct reads ------------------------------------------------------------------------------
-    def reader(self) -> RowReader:
-        """The file's bytes for direct reads (a descriptor of its own, opened on first use)."""
-        if self._reader is None:
-            self._reader = RowReader(self.info)
-        return self._reader
-
-    def chunk_offsets(self, field: FieldInfo) -> tuple[np.ndarray, int] | None:
-        """``(byte offset of each chunk, rows per chunk)`` of a direct field; a contiguous field is one
-        chunk of every row. None when HDF5 has not stored every chunk (fill values): read via HDF5."""
-        if field.name not in self._offsets:
-            self._offsets[field.name] = _chunk_offsets(self.datasets[field.name], field, self.info.length)
-        return self._offsets[field.name]
-
-    def close(self) -> None:
-        """Close the file and the descriptor for direct reads. Idempotent."""
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.close()
-        file, self.file = self.file, None
-        if file is not None:
-            self.datasets = {}
-            file.close()
-
-    def __repr__(self) -> str:
-        return f"H5Handle({self.info.path!r}, pid={self.pid}, fileno={self.fileno})"
-
-
-class RowReader:
-    """Plain reads of a file's bytes with ``os.preadv`` straight into the batch buffer: one system call per
-    run of rows and one copy, with no page faults on a first pass (a memory map costs a fault for every
-    page it touches first: about 12% of a sequential pass here) and the GIL released while it copies.
-
-    Raises:
-        FileChanged: the path now names another file than the one the dataset was built on.
-    """
-
-    def __init__(self, info: FileInfo) -> None:
-        self.path = info.path
-        self.fd = os.open(info.path, os.O_RDONLY | os.O_CLOEXEC)
-        st = os.fstat(self.fd)
-        if (st.st_dev, st.st_ino) != info.identity[:2]:
-            os.close(self.fd)
-            raise FileChanged(
-                f"{info.path}: the file was replaced after the dataset was built; build the dataset again", info.path
-            )
-        self.size = st.st_size
-
-    def into(self, dest: np.ndarray, offset: int) -> bool:
-        """Fill C-contiguous ``dest`` with the bytes at ``offset``; False if the file ends first."""
-        want = dest.nbytes
-        return os.preadv(self.fd, [dest.data.cast("B")], offset) == want if want else True
-
-    def span(self, lo: int, hi: int) -> np.ndarray | None:
-        """Bytes ``lo .. hi-1`` as a new uint8 array; None if the file ends first."""
-        buf = np.empty(hi - lo, dtype=np.uint8)
-        return buf if self.into(buf, lo) else None
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-
-def _chunk_offsets(ds: Any, field: FieldInfo, length: int) -> tuple[np.ndarray, int] | None:
-    if field.chunk_rows is None:
-        base = ds.id.get_offset()
-        return None if base is None else (np.array([base], dtype=np.int64), max(1, length))
-    rows = field.chunk_rows
-    addr = np.full(-(-length // rows), -1, dtype=np.int64)
-    chunk_bytes = rows * field.row_bytes
-
-    def visit(info: Any) -> None:
-        if info.filter_mask == 0 and info.size == chunk_bytes and info.byte_offset is not None:
-            addr[info.chunk_offset[0] // rows] = info.byte_offset
-
-    ds.id.chunk_iter(visit)
-    return None if (addr < 0).any() else (addr, rows)
 
 
 def read_field(
@@ -210,28 +45,32 @@ def read_field(
         handle: the open file.
         field: the field.
         rows: row numbers in the file.
-        out: for ``"array"`` fields, a C-contiguous array of shape ``(len(rows), *row_shape)`` to fill;
-            allocated when None.
+        out: for fixed-size fields (``"array"``, ``"compound"``), a C-contiguous array of shape
+            ``(len(rows), *row_shape)`` and type ``field.dtype`` to fill; allocated when None.
 
     Returns:
-        ``(values, errors)``: an array (``"array"`` fields) or a list, in the order of ``rows``; and
+        ``(values, errors)``: an array (fixed-size fields) or a list, in the order of ``rows``; and
         ``{row: reason}`` for rows that could not be read (their values are left unspecified).
+
+    Raises:
+        OSError, KeyError, ValueError, RuntimeError: h5py failed outside a row read (its chunk index,
+        for instance): the caller names the file and field.
     """
-    if field.kind == "array":
+    if field.kind in ("array", "compound"):
         if out is None:
             out = np.empty((len(rows), *field.row_shape), dtype=field.dtype)
         if field.direct:
             placed = handle.chunk_offsets(field)
             if placed is not None:
                 return out, _read_direct(handle, field, rows, placed, out)
-        return out, _read_hdf5_array(handle.datasets[field.name], field, rows, out)
+        return out, _read_hdf5_array(handle.datasets[field.name], field, rows, out, handle.mtype(field))
     return _read_hdf5_objects(handle.datasets[field.name], field, rows)
 
 
 def _read_direct(
     handle: H5Handle, field: FieldInfo, rows: np.ndarray, placed: tuple[np.ndarray, int], out: np.ndarray
 ) -> dict[int, str]:
-    reader = handle.reader()
+    reader = handle.reader(field)
     addr, per_chunk = placed
     size = field.row_bytes
     if not len(rows):
@@ -247,7 +86,7 @@ def _read_direct(
     past_end = offsets + size > reader.size
     if past_end.any():
         for r in np.unique(rows[past_end]).tolist():
-            errors[r] = f"its bytes lie past the end of the file ({reader.size} bytes): the file is truncated"
+            errors[r] = f"its bytes lie past the end of the file ({reader.size} bytes)"
         offsets, positions = offsets[~past_end], positions[~past_end]
     if not len(offsets):
         return errors
@@ -265,7 +104,7 @@ def _read_direct(
         ]
     for a, b in short:  # the file shrank since it was opened
         for k in positions[a:b].tolist():
-            errors[int(rows[k])] = "the file ended before its bytes: it was truncated while being read"
+            errors[int(rows[k])] = "the file ended before its bytes (cut while being read?)"
     return errors
 
 
@@ -322,65 +161,68 @@ def _runs(sorted_rows: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(s), int(sorted_rows[s]), int(e - s)) for s, e in zip(starts, ends)]
 
 
-def _hdf5_read(ds: Any, rows: np.ndarray, out: np.ndarray) -> None:
-    """Read sorted unique ``rows`` of ``ds`` into ``out`` through HDF5, in as few calls as it does well."""
+def _hdf5_read(ds: Any, rows: np.ndarray, out: np.ndarray, mtype: Any = None) -> None:
+    """Read sorted unique ``rows`` of ``ds`` into ``out`` through HDF5, in as few calls as it does well.
+    ``mtype``: the HDF5 memory type when ``out``'s dtype does not say it (an HDF5 array datatype, whose
+    elements ``out`` holds as trailing dimensions)."""
     from h5py import h5s
 
     space = ds.id.get_space()
     runs = _runs(rows)
-    tail = (0,) * (ds.ndim - 1)
-    if len(runs) > 1 and ds.ndim == 1:
+    file_rows = tuple(ds.shape[1:])
+    tail = (0,) * len(file_rows)
+    if len(runs) > 1 and not file_rows:  # (not ds.ndim: h5py computes it anew, ~12 us a call)
         space.select_elements(rows.reshape(-1, 1).astype(np.uint64))
-        ds.id.read(h5s.create_simple(out.shape), space, out)
+        ds.id.read(h5s.create_simple((len(rows),)), space, out, mtype)
         return
     for pos, first, count in runs:
         part = out[pos : pos + count]
-        space.select_hyperslab((first, *tail), part.shape)
-        ds.id.read(h5s.create_simple(part.shape), space, part)
+        space.select_hyperslab((first, *tail), (count, *file_rows))
+        ds.id.read(h5s.create_simple((count, *file_rows)), space, part, mtype)
 
 
-def _read_isolating(ds: Any, uniq: np.ndarray, out: np.ndarray) -> dict[int, str]:
+def _read_isolating(ds: Any, uniq: np.ndarray, out: np.ndarray, mtype: Any = None) -> dict[int, str]:
     try:
-        _hdf5_read(ds, uniq, out)
+        _hdf5_read(ds, uniq, out, mtype)
         return {}
     except Exception:  # noqa: BLE001 - HDF5 raises OSError, RuntimeError or ValueError: find the bad rows
         pass
     errors: dict[int, str] = {}
     for k, row in enumerate(uniq.tolist()):
         try:
-            _hdf5_read(ds, uniq[k : k + 1], out[k : k + 1])
+            _hdf5_read(ds, uniq[k : k + 1], out[k : k + 1], mtype)
         except Exception as e:  # noqa: BLE001 - recorded per row; the caller applies on_error
-            errors[row] = f"HDF5 cannot read it ({type(e).__name__}: {e}); the file is damaged"
+            errors[row] = f"HDF5 cannot read it ({type(e).__name__}: {e})"
     return errors
 
 
-def _read_hdf5_array(ds: Any, field: FieldInfo, rows: np.ndarray, out: np.ndarray) -> dict[int, str]:
+def _read_hdf5_array(ds: Any, field: FieldInfo, rows: np.ndarray, out: np.ndarray, mtype: Any) -> dict[int, str]:
     if len(rows) < 2 or bool((np.diff(rows) > 0).all()):
-        return _read_isolating(ds, rows, out)
+        return _read_isolating(ds, rows, out, mtype)
     uniq, inverse = np.unique(rows, return_inverse=True)
     tmp = np.empty((len(uniq), *field.row_shape), dtype=field.dtype)
-    errors = _read_isolating(ds, uniq, tmp)
+    errors = _read_isolating(ds, uniq, tmp, mtype)
     np.take(tmp, inverse, axis=0, out=out)
     return errors
 
 
+def _as_str(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+_as_str_each = np.frompyfunc(_as_str, 1, 1)
+
+
 def _read_hdf5_objects(ds: Any, field: FieldInfo, rows: np.ndarray) -> tuple[list[Any], dict[int, str]]:
     uniq, inverse = np.unique(rows, return_inverse=True)
-    tmp = np.empty(len(uniq), dtype=field.dtype)
+    tmp = np.empty((len(uniq), *field.row_shape), dtype=field.dtype)
     errors = _read_isolating(ds, uniq, tmp)
-    if field.kind == "bytes":
+    if field.row_shape:  # rows of several values: an object array per row, as h5py's ds[i] (strings decoded)
+        values = list(_as_str_each(tmp) if field.kind == "str" else tmp)
+    elif field.kind == "bytes":
         values = [None if v is None else v.tobytes() for v in tmp.tolist()]
     elif field.kind == "str":
-        values = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in tmp.tolist()]
+        values = [_as_str(v) for v in tmp.tolist()]
     else:
         values = tmp.tolist()
     return [values[k] for k in inverse.tolist()], errors
-
-
-def corrupt(handle_path: str, field: str, row: int, index: int, reason: str) -> CorruptHDF5:
-    """The error for a row that could not be read, naming the file, field, row and dataset index."""
-    return CorruptHDF5(
-        f"{handle_path}: field {field!r}, row {row} (dataset index {index}): {reason}; "
-        "re-create the file, or pass on_error='skip' to leave such samples out",
-        handle_path,
-    )

@@ -63,7 +63,7 @@ def _print_details(r: dict[str, Any], out: Any) -> None:
     d = r.get("details") or {}
     if r["format"] == "hdf5":
         for name, f in d.get("fields", {}).items():
-            shape = "x".join(map(str, f["shape"])) or "scalar"
+            shape = "null dataspace" if f["shape"] is None else "x".join(map(str, f["shape"])) or "scalar"
             chunks = "x".join(map(str, f["chunks"])) if f["chunks"] else "contiguous"
             packed = f", {f['compression']}" if f["compression"] else ""
             print(f"  field {name}: {shape} {f['dtype']}, chunks {chunks}{packed}", file=out)

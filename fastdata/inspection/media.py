@@ -39,16 +39,87 @@ def _plain(value: Any) -> Any:
 def _h5_dtype(ds: Any) -> str:
     import h5py
 
-    strings = h5py.check_string_dtype(ds.dtype)
+    try:
+        dtype = ds.dtype
+    except (TypeError, ValueError) as e:  # no numpy type (HDF5 time types, quad precision)
+        return f"unreadable by h5py ({e})"
+    strings = h5py.check_string_dtype(dtype)
     if strings is not None and strings.length is None:
         return "str (variable length)"
-    vlen = h5py.check_vlen_dtype(ds.dtype)
-    return f"{vlen} (variable length)" if vlen is not None else str(ds.dtype)
+    vlen = h5py.check_vlen_dtype(dtype)
+    return f"{vlen} (variable length)" if vlen is not None else str(dtype)
+
+
+def _attrs(obj: Any) -> dict[str, Any]:
+    """An object's attributes as JSON types; one h5py cannot read is reported as such, not raised."""
+    out: dict[str, Any] = {}
+    for key in obj.attrs:
+        try:
+            out[key] = _plain(obj.attrs[key])
+        except (OSError, TypeError, ValueError) as e:
+            out[key] = f"<unreadable: {e}>"
+    return out
+
+
+def _field(url: str, name: str, ds: Any) -> tuple[dict[str, Any], str]:
+    """One dataset's facts, and why ``HDF5Dataset`` would refuse it as a field ("" when it reads it)."""
+    from fastdata.core.errors import FastdataError
+    from fastdata.formats.hdf5 import field_info
+
+    shape = ds.shape  # None: a null dataspace (h5py.Empty)
+    fact: dict[str, Any] = {
+        "length": int(shape[0]) if shape else None,
+        "shape": list(shape) if shape is not None else None,
+        "dtype": _h5_dtype(ds),
+        "chunks": list(ds.chunks) if ds.chunks else None,
+        "compression": ds.compression,
+    }
+    attrs = _attrs(ds)
+    if attrs:
+        fact["attrs"] = attrs
+    if not shape:
+        return fact, ""
+    try:
+        info = field_info(ds, name, url)
+    except FastdataError as e:  # a datatype or filter it refuses (or a linked file gone meanwhile)
+        return fact, str(e)
+    if info.source is not None:
+        fact["linked_file"] = info.source
+    return fact, ""
+
+
+def _datasets(f: Any) -> tuple[dict[str, Any], list[str]]:
+    """Every dataset reachable from the file's links (external links too), and a line per broken link."""
+    import h5py
+
+    found: dict[str, Any] = {}
+    broken: list[str] = []
+
+    def visit(name: str, link: Any) -> None:
+        if isinstance(link, h5py.HardLink):
+            obj = f.get(name)
+        else:  # a soft or external link: follow it, as HDF5Dataset does
+            try:
+                obj = f[name]
+            except (KeyError, OSError):
+                target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
+                broken.append(f"{name!r} -> {target} (a link to nothing)")
+                return
+        if isinstance(obj, h5py.Dataset):
+            found[name] = obj
+
+    if hasattr(f, "visititems_links"):  # h5py >= 3.11
+        f.visititems_links(visit)
+    else:  # older h5py: objects reached through hard links only
+        f.visititems(lambda name, obj: found.__setitem__(name, obj) if isinstance(obj, h5py.Dataset) else None)
+    return found, broken
 
 
 def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
     """Open an HDF5 file read-only and report every dataset in it (each one a candidate field) and the
-    file's attributes; fields of unequal lengths are a problem (a sample is one row of every field)."""
+    file's attributes; fields of unequal lengths are a problem (a sample is one row of every field).
+    Scalar, empty and null-dataspace datasets are listed (not fields); datasets ``HDF5Dataset`` refuses
+    (datatypes it does not read, a missing compression filter) and broken links are noted with why."""
     import h5py
 
     remote = _local_only(url, "hdf5", "HDF5 files are read from local disk (copy the file first)")
@@ -62,25 +133,14 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
         report.complete = False
         return report
     with f:
-        found: dict[str, Any] = {}
-
-        def visit(name: str, obj: Any) -> None:  # (a visitor that returns a value stops the visit)
-            if isinstance(obj, h5py.Dataset):
-                found[name] = obj
-
-        f.visititems(visit)
+        found, broken = _datasets(f)
         fields: dict[str, dict[str, Any]] = {}
+        refused: dict[str, str] = {}
         for name, ds in sorted(found.items()):
-            fields[name] = {
-                "length": int(ds.shape[0]) if ds.ndim else None,
-                "shape": list(ds.shape),
-                "dtype": _h5_dtype(ds),
-                "chunks": list(ds.chunks) if ds.chunks else None,
-                "compression": ds.compression,
-            }
-            if ds.attrs:
-                fields[name]["attrs"] = {k: _plain(v) for k, v in ds.attrs.items()}
-        attrs = {k: _plain(v) for k, v in f.attrs.items()}
+            fields[name], why = _field(url, name, ds)
+            if why:
+                refused[name] = why
+        attrs = _attrs(f)
     lengths = {name: d["length"] for name, d in fields.items() if d["length"] is not None}
     scalars = sorted(set(fields) - set(lengths))
     if len(set(lengths.values())) > 1:
@@ -92,7 +152,11 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
     if not lengths:
         report.notes.append("no dataset with rows: nothing HDF5Dataset can read")
     if scalars:
-        report.notes.append(f"scalar datasets (not fields): {', '.join(map(repr, scalars))}")
+        report.notes.append(f"scalar or null-dataspace datasets (not fields): {', '.join(map(repr, scalars))}")
+    for name, why in refused.items():
+        report.notes.append(f"field {name!r} cannot be read by HDF5Dataset: {why}")
+    for line in broken:
+        report.notes.append(f"broken link: {line}")
     report.samples = min(lengths.values(), default=0)
     report.extensions = lengths
     report.details = {"fields": fields, "attrs": attrs}

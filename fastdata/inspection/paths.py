@@ -178,7 +178,9 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
             reader = open_reader(url)
             try:
                 index = scan(reader)
-                write_atomic(index_url(url), index.to_bytes(), fsync=False)
+                if index.complete and not index.bad:
+                    # a damaged shard's index would not pass the readers' check of the sidecar: they scan it
+                    write_atomic(index_url(url), index.to_bytes(), fsync=False)
                 shards.append(
                     {
                         "name": os.path.basename(url),

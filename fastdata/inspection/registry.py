@@ -10,7 +10,7 @@ from fastdata.inspection.report import FileReport
 from fastdata.inspection.tar import inspect_tar
 
 Inspector = Callable[[str, bool], FileReport]  # (url, compute sha256) -> report
-INSPECTORS: dict[str, Inspector] = {".tar": inspect_tar}
+INSPECTORS: dict[str, Inspector] = {".tar": inspect_tar, ".tar.gz": inspect_tar, ".tgz": inspect_tar}
 for _suffix in HDF5_SUFFIXES:
     INSPECTORS[_suffix] = inspect_hdf5
 for _suffix in sorted(VIDEO_EXTENSIONS):

@@ -11,6 +11,12 @@ the DataLoader hands batches out in that order. So ``(epoch, batches consumed)``
 resume from, in a new process, with any number of workers. The state is the same on every rank (all
 ranks consume the same number of batches per step), so saving rank 0's is enough.
 
+Who reads: worker processes (``num_workers``; batches handed over through reused shared-memory slots by
+default, ``transport="slots"``, see :mod:`fastdata.loading.transport`; ``threads_per_worker`` threads in
+each, :mod:`fastdata.loading.hybrid`), or ``workers="threads"``: threads of this process, each standing
+for one worker (:mod:`fastdata.loading.thread_loader`). The batches, their order and the resume state are
+the same in every mode, so a state saved in one resumes in another.
+
 We write this small wrapper because ``torchdata``'s ``StatefulDataLoader`` (which fastdata's datasets
 and samplers also work with) keeps one state per worker and refuses a different ``num_workers`` on resume.
 """
@@ -25,18 +31,18 @@ from torch.utils.data import DataLoader, IterableDataset
 from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_span
+from fastdata.loading import slots
 from fastdata.loading.autotune import AutoTune, Setting
-from fastdata.loading.builder import as_is, build_dataloader, fastdata_worker_init
-from fastdata.loading.protocol import (
-    BatchingDataset,
-    Dataset,
-    MapDataset,
-    RankSampler,
-    ResumableBatchSampler,
-    ResumableSampler,
-)
+from fastdata.loading.builder import Transport, as_is, build_dataloader, fastdata_worker_init
+from fastdata.loading.loader_checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
+from fastdata.loading.protocol import Dataset, RankSampler
 from fastdata.loading.session import Session, loader_session
 from fastdata.loading.stats import Stats
+from fastdata.loading.thread_loader import ThreadLoader, thread_loader_for
+
+DEFAULT_TRANSPORT: Transport = "slots"
+"""The transport ``fd.Loader`` uses with worker processes unless told otherwise (see docs/performance.md
+for the measurements behind it)."""
 
 # DataLoader options the Loader decides itself, and why a user may not pass them.
 _OWNED = {
@@ -64,10 +70,19 @@ class Loader:
             method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
         batch_size (int | None): samples per batch. Required for map-style datasets (unless
             ``batch_sampler`` is given); for iterable ones it defaults to the dataset's and must equal it.
-        num_workers (int | "auto"): DataLoader worker processes. ``"auto"`` starts from as many as the cores
-            and memory allow, measures, and moves them (and, with ``prefetch_factor="auto"``, the prefetch)
-            at batch boundaries, restarting the workers with the epoch continuing exactly (see
-            :mod:`fastdata.loading.autotune` and docs/monitor.md). Defaults to 0.
+        num_workers (int | "auto"): DataLoader worker processes, or threads with ``workers="threads"``.
+            ``"auto"`` (worker processes only) starts from as many as the cores and memory allow, measures, and
+            moves them (and, with ``prefetch_factor="auto"``, the prefetch) at batch boundaries, restarting the
+            workers with the epoch continuing exactly (see :mod:`fastdata.loading.autotune` and
+            docs/monitor.md). Defaults to 0 (read in the training process).
+        workers ("processes" | "threads"): who reads (:data:`Workers`): worker processes, or threads of
+            this process, for work that releases the GIL (file and S3 reads, PIL/OpenCV/PyAV decode). The
+            batches, their order and resuming are the same either way. Defaults to "processes".
+        threads_per_worker (int): with worker processes: threads in each that fetch and decode (the
+            hybrid, :mod:`fastdata.loading.hybrid`). Defaults to 1.
+        transport ("slots" | "stock" | None): how worker processes hand batches over
+            (:data:`~fastdata.loading.builder.Transport`): reused shared-memory slots, or the DataLoader's
+            own way. Defaults to None: :data:`DEFAULT_TRANSPORT`.
         shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
             dataset, set it on the dataset (it must agree if given here).
         remainder ("drop" | "pad" | "uneven" | None): how an epoch that does not split evenly over ranks
@@ -81,8 +96,8 @@ class Loader:
             ``HDF5Dataset.chunk_sampler(batch_size, ...)`` (a
             :class:`~fastdata.loading.chunk_sampler.ChunkBatchSampler`); it sets the batch size, the order
             and ``drop_last``.
-        worker_init_fn (Callable | None): run in each worker after :data:`fastdata.worker_init_fn`, which
-            the Loader always installs. Defaults to None.
+        worker_init_fn (Callable | None): run in each worker process after :data:`fastdata.worker_init_fn`,
+            which the Loader always installs. Not with threads. Defaults to None.
         monitor (bool | Callable | str | PathLike | Monitor | None): report while training
             (:class:`~fastdata.loading.stats.Stats`, every 10 s by default): True, a log line (logger
             ``fastdata.monitor``); a function, called with each report; a path, a JSON-lines file; or an
@@ -90,8 +105,10 @@ class Loader:
         autotune (AutoTune | None): how ``"auto"`` moves (bounds, window, interval, margin). Defaults to None:
             ``AutoTune()``.
         **dataloader_kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
-            ``prefetch_factor`` (a count or ``"auto"``), ``multiprocessing_context``, ``timeout``, ``collate_fn``
-            for map-style ...). ``in_order=False`` is refused: batches out of order cannot be resumed exactly.
+            ``prefetch_factor`` (a count, or ``"auto"`` with worker processes), ``multiprocessing_context``,
+            ``timeout``, ``collate_fn`` for map-style ...).
+            ``in_order=False`` is refused: batches out of order cannot be resumed exactly. With threads,
+            ``pin_memory``, ``prefetch_factor`` and ``collate_fn`` apply; the options of processes are refused.
 
     Raises:
         ConfigError: for a combination that cannot resume exactly, at construction.
@@ -110,10 +127,17 @@ class Loader:
         sampler: Any = None,
         batch_sampler: Any = None,
         worker_init_fn: Any = None,
+        workers: Workers = "processes",
+        threads_per_worker: int = 1,
+        transport: Transport | None = None,
         monitor: Any = None,
         autotune: AutoTune | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
+        check_mode(workers, num_workers, threads_per_worker, transport, worker_init_fn, dataloader_kwargs)
+        self.workers: Workers = workers
+        self.threads_per_worker = threads_per_worker
+        self.transport: Transport = transport or DEFAULT_TRANSPORT
         for name, why in _OWNED.items():
             if name in dataloader_kwargs:
                 raise ConfigError(f"Loader sets the DataLoader's {name} itself: {why}")
@@ -132,8 +156,11 @@ class Loader:
         # user's DataLoader options; self._kwargs (below) are the current setting's: those, the probes'
         # hooks and the prefetch ---
         self._session: Session | None
-        self._session, self._user_kwargs = loader_session(num_workers, monitor, autotune, dataloader_kwargs)
-        self.num_workers = self._session.setting.workers if self._session is not None else int(num_workers)
+        self._session, self._user_kwargs = loader_session(
+            num_workers, monitor, autotune, dataloader_kwargs, threads=workers == "threads"
+        )
+        session = self._session
+        self.num_workers = session.setting.workers if session and session.tuner else int(num_workers)
         self.iterable = isinstance(dataset, IterableDataset)
         # the sampler the Loader resumes through (map-style), and whether it hands out whole batches
         self.sampler: Any = None
@@ -141,26 +168,25 @@ class Loader:
         if self.iterable:
             if batch_sampler is not None:
                 raise ConfigError(f"{type(dataset).__name__} is iterable and batches itself: pass no batch_sampler")
-            self.batch_size = self._check_iterable(
-                batch_size, shuffle, remainder, drop_last, sampler, dataloader_kwargs
+            self.batch_size = check_iterable(
+                dataset, batch_size, shuffle, remainder, drop_last, sampler, dataloader_kwargs
             )
         elif batch_sampler is not None:
-            self.batch_size = self._check_batch_sampler(
-                batch_sampler, batch_size, shuffle, remainder, drop_last, sampler
-            )
+            self.batch_size = check_batch_sampler(batch_sampler, batch_size, shuffle, remainder, drop_last, sampler)
             self.sampler, self._batch_sampler = batch_sampler, True
         else:
             if batch_size is None:
                 raise ConfigError("Loader needs batch_size= for a map-style dataset (or a batch_sampler=)")
             check_positive("batch_size", batch_size)
             self.batch_size = batch_size
-            self.sampler = self._make_sampler(sampler, shuffle, remainder)
+            self.sampler = make_sampler(dataset, sampler, shuffle, remainder)
         self._drop_last = bool(drop_last)
         self._worker_init = fastdata_worker_init(worker_init_fn)
         self._kwargs = self._user_kwargs
         if self._session is not None:
             self._kwargs = self._session.kwargs_for(self._user_kwargs, self._session.setting)
         self._dataloader: DataLoader[Any] | None = None
+        self._threads: ThreadLoader | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
         if len(self) == 0 or self._starves_a_rank():
@@ -169,85 +195,6 @@ class Loader:
                 "drop_last=True leaves it no batch; use a smaller batch_size, fewer ranks, or "
                 "drop_last=False"
             )
-
-    def _check_iterable(
-        self,
-        batch_size: int | None,
-        shuffle: bool | None,
-        remainder: Remainder | None,
-        drop_last: bool | None,
-        sampler: Any,
-        kwargs: dict[str, Any],
-    ) -> int:
-        ds = self.dataset
-        name = type(ds).__name__
-        if sampler is not None:
-            raise ConfigError(f"{name} is iterable and reads its own part of the epoch: pass no sampler")
-        if "collate_fn" in kwargs:
-            raise ConfigError(f"{name} batches itself: pass collate_fn to the dataset, not the Loader")
-        if not isinstance(ds, BatchingDataset) or ds.batch_size is None:
-            raise ConfigError(
-                f"Loader needs {name}(batch_size=...): an iterable dataset batches itself, so that "
-                "its batches do not depend on num_workers and can be resumed"
-            )
-        own = ds.batch_size
-        if batch_size is not None and batch_size != own:
-            raise ConfigError(f"batch_size={batch_size} differs from {name}(batch_size={own}); pass one or the other")
-        for option, given, planned in (
-            ("shuffle", shuffle, ds.shuffle),
-            ("remainder", remainder, ds.remainder),
-            ("drop_last", drop_last, ds.drop_last),
-        ):
-            if given is not None and given != planned:
-                raise ConfigError(
-                    f"{option}={given!r} differs from {name}({option}={planned!r}); "
-                    f"an iterable dataset plans its epoch itself, so set {option} there"
-                )
-        return int(own)
-
-    def _check_batch_sampler(
-        self,
-        batch_sampler: Any,
-        batch_size: int | None,
-        shuffle: bool | None,
-        remainder: Remainder | None,
-        drop_last: bool | None,
-        sampler: Any,
-    ) -> int:
-        if not isinstance(batch_sampler, ResumableBatchSampler):
-            raise ConfigError(
-                f"batch_sampler {type(batch_sampler).__name__} cannot resume (it needs set_epoch, state_dict, "
-                "load_state_dict, batch_size and samples); use HDF5Dataset.chunk_sampler(batch_size), or "
-                "pass batch_size= and let the Loader batch"
-            )
-        if sampler is not None:
-            raise ConfigError("pass a sampler or a batch_sampler, not both")
-        if shuffle is not None or remainder is not None or drop_last is not None:
-            raise ConfigError("pass shuffle/remainder/drop_last to the batch sampler you built, not to the Loader")
-        if batch_size is not None and batch_size != batch_sampler.batch_size:
-            raise ConfigError(
-                f"batch_size={batch_size} differs from the batch sampler's {batch_sampler.batch_size}; "
-                "pass one or the other"
-            )
-        return int(batch_sampler.batch_size)
-
-    def _make_sampler(self, sampler: Any, shuffle: bool | None, remainder: Remainder | None) -> Any:
-        if sampler is None:
-            if not isinstance(self.dataset, MapDataset):
-                raise ConfigError(
-                    f"Loader needs {type(self.dataset).__name__}.sampler() (a rank-aware sampler), or pass sampler="
-                )
-            return self.dataset.sampler(shuffle=True if shuffle is None else shuffle, remainder=remainder or "drop")
-        if shuffle is not None or remainder is not None:
-            raise ConfigError("pass shuffle/remainder to the sampler you built, not to the Loader")
-        if isinstance(sampler, ResumableBatchSampler):
-            raise ConfigError(f"{type(sampler).__name__} yields whole batches: pass it as batch_sampler=")
-        if not isinstance(sampler, ResumableSampler):
-            raise ConfigError(
-                f"sampler {type(sampler).__name__} cannot resume (it needs epoch, set_epoch, state_dict and "
-                "load_state_dict); use fastdata.EpochSampler"
-            )
-        return sampler
 
     def _starves_a_rank(self) -> bool:
         """Whether ``drop_last`` leaves the rank that reads the fewest samples (the last one, under
@@ -259,33 +206,52 @@ class Loader:
         ws = sampler.world_size
         return rank_span(sampler.n, ws - 1, ws, sampler.remainder)[1] < self.batch_size
 
+    def _read_args(self) -> dict[str, Any]:
+        """How the dataset is read: what ``build_dataloader`` and ``ThreadLoader`` both take."""
+        if self.iterable:
+            return {}
+        if self._batch_sampler:
+            return {"batch_sampler": self.sampler}
+        return {"batch_size": self.batch_size, "sampler": self.sampler, "drop_last": self._drop_last}
+
     @property
     def dataloader(self) -> DataLoader[Any]:
-        """The ``torch.utils.data.DataLoader`` underneath (built on first use)."""
+        """The ``torch.utils.data.DataLoader`` underneath (built on first use), with worker processes.
+
+        Raises:
+            ConfigError: with ``workers="threads"``, which reads through :attr:`thread_loader` instead.
+        """
+        if self.workers == "threads":
+            raise ConfigError(
+                'workers="threads" reads through a ThreadLoader, not a DataLoader: see Loader.thread_loader'
+            )
         if self._dataloader is None:
-            if self.iterable:
-                self._dataloader = build_dataloader(
-                    self.dataset, num_workers=self.num_workers, worker_init_fn=self._worker_init, **self._kwargs
-                )
-            elif self._batch_sampler:
-                self._dataloader = build_dataloader(
-                    self.dataset,
-                    batch_sampler=self.sampler,
-                    num_workers=self.num_workers,
-                    worker_init_fn=self._worker_init,
-                    **self._kwargs,
-                )
-            else:
-                self._dataloader = build_dataloader(
-                    self.dataset,
-                    batch_size=self.batch_size,
-                    sampler=self.sampler,
-                    drop_last=self._drop_last,
-                    num_workers=self.num_workers,
-                    worker_init_fn=self._worker_init,
-                    **self._kwargs,
-                )
+            self._dataloader = build_dataloader(
+                self.dataset,
+                num_workers=self.num_workers,
+                worker_init_fn=self._worker_init,
+                transport=self.transport,
+                threads_per_worker=self.threads_per_worker,
+                **self._read_args(),
+                **self._kwargs,
+            )
         return self._dataloader
+
+    @property
+    def thread_loader(self) -> ThreadLoader:
+        """With ``workers="threads"``: the :class:`~fastdata.loading.thread_loader.ThreadLoader` underneath.
+
+        Raises:
+            ConfigError: with worker processes, which read through :attr:`dataloader`.
+        """
+        if self.workers != "threads":
+            raise ConfigError("this Loader reads through worker processes: see Loader.dataloader")
+        if self._threads is None:
+            self._threads = thread_loader_for(self.dataset, self.num_workers, **self._read_args(), **self._kwargs)
+        return self._threads
+
+    def _source(self) -> Any:
+        return self.thread_loader if self.workers == "threads" else self.dataloader
 
     @property
     def epoch(self) -> int:
@@ -307,7 +273,7 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank: the same on every rank, unless ``remainder="uneven"``."""
-        return len(self.dataset) if self.iterable else len(self.dataloader)
+        return len(self.dataset) if self.iterable else len(self._source())
 
     def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch
@@ -322,7 +288,7 @@ class Loader:
         return self._count(self._open(epoch, start), epoch, start)
 
     def _open(self, epoch: int, start: int) -> Iterator[Any]:
-        """The DataLoader's iterator over epoch ``epoch``, after its first ``start`` batches."""
+        """The DataLoader's (or threads') iterator over epoch ``epoch``, after its first ``start`` batches."""
         if self.iterable:
             self.dataset.load_state_dict(ResumeState(epoch, start, "batches").to_dict())
         else:
@@ -334,17 +300,19 @@ class Loader:
             consumed = min(start * self.batch_size, samples)
             self.sampler.load_state_dict(ResumeState(epoch, consumed, "samples").to_dict())
         self._position = (epoch, start)
-        batches = iter(self.dataloader)
+        batches = iter(self._source())
         if self.iterable:
-            # the workers took their copy of the resume position when the iterator started them (the main
-            # process, without workers, when it took the iterator); ours must not apply to a later pass
+            # the workers (or threads) took their copy of the resume position when the iterator started
+            # them (the main process, without workers, when it took the iterator); ours must not apply to a
+            # later pass
             self.dataset.load_state_dict(ResumeState(epoch, 0, "batches").to_dict())
         return batches
 
     def _count(self, batches: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
         done = start
         if self._session is not None:  # --- monitor and autotune: count, report, restart where told ---
-            batches = self._session.run(batches, epoch, start, len(self), self._reopen)
+            reopen = self._reopen if self._session.tuner is not None else None
+            batches = self._session.run(batches, epoch, start, len(self), reopen)
         for batch in batches:
             done += 1
             self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
@@ -353,11 +321,12 @@ class Loader:
     # --- monitor and autotune (fastdata.loading.session) ---
 
     def _configure(self, setting: Setting) -> None:
-        """Build the next DataLoader with ``setting`` (the autotuner's)."""
+        """Build the next DataLoader with ``setting`` (the autotuner's); the old one's workers have stopped
+        (or stop as it is dropped), so their slots are let go of at once."""
         assert self._session is not None
         self.num_workers = setting.workers
         self._kwargs = self._session.kwargs_for(self._user_kwargs, setting)
-        self._dataloader = None
+        self._drop_dataloader()
 
     def _reopen(self, epoch: int, done: int, setting: Setting) -> Iterator[Any]:
         """A new DataLoader with ``setting``, continuing epoch ``epoch`` after ``done`` batches (the old
@@ -389,12 +358,15 @@ class Loader:
         """What this rank's batches depend on, besides the epoch: a state saved under another plan
         names other samples."""
         ds = self.dataset
-        return {
+        plan = {
             "batch_size": self.batch_size,
             "world_size": int(ds.world_size),
             "size": int(ds.total if self.iterable else len(ds)),
             "seed": int(ds.seed),
         }
+        if self._batch_sampler:  # what else its batches depend on (a clip sampler's layout ...)
+            plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
+        return plan
 
     def state_dict(self) -> dict[str, Any]:
         """Where to resume: a :class:`~fastdata.core.resume.ResumeState` (as a dict) counting the batches of
@@ -422,12 +394,20 @@ class Loader:
         self._pending = (s.epoch, s.position)
 
     def close(self) -> None:
-        """Stop the workers (persistent ones too) and close the dataset's handles. Idempotent; the Loader
-        can be iterated again afterwards."""
-        self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
+        """Stop the workers (persistent ones too) or threads, let go of the slots of exited workers, and
+        close the dataset's handles. Idempotent; the Loader can be iterated again afterwards."""
+        self._drop_dataloader()
+        if self._threads is not None:
+            self._threads.close()  # each thread closes its dataset copy
+            self._threads = None
         if self._session is not None:
             self._session.close()
         self.dataset.close()
+
+    def _drop_dataloader(self) -> None:
+        if self._dataloader is not None:
+            self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
+            slots.release()
 
     def __enter__(self) -> Loader:
         return self
@@ -437,11 +417,16 @@ class Loader:
 
     def __repr__(self) -> str:
         kind = "iterable" if self.iterable else "map-style"
+        if self.workers == "threads":
+            mode = ", workers='threads'"
+        else:
+            mode = f", threads_per_worker={self.threads_per_worker}" if self.threads_per_worker > 1 else ""
+            mode += f", transport={self.transport!r}" if self.num_workers else ""
         auto = " (auto)" if self._session is not None and self._session.tuner is not None else ""
         return (
             f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
-            f"num_workers={self.num_workers}{auto}, epoch={self.epoch})"
+            f"num_workers={self.num_workers}{auto}{mode}, epoch={self.epoch})"
         )
 
 
-__all__ = ["Loader", "as_is"]
+__all__ = ["DEFAULT_TRANSPORT", "Loader", "Workers", "as_is"]

@@ -17,7 +17,7 @@ from torch.utils.data import Sampler
 from fastdata.core import process
 from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.seeding import RepeatedEpochWarning, derive_seed
-from fastdata.core.sharding import Remainder, rank_indices, rank_span
+from fastdata.core.sharding import EXACT_ORDER_MAX, Remainder, rank_index_blocks, rank_indices, rank_span
 from fastdata.core.shared import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 from fastdata.core.world import current_rank
 
@@ -77,7 +77,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         )
 
     def __iter__(self) -> Iterator[int]:
-        order = self.indices()
+        lazy = self._publish is None and self.n > EXACT_ORDER_MAX
+        order = None if lazy else self.indices()
         if self._publish is not None:
             self._publish(self.epoch, order)
         start = 0
@@ -86,12 +87,29 @@ class EpochSampler(SharedEpoch, Sampler[int]):
             self._resume = None
         # [epoch, indices handed out]: what state_dict() reports when it is not told what was consumed
         self._position = [self.epoch, start]
-        return self._walk(order[start:].tolist(), self._position)
+        if order is not None:
+            return self._walk(order[start:].tolist(), self._position)
+        # a huge epoch: its order computed block by block as the loader takes it (see EXACT_ORDER_MAX)
+        blocks = rank_index_blocks(
+            self.n,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            remainder=self.remainder,
+            start=start,
+        )
+        return self._walk_blocks(blocks, self._position)
 
     def _walk(self, indices: list[int], position: list[int]) -> Iterator[int]:
         # the pass begins with its first index: an iterator made and dropped unread (torchdata makes one
         # before it loads a state) is no pass
         self._begin_pass()
+        yield from self._count(indices, position)
+
+    @staticmethod
+    def _count(indices: list[int], position: list[int]) -> Iterator[int]:
         for i in indices:
             position[1] += 1  # before the yield: a state taken right after next() counts this index
             yield i
@@ -110,6 +128,11 @@ class EpochSampler(SharedEpoch, Sampler[int]):
                 RepeatedEpochWarning,
                 stacklevel=3,
             )
+
+    def _walk_blocks(self, blocks: Iterator[Any], position: list[int]) -> Iterator[int]:
+        self._begin_pass()  # once for the pass, not once per block
+        for block in blocks:
+            yield from self._count(block.tolist(), position)
 
     def __len__(self) -> int:
         return self._length

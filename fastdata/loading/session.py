@@ -89,6 +89,8 @@ class Session:
         rows (int): 1 + the most workers the loader may run.
         start_method (str): fork, spawn or forkserver (for the diagnosis of start-ups).
         persistent (bool): the workers persist between passes.
+        threads (int): loader threads of this process that make the batches (``workers="threads"``): the
+            probes count this process as the producer (``setting`` has no workers). Defaults to 0.
     """
 
     def __init__(
@@ -99,8 +101,9 @@ class Session:
         rows: int,
         start_method: str = "fork",
         persistent: bool = False,
+        threads: int = 0,
     ) -> None:
-        self.monitor, self.tuner, self.setting = monitor, tuner, setting
+        self.monitor, self.tuner, self.setting, self.threads = monitor, tuner, setting, threads
         self.sinks = Sinks(monitor.to) if monitor is not None else None
         self.probe = LiveProbe(rows)
         self.loop = LoopCounters()
@@ -133,7 +136,10 @@ class Session:
         return list(self.tuner.changes) if self.tuner is not None else []
 
     def hooks(self) -> dict[str, Any]:
-        """What the DataLoader builder wraps: the workers' ``worker_init_fn`` and the ``collate_fn``."""
+        """What the DataLoader builder wraps: the workers' ``worker_init_fn`` and the ``collate_fn`` (loader
+        threads run no ``worker_init_fn``)."""
+        if self.threads:
+            return {"wrap_collate": MonitoredCollate}
         return {"wrap_collate": MonitoredCollate, "wrap_worker_init": functools.partial(ProbeInit, self.probe.table)}
 
     def kwargs_for(self, base: dict[str, Any], setting: Setting) -> dict[str, Any]:
@@ -349,6 +355,7 @@ class Session:
             workers=self.setting.workers,
             prefetch_factor=self.setting.prefetch,
             auto=self.tuner is not None,
+            loader_threads=self.threads,
             stages={s: {"ms_per_sample": fig.stage_ms[s], "share": fig.stage_busy[s]} for s in fig.stage_ms},
             processes=processes,
             usable_cores=self.probe.cores,
@@ -403,10 +410,11 @@ def _data_s(fig: Any) -> float | None:
 
 
 def loader_session(
-    num_workers: Any, monitor: Any, autotune: AutoTune | None, kwargs: dict[str, Any]
+    num_workers: Any, monitor: Any, autotune: AutoTune | None, kwargs: dict[str, Any], threads: bool = False
 ) -> tuple[Session | None, dict[str, Any]]:
     """``fd.Loader``'s monitor and autotuner from its arguments: (the session, or None without either; the
     user's DataLoader options, ``prefetch_factor="auto"`` taken out). The session's ``setting`` is the first.
+    With ``threads`` (``workers="threads"``, "auto" refused before): the monitor only, of this process.
 
     Raises:
         ConfigError: for a ``num_workers``/``prefetch_factor`` that is neither a count nor "auto", or an
@@ -431,6 +439,8 @@ def loader_session(
     spec = as_monitor(monitor)
     if spec is None and not (auto_workers or auto_prefetch):
         return None, base
+    if threads:
+        return Session(spec, None, Setting(0), 1, persistent=True, threads=int(num_workers)), base
     persistent = bool(base.get("persistent_workers"))
     ctx = base.get("multiprocessing_context")
     method = ctx if isinstance(ctx, str) else getattr(ctx, "get_start_method", lambda: None)()

@@ -20,6 +20,7 @@ them costs less than a reference does.
 from __future__ import annotations
 
 import copy as _copy
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
@@ -46,6 +47,43 @@ class Stack:
 
     def materialise(self) -> torch.Tensor:
         return torch.stack(self.tensors, 0)
+
+
+class Rebuilt:
+    """An object of the batch that pickles as a call (its class defines ``__reduce__`` returning
+    ``(fn, args)``, like the harness's probed batch wrapper) and whose ``args`` hold payloads: the args are
+    laid out like any batch, and the main process calls ``fn(*args)`` on the rebuilt args, as unpickling
+    would."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Rebuilt, (self.fn, self.args))
+
+
+def _strong(ref: weakref.ref[Any]) -> Callable[[Any], Any]:
+    fn = ref()
+    assert fn is not None  # the caller is that very function
+    return fn  # type: ignore[no-any-return]
+
+
+def _as_call(leaf: Any) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+    """``(fn, args)`` when ``leaf`` pickles as ``fn(*args)`` by a ``__reduce__`` of its own class."""
+    if (
+        isinstance(leaf, (type, np.generic))
+        or getattr(type(leaf), "__reduce__", object.__reduce__) is object.__reduce__
+    ):
+        return None
+    try:
+        r = leaf.__reduce__()
+    except Exception:  # noqa: BLE001 - then it is pickled as it is
+        return None
+    if isinstance(r, tuple) and len(r) == 2 and callable(r[0]) and isinstance(r[1], tuple):
+        return r
+    return None
 
 
 class ArrayRef:
@@ -267,8 +305,15 @@ def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
             return ArrayRef(p.place(leaf.nbytes, leaf) if here is None else here, leaf.dtype, leaf.shape, True)
         if isinstance(leaf, (bytes, bytearray)) and len(leaf) >= INLINE_BELOW:
             return BytesRef(p.place(len(leaf), leaf), len(leaf))
+        call = _as_call(leaf)
+        if call is not None:
+            writes = len(p.writes)
+            args = _walk(call[1], _strong(me))
+            if len(p.writes) > writes:  # payloads inside: they go into the slot, the call is rebuilt there
+                return Rebuilt(call[0], args)
         return leaf
 
+    me = weakref.ref(take)  # take refers to itself weakly: a cycle would keep the batch alive until gc
     p.skeleton = _walk(batch, take)
     return p
 
@@ -351,8 +396,11 @@ def rebuild(skeleton: Any, flat: np.ndarray, bytes_as: BytesAs, copy: bool) -> A
             return [bytes(view[b[i] : b[i + 1]]) for i in range(leaf.count)]
         if isinstance(leaf, BytesRef):
             return flat[leaf.offset : leaf.offset + leaf.length].tobytes()
+        if isinstance(leaf, Rebuilt):
+            return leaf.fn(*_walk(leaf.args, _strong(me)))
         if isinstance(leaf, list):
             return leaf if _atoms(leaf) else _DESCEND
         return leaf
 
+    me = weakref.ref(take)  # take refers to itself weakly: a cycle would keep the slot's views alive until gc
     return _walk(skeleton, take)

@@ -216,6 +216,20 @@ class WorkerRing:
 
 
 _current: WorkerRing | None = None  # this worker's ring (the latest one made or used in this process)
+_stacking_pid = -1  # the process whose SlotCollate passes batches on as the dataset made them
+
+
+def stack_in_slots() -> None:
+    """Mark this worker as one whose batches, made by the dataset itself, go into slots unchanged: from
+    now on :func:`stacking` is True here, and a dataset's default collate may leave tensors to be
+    stacked straight into the slot (see :func:`fastdata.loading.transport.batch_default_collate`)."""
+    global _stacking_pid
+    _stacking_pid = process.pid()
+
+
+def stacking() -> bool:
+    """Whether this process packs the dataset's own batches into slots unchanged (see :func:`stack_in_slots`)."""
+    return _stacking_pid == process.pid()
 
 
 class SlotPool:
@@ -264,5 +278,7 @@ __all__ = [
     "WorkerRing",
     "release",
     "reset_counts",
+    "stack_in_slots",
+    "stacking",
     "stats",
 ]

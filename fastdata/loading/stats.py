@@ -109,6 +109,8 @@ class Stats:
         wait_ms, step_ms (float): per batch: the wait for it, and the time until the next is asked for.
         workers (int), prefetch_factor (int | None): the setting at the report's end.
         auto (bool): ``num_workers="auto"`` moves them.
+        loader_threads (int): with ``workers="threads"``, the threads of the main process that make the
+            batches (``workers`` is then 0: the main process is the producer). Else 0.
         stages (dict): per stage (fetch, decode, transform, collate): ``ms_per_sample`` and ``share`` of the
             producers' time (None where the dataset does not time it).
         processes (list[ProcessStats]): the main process, then each worker.
@@ -132,6 +134,7 @@ class Stats:
     workers: int
     prefetch_factor: int | None
     auto: bool
+    loader_threads: int = 0
     stages: dict[str, dict[str, float | None]] = field(default_factory=dict)
     processes: list[ProcessStats] = field(default_factory=list)
     usable_cores: int = 1
@@ -153,6 +156,8 @@ class Stats:
         main = self.processes[0] if self.processes else None
         workers = self.processes[1:]
         setting = "no workers" if not self.workers else f"{self.workers} workers (prefetch {self.prefetch_factor})"
+        if self.loader_threads:
+            setting = f"{self.loader_threads} loader threads"
         parts = [
             f"epoch {self.epoch} batch {self.position}: {self.samples_per_s:,.0f} samples/s, stall {self.stall:.0%} "
             f"(wait {self.wait_ms:.1f} ms/batch, step {self.step_ms:.1f} ms)",

@@ -11,6 +11,19 @@ from collections.abc import Sequence
 from fastdata.core.errors import SourceNotFound, SourceUnreadable
 
 
+def identity(st: os.stat_result) -> tuple[int, int, int]:
+    """What a file is (size, mtime in ns, inode), to notice later that its path names another one."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def file_identity(path: str) -> tuple[int, int, int] | None:
+    """:func:`identity` of the file at ``path`` now, or None when there is none."""
+    try:
+        return identity(os.stat(path))
+    except OSError:
+        return None
+
+
 class LocalReader:
     """Random-access reads of one local file.
 
@@ -25,17 +38,18 @@ class LocalReader:
             # O_NONBLOCK: opening a FIFO by mistake must not block; it is refused below like a folder
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise SourceNotFound(f"{path}: no such file; check the path (and the brace range, if any)") from None
+            raise SourceNotFound(f"{path}: no such file; check the path (and the brace range, if any)", path) from None
         except PermissionError:
-            raise SourceUnreadable(f"{path}: permission denied; check the file's mode and owner") from None
+            raise SourceUnreadable(f"{path}: permission denied; check the file's mode and owner", path) from None
         except OSError as e:
-            raise SourceUnreadable(f"{path}: cannot be opened ({e.strerror})") from None
+            raise SourceUnreadable(f"{path}: cannot be opened ({e.strerror})", path) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-                raise SourceUnreadable(f"{path}: is {kind}, not a file fastdata can read")
+                raise SourceUnreadable(f"{path}: is {kind}, not a file fastdata can read", path)
             self.size = st.st_size
+            self.identity = identity(st)
             # mmap cannot map an empty file; an empty file simply has nothing to read
             self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if self.size else None
         except BaseException:

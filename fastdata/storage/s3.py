@@ -42,7 +42,15 @@ from fastdata.storage.s3_client import (
     process_counters,
     release,
 )
-from fastdata.storage.s3_fetch import Fetched, ObjectChanged, S3Unavailable, call, get
+from fastdata.storage.s3_fetch import (
+    Fetched,
+    ObjectChanged,
+    S3CredentialsMissing,
+    S3Unavailable,
+    S3Unreachable,
+    call,
+    get,
+)
 from fastdata.storage.s3_upload import upload_file
 from fastdata.storage.s3_windows import Windows, done
 
@@ -124,7 +132,8 @@ class S3Reader:
 
     Raises:
         SourceNotFound: no such key or bucket. SourceUnreadable: access denied.
-        S3Unavailable: the store did not answer after every retry.
+        S3Unavailable: the store did not answer after every retry (S3Unreachable: no connection could
+            be made to the endpoint). S3CredentialsMissing: the AWS chain found no credentials.
     """
 
     def __init__(
@@ -363,8 +372,10 @@ class S3Reader:
         for s, e, members in spans:
             parts = [next(fetched) for _ in self._parts(s, e)]
             buf = parts[0] if len(parts) == 1 else b"".join(parts)
-            if then is not None:
-                self._windows.put(s, e, done(buf))  # the margins of the next read-ahead may reach back here
+            # kept (bounded by cache_bytes): the margins of the next read-ahead may reach back here, and a
+            # caller that checks a few headers of a shard (formats.tar_check) before reading it should
+            # not fetch those bytes twice
+            self._windows.put(s, e, done(buf))
             for offset, end, i in members:
                 out[i] = buf[offset - s : end - s]
         return out
@@ -405,8 +416,10 @@ __all__ = [
     "COUNTERS",
     "ObjectChanged",
     "S3Config",
+    "S3CredentialsMissing",
     "S3Reader",
     "S3Unavailable",
+    "S3Unreachable",
     "Stats",
     "executor",
     "process_counters",

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from fastdata.core import process
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.core.handles import HandleCache
-from fastdata.core.world import current_worker
+from fastdata.core.world import worker_process
 
 RetryMode = Literal["standard", "adaptive"]
 AddressingStyle = Literal["auto", "path", "virtual"]
@@ -129,11 +129,11 @@ class S3Config:
 
     @property
     def threads(self) -> int:
-        """Threads issuing requests in this process: ``concurrency``, or this worker's share of
-        :data:`JOB_THREADS`."""
+        """Threads issuing requests in this process: ``concurrency``, or this worker process's share of
+        :data:`JOB_THREADS` (loader threads of one process share its pool: they are not counted)."""
         if self.concurrency is not None:
             return self.concurrency
-        return max(MIN_THREADS, JOB_THREADS // current_worker()[1])
+        return max(MIN_THREADS, JOB_THREADS // worker_process()[1])
 
     @property
     def pool_size(self) -> int:
@@ -142,13 +142,10 @@ class S3Config:
 
     @property
     def endpoint(self) -> str:
-        """The endpoint requests go to, for messages: the explicit one, the environment's, or AWS."""
-        return (
-            self.endpoint_url
-            or os.environ.get("AWS_ENDPOINT_URL_S3")
-            or os.environ.get("AWS_ENDPOINT_URL")
-            or "the AWS default endpoint"
-        )
+        """The endpoint requests go to, for messages: the explicit one, the environment's, or AWS (a
+        ``user:password@`` in it left out)."""
+        chosen = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        return without_secrets(chosen) if chosen else "the AWS default endpoint"
 
     @classmethod
     def from_options(cls, config: S3Config | None = None, **options: Any) -> S3Config:
@@ -162,6 +159,11 @@ class S3Config:
         if not options:
             return config  # frozen: nothing to replace (a reader per object asks this for every object)
         return cls(**{**{f.name: getattr(config, f.name) for f in fields(cls)}, **options})
+
+
+def without_secrets(url: str) -> str:
+    """``url`` with any ``user:password@`` left out, for messages."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url)
 
 
 def _env_key() -> tuple[str | None, ...]:
@@ -359,15 +361,21 @@ def build_client(key: tuple[S3Config, tuple[str | None, ...]]) -> Any:
         signature_version=UNSIGNED if cfg.anonymous else None,
     )
     region = cfg.region_name or session.get_config_variable("region") or "us-east-1"
-    s3 = session.create_client(
-        "s3",
-        region_name=region,
-        endpoint_url=cfg.endpoint_url,
-        config=botocore_config,
-        aws_access_key_id=cfg.aws_access_key_id,
-        aws_secret_access_key=cfg.aws_secret_access_key,
-        aws_session_token=cfg.aws_session_token,
-    )
+    try:
+        s3 = session.create_client(
+            "s3",
+            region_name=region,
+            endpoint_url=cfg.endpoint_url,
+            config=botocore_config,
+            aws_access_key_id=cfg.aws_access_key_id,
+            aws_secret_access_key=cfg.aws_secret_access_key,
+            aws_session_token=cfg.aws_session_token,
+        )
+    except ValueError as e:  # botocore's "Invalid endpoint: host:9000" (an AWS_ENDPOINT_URL without a scheme)
+        raise ConfigError(
+            f"the S3 endpoint {cfg.endpoint!r} is not usable ({e}); give it as scheme://host[:port] "
+            "(e.g. http://127.0.0.1:9000) in endpoint_url= or AWS_ENDPOINT_URL"
+        ) from None
     s3.meta.events.register("needs-retry.s3", _on_attempt, unique_id="fastdata-count-attempts")
     return s3
 

@@ -6,19 +6,26 @@ is not retried (see tests/test_s3_faults.py). :func:`get` keeps every byte alrea
 from the byte reached, pinned to the first response's ETag (``If-Match``) so that an object replaced
 in the meantime fails loudly instead of being spliced from two versions. Waits between resumptions
 use exponential backoff with full jitter. No library does this for botocore, hence this module.
+
+Every error botocore raises leaves here as a fastdata error naming the object, the endpoint (never a
+credential) and the fix (:func:`translate`): missing keys and buckets, access denied, throttling and
+5xx (:class:`S3Unavailable`), connection-level failures (nothing listening, DNS, connect timeouts, TLS,
+proxies: :class:`S3Unreachable`) and credentials the AWS chain could not find
+(:class:`S3CredentialsMissing`, a :class:`~fastdata.core.errors.ConfigError`).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from fastdata.core.errors import FastdataError, SourceNotFound, SourceUnreadable
-from fastdata.storage.s3_client import S3Config, Stats, client, error_code, observing
+from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound, SourceUnavailable, SourceUnreadable
+from fastdata.storage.s3_client import S3Config, Stats, client, error_code, observing, without_secrets
 
 log = logging.getLogger("fastdata.s3")
 CHUNK = 1 << 20  # bytes per body read: progress is kept at this granularity when a body breaks off
@@ -40,8 +47,17 @@ DENIED = frozenset(
 )
 
 
-class S3Unavailable(FastdataError, ConnectionError):
+class S3Unavailable(SourceUnavailable):
     """The store did not serve a request after every retry: throttling, 5xx, timeouts, cut connections."""
+
+
+class S3Unreachable(S3Unavailable):
+    """No connection to the endpoint could be made after every retry: nothing listening, a name that does
+    not resolve, a connect timeout, a TLS handshake that failed, a proxy that refused."""
+
+
+class S3CredentialsMissing(ConfigError):
+    """The AWS credential chain found no credentials (or incomplete ones) for a request that needs them."""
 
 
 class ObjectChanged(FastdataError, OSError):
@@ -90,16 +106,92 @@ def translate(e: BaseException, url: str, config: S3Config, attempts: int = 0) -
     return error
 
 
+_ERRNO = re.compile(r"\[Errno -?\d+\][^'\"()]*")  # "[Errno 111] Connection refused" inside urllib3's text
+_SSL = re.compile(r"\[SSL[^\]]*\][^'\"]*")  # "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)"
+CREDENTIAL_CHAIN = (
+    "the options aws_access_key_id= and aws_secret_access_key=, the environment (AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY), AWS_PROFILE or the default profile of ~/.aws/credentials and ~/.aws/config, "
+    "then container and instance roles"
+)
+
+
+def _where(e: BaseException, config: S3Config) -> str:
+    """The endpoint a connection failed to, for a message: the configured one, else scheme://host of the
+    request botocore sent (the AWS default endpoint for the bucket and region). Never credentials."""
+    if config.endpoint_url or "default" not in config.endpoint:
+        return config.endpoint
+    sent = str(getattr(e, "kwargs", {}).get("endpoint_url", "") or "")
+    head = re.match(r"[a-z][a-z0-9+.-]*://[^/?#]+", sent)
+    return without_secrets(head.group(0)) if head else config.endpoint
+
+
+def _reason(e: BaseException) -> str:
+    """What went wrong at the socket, in a few words (``[Errno 111] Connection refused``)."""
+    inner = str(getattr(e, "kwargs", {}).get("error", "") or e)
+    found = _SSL.search(inner) or _ERRNO.search(inner)
+    return found.group(0).strip() if found else type(e).__name__
+
+
+def _connection(e: BaseException, url: str, config: S3Config) -> Exception | None:
+    """A :class:`S3Unreachable` for a botocore connection-level failure, None for anything else."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import ConnectTimeoutError, ProxyConnectionError, SSLError
+
+    if not isinstance(e, BotoConnectionError):
+        return None
+    where = _where(e, config)
+    tries = f"after {config.max_attempts} attempt(s)"
+    if isinstance(e, SSLError):
+        return S3Unreachable(
+            f"{url}: the TLS handshake with the S3 endpoint {where} failed ({_reason(e)}) {tries}; check the "
+            "endpoint's scheme (http:// for a server without TLS) and its certificate (AWS_CA_BUNDLE)"
+        )
+    if isinstance(e, ProxyConnectionError):
+        return S3Unreachable(
+            f"{url}: the proxy in front of the S3 endpoint {where} refused the connection {tries}; check "
+            "HTTPS_PROXY / HTTP_PROXY (and NO_PROXY for a local endpoint)"
+        )
+    if isinstance(e, ConnectTimeoutError):
+        return S3Unreachable(
+            f"{url}: no connection to the S3 endpoint {where} within connect_timeout={config.connect_timeout}s "
+            f"{tries}; check endpoint_url= (or AWS_ENDPOINT_URL) and the network, or raise connect_timeout"
+        )
+    return S3Unreachable(
+        f"{url}: cannot connect to the S3 endpoint {where} ({_reason(e)}) {tries}; check endpoint_url= "
+        "(or AWS_ENDPOINT_URL) and that the server is running and reachable from here"
+    )
+
+
 def _translate(e: BaseException, url: str, config: S3Config, attempts: int) -> Exception:
-    from botocore.exceptions import ClientError, NoCredentialsError
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        CredentialRetrievalError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
 
     bucket = url[len("s3://") :].split("/", 1)[0]
     if isinstance(e, NoCredentialsError):
-        return SourceUnreadable(
-            f"{url}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or pass aws_access_key_id=... "
-            "(anonymous=True for a public bucket)"
+        return S3CredentialsMissing(
+            f"{url}: no AWS credentials found for the S3 endpoint {config.endpoint}; the AWS chain looked at "
+            f"{CREDENTIAL_CHAIN}. Set one of them, or pass anonymous=True for a public bucket"
         )
+    if isinstance(e, PartialCredentialsError):
+        missing = getattr(e, "kwargs", {}).get("cred_var", "a key")
+        return S3CredentialsMissing(
+            f"{url}: incomplete AWS credentials ({missing} is missing); give both the access key id and "
+            f"the secret access key in one place of the AWS chain ({CREDENTIAL_CHAIN})"
+        )
+    if isinstance(e, CredentialRetrievalError):
+        provider = getattr(e, "kwargs", {}).get("provider", "a credential provider")
+        return S3CredentialsMissing(
+            f"{url}: the AWS credential provider {provider!r} failed; check its settings (AWS_PROFILE, "
+            f"credential_process, the instance role), or give credentials another way ({CREDENTIAL_CHAIN})"
+        )
+    unreachable = _connection(e, url, config)
+    if unreachable is not None:
+        return unreachable
     if isinstance(e, ClientError):
         code = error_code(e.response)
         meta = e.response.get("ResponseMetadata", {})
@@ -135,10 +227,12 @@ def _translate(e: BaseException, url: str, config: S3Config, attempts: int) -> E
     if isinstance(e, (*_body_errors(), OSError)):
         more = f" after {attempts} resumption(s)" if attempts else ""
         return S3Unavailable(
-            f"{url}: {type(e).__name__} talking to {config.endpoint}{more} "
+            f"{url}: {type(e).__name__} talking to the S3 endpoint {config.endpoint}{more} "
             f"(connect_timeout={config.connect_timeout}s, read_timeout={config.read_timeout}s); "
             "check the endpoint and the network, or raise the timeouts"
         )
+    if isinstance(e, BotoCoreError):  # anything else botocore raises: named, with the endpoint
+        return FastdataError(f"{url}: {type(e).__name__} talking to the S3 endpoint {config.endpoint}: {e}")
     return e if isinstance(e, Exception) else RuntimeError(str(e))
 
 

@@ -80,6 +80,7 @@ class DecordReader(VideoReader):
         if problem is None and meta is None:
             try:
                 first = self._get([0])
+                self.pause()
             except Exception:
                 self.close()  # now, in this process: never left to the garbage collector
                 raise
@@ -121,6 +122,7 @@ class DecordReader(VideoReader):
         try:
             frames = self._vr.get_batch(indices).asnumpy()
         except Exception as e:
+            self._park()  # its state after a failure is unknown: stop it before it is closed or reused
             error = f"{type(e).__name__}: {str(e).strip()[:300]}"
             raise unsupported(
                 self, self.info.codec, f"decode frames {indices[0]}..{indices[-1]} of", error, indices
@@ -129,9 +131,11 @@ class DecordReader(VideoReader):
                 "damaged: re-encode it, or pass on_error='skip'",
                 self.path,
             ) from e
-        finally:
-            self._park()
         return self.info.display.after_rotation(frames)  # type: ignore[no-any-return]
+
+    def pause(self) -> None:
+        """Park the reader (1. of the module doc): no read continues from where this one ended."""
+        self._park()
 
     def _park(self) -> None:
         # stop decord's helper thread from decoding ahead in the background (see module docstring)
