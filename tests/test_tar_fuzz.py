@@ -20,7 +20,7 @@ import io
 import tarfile
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +30,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fastdata.core.errors import FastdataError
-from fastdata.datasets.tar_source import load_index
+from fastdata.datasets.tar_source import load_index, sidecar_index
 from fastdata.formats.tar import ShardIndex, read_samples, scan, split_key
+from fastdata.formats.tar_index import SidecarMismatch
 from fastdata.formats.tar_writer import TarShardWriter
 from fastdata.storage.local import LocalReader
 from tests.tar_datagen import fix_checksum, tar_bytes, within
@@ -288,3 +289,58 @@ def test_mutated_sidecars_are_refused_or_describe_the_shard_exactly(
         got = read_samples(reader, index, range(len(index)))
         expected = read_samples(reader, truth, range(len(truth)))
         assert [{k: bytes(v) if isinstance(v, bytes) else v for k, v in s.items()} for s in got] == expected
+
+
+class _Unmapped:
+    """A local shard read without its memory map, as an S3 shard is read: a sidecar is then checked as its
+    members are read (:mod:`fastdata.formats.tar_check_reads`), not whole when it is loaded."""
+
+    def __init__(self, reader: LocalReader) -> None:
+        self.url, self.size, self._reader = reader.url, reader.size, reader
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self._reader.read(offset, length)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [bytes(b) for b in self._reader.read_ranges(ranges)]
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+@given(data=st.data())
+@settings(FUZZ, max_examples=400)
+def test_mutated_sidecars_of_remote_shards_never_return_a_wrong_byte(
+    data: st.DataObject, sidecar_shards: dict[str, tuple[str, bytes, ShardIndex]]
+) -> None:
+    url, sidecar, truth = sidecar_shards[data.draw(st.sampled_from(sorted(sidecar_shards)))]
+    Path(url + ".idx").write_bytes(data.draw(sidecar_mutants(sidecar)))
+    expected = {s["__key__"]: s for s in read_samples(LocalReader(url), truth, range(len(truth)))}
+    with LocalReader(url) as local:
+        reader = _Unmapped(local)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with within(LIMIT_S):
+                index = sidecar_index(url, reader, end=True)  # as a dataset counts its samples: the end now
+        if index is None:
+            event("remote sidecar: refused when loaded")
+            return
+        order = data.draw(st.permutations(range(len(index))))
+        try:
+            with within(LIMIT_S):
+                for i in order:  # one sample per read, in any order: each is checked before it is returned
+                    (got,) = read_samples(reader, index, [i])
+                    assert got["__key__"] in expected, f"sample {got['__key__']!r} is not in the shard"
+                    assert {k: bytes(v) if isinstance(v, bytes) else v for k, v in got.items()} == expected[
+                        got["__key__"]
+                    ]
+        except SidecarMismatch as e:
+            assert url in str(e)
+            event("remote sidecar: refused on a read")
+            return
+        event("remote sidecar: accepted")
+        assert index.pending is None, f"every member was read, so every claim is checked ({len(index)} samples)"
+        assert index.keys == truth.keys
+        assert [dict((e, (o, n)) for e, o, n in ms) for ms in index.members] == [
+            dict((e, (o, n)) for e, o, n in ms) for ms in truth.members
+        ]

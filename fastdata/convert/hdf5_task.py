@@ -92,19 +92,22 @@ class Hdf5Task:
                 digest, nbytes = _sha256(tmp)
                 if self.fsync:
                     _fsync(tmp)
+                record = {
+                    "name": name,
+                    "samples": sum(labels.values()),
+                    "bytes": nbytes,
+                    "sha256": digest,
+                    "labels": {str(k): v for k, v in sorted(labels.items())},
+                    "skipped": skipped,
+                }
+                # the record first, then the part under its final name: a worker killed in between (its
+                # parent died) leaves a record of a part that is not there (redone), never a finished
+                # part without a record (which a rerun would write again)
+                ConversionState(self.out, self.fsync).save_record(record)
                 os.replace(tmp, path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
-            record = {
-                "name": name,
-                "samples": sum(labels.values()),
-                "bytes": nbytes,
-                "sha256": digest,
-                "labels": {str(k): v for k, v in sorted(labels.items())},
-                "skipped": skipped,
-            }
-            ConversionState(self.out, self.fsync).save_record(record)
             return record
 
         if finisher is None:

@@ -18,8 +18,9 @@ from fastdata.core.pipeline import SamplePipeline
 from fastdata.core.world import current_worker
 from fastdata.formats.manifest import shard_listing
 from fastdata.formats.tar import ShardIndex, index_url, read_samples, scan
-from fastdata.formats.tar_check import check_once
+from fastdata.formats.tar_check import check_on_read, check_once
 from fastdata.formats.tar_gzip import GzipShard, is_gzip, refusal
+from fastdata.formats.tar_index import SidecarMismatch
 from fastdata.storage import Reader, open_reader, scheme
 from fastdata.storage.local import file_identity
 
@@ -37,10 +38,24 @@ def remote_counters(urls: list[str]) -> tuple[str, ...]:
     return tuple(COUNTERS)
 
 
-def sidecar_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex | None:
-    """The shard's sidecar index (``URL.idx``) when there is one and it matches the shard (checked against
-    the shard's headers by :func:`~fastdata.formats.tar_check.check_once`); None (warned, for a damaged
-    or mismatched one) when the shard must be scanned."""
+def sidecar_index(
+    url: str,
+    reader: Reader,
+    opener: Callable[[str], Reader] = open_reader,
+    *,
+    planned: int | None = None,
+    end: bool = False,
+) -> ShardIndex | None:
+    """The shard's sidecar index (``URL.idx``) when there is one and it matches the shard; None (warned,
+    for a damaged or mismatched one) when the shard must be scanned.
+
+    A local shard's sidecar is checked whole against the shard's headers
+    (:func:`~fastdata.formats.tar_check.check_once`). A remote shard's is checked as far as its layout
+    shows, and each member as it is read (:func:`~fastdata.formats.tar_check.check_on_read`: reads of
+    the index may raise :class:`~fastdata.formats.tar_index.SidecarMismatch`); it is refused when it
+    lists another number of samples than ``planned`` (from a manifest), and with ``end`` its end of the
+    archive is checked now (for a sample count that plans an epoch).
+    """
     try:
         side = opener(index_url(url))
     except (SourceNotFound, SourceUnreadable):
@@ -53,16 +68,26 @@ def sidecar_index(url: str, reader: Reader, opener: Callable[[str], Reader] = op
         return None
     finally:
         side.close()
-    problem = check_once(index, reader, data)
+    if hasattr(reader, "buffer"):
+        problem = check_once(index, reader, data)
+    elif planned is not None and planned != len(index):
+        problem = f"lists {len(index)} samples, the dataset's manifest {planned}"
+    else:
+        problem = check_on_read(index, reader, end=end)
     if problem is not None:
-        warnings.warn(
-            f"{index_url(url)}: {problem}; scanning the shard instead (rewrite the sidecar with "
-            "'fastdata inspect --write-manifest', or delete it)",
-            stacklevel=3,
-        )
+        _refused(url, problem)
         return None
     index.identity = getattr(reader, "identity", None)
     return index
+
+
+def _refused(url: str, problem: str, stacklevel: int = 4) -> None:
+    """Warn that the shard's sidecar is not used, why, and the fix."""
+    warnings.warn(
+        f"{index_url(url)}: {problem}; scanning the shard instead (rewrite the sidecar with "
+        "'fastdata inspect --write-manifest', or delete it)",
+        stacklevel=stacklevel,
+    )
 
 
 def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
@@ -116,6 +141,7 @@ class TarSource:
         self._checked_epoch: int | None = None  # the epoch whose start this process last checked shards for
         self._noted: set[str] = set()  # what this process warned about: "ignored", shards that changed
         self._gzip: set[str] = set()  # shards found to be gzip-compressed (read decompressed)
+        self._distrusted: set[str] = set()  # shards whose sidecar a read found wrong: scanned from now on
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
@@ -178,7 +204,9 @@ class TarSource:
         todo = [u for u in self.urls if u not in known]
         for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50, leave=False):
             try:
-                index = self.index(url)
+                # the count plans every epoch: a remote sidecar's end of the archive is checked now (a
+                # sidecar that leaves the last samples out would drop them from the plan)
+                index = self.index(url, end=True)
                 known[url] = len(index)
                 self._sizes.setdefault(url, index.size)
             except (SourceNotFound, SourceUnreadable) as e:
@@ -189,22 +217,17 @@ class TarSource:
                 self._readers.discard(url)
         return [known[u] for u in self.urls]
 
-    def index(self, url: str) -> ShardIndex:
-        """The index of shard ``url``, from this process's cache, its sidecar, or a scan."""
+    def index(self, url: str, *, end: bool = False) -> ShardIndex:
+        """The index of shard ``url``, from this process's cache, its sidecar, or a scan; ``end``: a
+        remote sidecar's end of the archive is checked now, not when its last member is read."""
         index = self._indexes.get(url)
         if index is None:
             reader = self._readers.get(url)
-            # a sidecar that matches the shard's headers says it is a plain tar: the gzip sniff (whose small
-            # read would fetch a remote shard's first megabytes in every worker) runs only before a scan
-            index = sidecar_index(url, reader, self.open)
+            index = None
+            if url not in self._distrusted:
+                index = sidecar_index(url, reader, self.open, planned=getattr(self, "_planned", {}).get(url), end=end)
             if index is None:
-                if url not in self._gzip and is_gzip(reader):
-                    if not self._streaming:
-                        raise refusal(url)
-                    self._gzip.add(url)
-                    self._readers.discard(url)
-                    reader = self._readers.get(url)  # reopened, decompressed
-                index = scan(reader)
+                index = self._scan(url, reader)
             self._indexes[url] = index
             if len(self._indexes) > INDEX_CACHE_SHARDS:
                 self._indexes.popitem(last=False)
@@ -212,6 +235,25 @@ class TarSource:
         else:
             self._indexes.move_to_end(url)
         return index
+
+    def _scan(self, url: str, reader: Reader) -> ShardIndex:
+        """Index the shard by scanning it. The gzip sniff runs here only: a sidecar that matches the
+        shard says it is a plain tar, and the sniff's small read would fetch a remote shard's first
+        megabytes (a read-ahead window) in every worker."""
+        if url not in self._gzip and is_gzip(reader):
+            if not self._streaming:
+                raise refusal(url)
+            self._gzip.add(url)
+            self._readers.discard(url)
+            reader = self._readers.get(url)  # reopened, decompressed
+        return scan(reader)
+
+    def _distrust(self, url: str, mismatch: SidecarMismatch) -> None:
+        """A read found the shard's sidecar wrong (nothing it pointed at was returned): warn, and scan
+        the shard from now on in this process."""
+        _refused(url, mismatch.problem, stacklevel=4)
+        self._distrusted.add(url)
+        self._indexes.pop(url, None)
 
     def _note(self, url: str, index: ShardIndex) -> None:
         """Warn (once per process) about what a fresh index shows: members that belong to no sample,
@@ -227,9 +269,15 @@ class TarSource:
         planned = getattr(self, "_planned", {}).get(url)
         if planned is not None and planned != len(index) and index.tail_error is None and url not in self._noted:
             self._noted.add(url)
+            why, fix = "the shard was replaced?", "build the dataset again to read it all"
+            if url in self._distrusted:
+                why = "its sidecar did not match it"
+                fix = (
+                    "rewrite the sidecar and manifest ('fastdata inspect --write-manifest') and build the dataset again"
+                )
             warnings.warn(
-                f"fastdata: {url}: has {len(index)} samples now, {planned} when the dataset was built (the "
-                "shard was replaced?); the epoch keeps the planned count: build the dataset again to read it all",
+                f"fastdata: {url}: has {len(index)} samples now, {planned} when the dataset was built ({why}); "
+                f"the epoch keeps the planned count: {fix}",
                 stacklevel=3,
             )
 
@@ -254,33 +302,42 @@ class TarSource:
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         url = self.urls[shard]
         self._check_identities()
-        try:
-            reader = self._readers.get(url)
-            index = self.index(url)
-        except (SourceNotFound, SourceUnreadable, SourceUnavailable) as e:
-            for _ in which:
-                self.policy.handle(e)
-            return []
-        if not index.bad and (not which or max(which) < len(index.keys)):
-            good: Sequence[int] = which  # the common case: a sound shard, no per-sample check
-        else:
-            good = []
-            for i in which:
-                problem = index.error_at(i)
-                if problem is None:
-                    good.append(i)
-                else:
-                    self.policy.handle(problem)
-        try:
-            samples: list[Any] = read_samples(reader, index, good)
-        except SourceUnavailable as e:  # the store stopped answering mid-shard (after every retry)
-            for _ in good:
-                self.policy.handle(e)
-            return []
+        while True:
+            try:
+                reader = self._readers.get(url)
+                index = self.index(url)
+            except (SourceNotFound, SourceUnreadable, SourceUnavailable) as e:
+                for _ in which:
+                    self.policy.handle(e)
+                return []
+            if not index.bad and (not which or max(which) < len(index.keys)):
+                good: Sequence[int] = which  # the common case: a sound shard, no per-sample check
+            else:
+                good = [i for i in which if index.error_at(i) is None]
+            try:
+                samples: list[Any] = read_samples(reader, index, good)
+            except SidecarMismatch as e:  # a remote sidecar, checked as it is read, was wrong: scan, read again
+                self._distrust(url, e)
+                continue
+            except SourceUnavailable as e:  # the store stopped answering mid-shard (after every retry)
+                self._handle_bad(index, which, good)
+                for _ in good:
+                    self.policy.handle(e)
+                return []
+            break
+        self._handle_bad(index, which, good)
         if kept is not None:
             kept.extend(good)
         t = stages.lap("fetch", t, len(samples))
         return self.pipeline.batch(samples, t) if decode else samples
+
+    def _handle_bad(self, index: ShardIndex, which: Sequence[int], good: Sequence[int]) -> None:
+        """Hand the policy the problem of each of ``which`` left out of ``good``."""
+        if len(good) != len(which):
+            for i in which:
+                problem = index.error_at(i)
+                if problem is not None:
+                    self.policy.handle(problem)
 
     def close(self) -> None:
         """Close every reader this process opened, and the pooled connections of its S3 client."""

@@ -325,10 +325,21 @@ def _verify_headers(
 def read_samples(reader: Reader, index: ShardIndex, which: Sequence[int]) -> list[dict[str, object]]:
     """The samples ``which`` of a shard as dicts ``{"__key__", "__url__", EXT: bytes, ...}``.
 
-    The caller checks :meth:`ShardIndex.error_at` first; this reads only good samples.
+    The caller checks :meth:`ShardIndex.error_at` first; this reads only good samples. An index whose
+    claims are not all checked yet (:attr:`ShardIndex.pending`: a remote shard's sidecar) checks each
+    member before its bytes are returned.
+
+    Raises:
+        SidecarMismatch: (only through :attr:`ShardIndex.pending`) the sidecar does not describe the
+            shard: scan it and read again.
     """
-    ranges = [(off, n) for i in which for _, off, n in index.members[i]]
-    data = reader.read_ranges(ranges)
+    pending = index.pending
+    if pending is not None:
+        data = pending.read(reader, which)
+        if pending.done:
+            index.pending = None  # every claim checked: the index is trusted whole from now on
+    else:
+        data = reader.read_ranges([(off, n) for i in which for _, off, n in index.members[i]])
     out: list[dict[str, object]] = []
     at = 0
     url, keys, members = index.url, index.keys, index.members

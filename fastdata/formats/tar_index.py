@@ -1,19 +1,54 @@
 """The index of one tar shard (:class:`ShardIndex`: where each sample's members lie) and its sidecar
 file ``SHARD.tar.idx``, an ``.npz`` of plain arrays written by ``fastdata convert`` and
 ``fastdata inspect --write-manifest``. A sidecar is only a claim about its shard: readers check it with
-:func:`fastdata.formats.tar_check.check_index` before they use it."""
+:func:`fastdata.formats.tar_check.check_index` before they use it (a remote shard's members as they are
+read: :attr:`ShardIndex.pending`)."""
 
 from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from fastdata.core.errors import BadSample, CorruptShard
+from fastdata.core.errors import BadSample, CorruptShard, FastdataError
+from fastdata.storage import Reader
 
 Member = tuple[str, int, int]  # (ext, data offset, size)
+
+
+class SidecarMismatch(FastdataError, ValueError):
+    """A sidecar index trusted until its members were read does not describe its shard; nothing it
+    pointed at was returned. Readers (:class:`~fastdata.datasets.tar_source.TarSource`) scan the shard
+    instead and read again."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(
+            f"{url}.idx: {problem}; scan the shard instead (rewrite the sidecar with "
+            "'fastdata inspect --write-manifest', or delete it)"
+        )
+        self.url, self.problem = url, problem
+
+
+class PendingCheck(Protocol):
+    """What a sidecar claims of a shard and no read has checked yet (see
+    :mod:`fastdata.formats.tar_check_reads`): reading through it checks each member first."""
+
+    @property
+    def done(self) -> bool:
+        """Every claim checked."""
+        ...
+
+    def read(self, reader: Reader, which: Sequence[int]) -> list[bytes]:
+        """The bytes of every member of samples ``which``, in order, each checked before it is returned.
+
+        Raises:
+            SidecarMismatch: a member (or the end of the archive) is not what the sidecar says.
+        """
+        ...
 
 
 @dataclass
@@ -37,6 +72,10 @@ class ShardIndex:
         ignored (int): members that belong to no sample (no extension, like a ``README``), left out.
         identity (tuple[int, int, int] | None): ``(size, mtime_ns, inode)`` of the local file indexed, to
             notice that it was replaced; None for remote shards. Not stored in the sidecar.
+        pending (PendingCheck | None): for an index read from the sidecar of a remote shard, the claims
+            not yet checked against the shard: :func:`~fastdata.formats.tar.read_samples` reads through
+            it, so every member is checked before its bytes are returned. None once all are checked, and
+            for scanned or fully checked indexes.
     """
 
     url: str
@@ -49,6 +88,7 @@ class ShardIndex:
     size: int = -1
     ignored: int = 0
     identity: tuple[int, ...] | None = None
+    pending: PendingCheck | None = None
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -372,10 +372,8 @@ class S3Reader:
         for s, e, members in spans:
             parts = [next(fetched) for _ in self._parts(s, e)]
             buf = parts[0] if len(parts) == 1 else b"".join(parts)
-            # kept (bounded by cache_bytes): the margins of the next read-ahead may reach back here, and a
-            # caller that checks a few headers of a shard (formats.tar_check) before reading it should
-            # not fetch those bytes twice
-            self._windows.put(s, e, done(buf))
+            if then is not None:
+                self._windows.put(s, e, done(buf))  # the margins of the next read-ahead may reach back here
             for offset, end, i in members:
                 out[i] = buf[offset - s : end - s]
         return out
