@@ -38,13 +38,16 @@ if TYPE_CHECKING:
     from fastdata.datasets.tar_shards import TarShardDataset
     from fastdata.datasets.video import VideoClipDataset
     from fastdata.formats.decode import Decoder
+    from fastdata.loading.autotune import AutoTune
     from fastdata.loading.loader import Loader, as_is
+    from fastdata.loading.monitor import Monitor, monitor
     from fastdata.loading.sampler import EpochSampler
 
 
 # name -> (module, the extra that provides its libraries, or None when it needs only the core)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "as_is": ("fastdata.loading.loader", None),
+    "AutoTune": ("fastdata.loading.autotune", None),
     "bench": ("fastdata.bench", None),
     "errors": ("fastdata.core.errors", None),
     "Decoder": ("fastdata.formats.decode", None),
@@ -52,12 +55,14 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
     "IndexedTarDataset": ("fastdata.datasets.indexed_tar", None),
     "Loader": ("fastdata.loading.loader", None),
+    "Monitor": ("fastdata.loading.monitor", None),
     "S3Dataset": ("fastdata.datasets.s3", "s3"),
     "TarShardDataset": ("fastdata.datasets.tar_shards", None),
     "VideoClipDataset": ("fastdata.datasets.video", "video"),
     "WorkerInit": ("fastdata.core.seeding", None),
     "World": ("fastdata.core.world", None),
     "compose_worker_init": ("fastdata.core.seeding", None),
+    "monitor": ("fastdata.loading.monitor", None),
     "worker_init_fn": ("fastdata.core.seeding", None),
 }
 
@@ -72,7 +77,8 @@ def __getattr__(name: str) -> Any:
         if extra is None:
             raise
         raise ImportError(f"fastdata.{name} needs {e.name}; install it with pip install 'fastdata[{extra}]'") from e
-    value = mod if module.endswith(name) else getattr(mod, name)
+    # a module named like the name is the value (fastdata.bench), unless it holds the name (fastdata.monitor)
+    value = mod if module.endswith(name) and not hasattr(mod, name) else getattr(mod, name)
     globals()[name] = value  # later look-ups skip this function
     return value
 
@@ -82,6 +88,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AutoTune",
     "BadSample",
     "BadSampleWarning",
     "ConfigError",
@@ -93,6 +100,7 @@ __all__ = [
     "HDF5Dataset",
     "IndexedTarDataset",
     "Loader",
+    "Monitor",
     "PlanError",
     "S3Dataset",
     "SourceNotFound",
@@ -109,5 +117,6 @@ __all__ = [
     "bench",
     "errors",
     "compose_worker_init",
+    "monitor",
     "worker_init_fn",
 ]

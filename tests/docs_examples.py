@@ -97,6 +97,10 @@ def _inspect(s3: Callable[[], Any]) -> None:
     pass
 
 
+def _monitor(s3: Callable[[], Any]) -> None:
+    _shards("shards", "shard", 10)
+
+
 def _performance(s3: Callable[[], Any]) -> None:
     _shards("shards", "train", 6)
 
@@ -110,6 +114,7 @@ DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "docs/distributed.md": _distributed,
     "docs/hdf5.md": _hdf5,
     "docs/inspect.md": _inspect,
+    "docs/monitor.md": _monitor,
     "docs/performance.md": _performance,
     "docs/s3.md": _s3,
     "docs/tar.md": _tar,

@@ -32,6 +32,7 @@ import torch
 
 from fastdata.core import stages
 from fastdata.loading import stage_table as library
+from fastdata.loading.live_probe import batch_samples as leading_dim  # samples in a batch the dataset built
 from fastdata.loading.probes import (
     DStateSampler,
     ProcessCounters,
@@ -96,24 +97,6 @@ class Probed:
         self.batch = pin_memory(self.batch, device)
         self.pin_s = perf_counter() - start
         return self
-
-
-def leading_dim(batch: Any) -> int:
-    """Samples in a batch the dataset built itself: the first tensor's length, or the list's."""
-    if isinstance(batch, (torch.Tensor, np.ndarray)):
-        return int(batch.shape[0]) if batch.ndim else 1
-    if isinstance(batch, Mapping):
-        for value in batch.values():
-            return leading_dim(value)
-        return 1
-    if isinstance(batch, (list, tuple)) and batch:
-        first = batch[0]
-        if isinstance(first, (torch.Tensor, np.ndarray)) and all(
-            isinstance(x, type(first)) and x.ndim and x.shape[0] == first.shape[0] for x in batch
-        ):
-            return int(first.shape[0])  # a collated (inputs, targets) pair
-        return len(batch)
-    return 1
 
 
 def payload_bytes(obj: Any, budget: int = 4096) -> int:

@@ -24,7 +24,7 @@ and samplers also work with) keeps one state per worker and refuses a different 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -32,12 +32,12 @@ from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.core.resume import ResumeState, load_state
 from fastdata.core.sharding import Remainder, rank_span
 from fastdata.loading import slots
+from fastdata.loading.autotune import AutoTune, Setting
 from fastdata.loading.builder import Transport, as_is, build_dataloader, fastdata_worker_init
 from fastdata.loading.loader_checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
-from fastdata.loading.protocol import (
-    Dataset,
-    RankSampler,
-)
+from fastdata.loading.protocol import Dataset, RankSampler
+from fastdata.loading.session import Session, loader_session
+from fastdata.loading.stats import Stats
 from fastdata.loading.thread_loader import ThreadLoader, thread_loader_for
 
 DEFAULT_TRANSPORT: Transport = "slots"
@@ -70,8 +70,11 @@ class Loader:
             method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
         batch_size (int | None): samples per batch. Required for map-style datasets (unless
             ``batch_sampler`` is given); for iterable ones it defaults to the dataset's and must equal it.
-        num_workers (int): DataLoader worker processes, or threads with ``workers="threads"``. Defaults to 0
-            (read in the training process).
+        num_workers (int | "auto"): DataLoader worker processes, or threads with ``workers="threads"``.
+            ``"auto"`` (worker processes only) starts from as many as the cores and memory allow, measures, and
+            moves them (and, with ``prefetch_factor="auto"``, the prefetch) at batch boundaries, restarting the
+            workers with the epoch continuing exactly (see :mod:`fastdata.loading.autotune` and
+            docs/monitor.md). Defaults to 0 (read in the training process).
         workers ("processes" | "threads"): who reads (:data:`Workers`): worker processes, or threads of
             this process, for work that releases the GIL (file and S3 reads, PIL/OpenCV/PyAV decode). The
             batches, their order and resuming are the same either way. Defaults to "processes".
@@ -95,8 +98,15 @@ class Loader:
             and ``drop_last``.
         worker_init_fn (Callable | None): run in each worker process after :data:`fastdata.worker_init_fn`,
             which the Loader always installs. Not with threads. Defaults to None.
+        monitor (bool | Callable | str | PathLike | Monitor | None): report while training
+            (:class:`~fastdata.loading.stats.Stats`, every 10 s by default): True, a log line (logger
+            ``fastdata.monitor``); a function, called with each report; a path, a JSON-lines file; or an
+            :class:`~fastdata.loading.stats.Monitor`. :meth:`stats` returns the latest. Defaults to None.
+        autotune (AutoTune | None): how ``"auto"`` moves (bounds, window, interval, margin). Defaults to None:
+            ``AutoTune()``.
         **dataloader_kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
-            ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``collate_fn`` for map-style ...).
+            ``prefetch_factor`` (a count, or ``"auto"`` with worker processes), ``multiprocessing_context``,
+            ``timeout``, ``collate_fn`` for map-style ...).
             ``in_order=False`` is refused: batches out of order cannot be resumed exactly. With threads,
             ``pin_memory``, ``prefetch_factor`` and ``collate_fn`` apply; the options of processes are refused.
 
@@ -110,7 +120,7 @@ class Loader:
         dataset: Any,
         *,
         batch_size: int | None = None,
-        num_workers: int = 0,
+        num_workers: int | Literal["auto"] = 0,
         shuffle: bool | None = None,
         remainder: Remainder | None = None,
         drop_last: bool | None = None,
@@ -120,9 +130,11 @@ class Loader:
         workers: Workers = "processes",
         threads_per_worker: int = 1,
         transport: Transport | None = None,
+        monitor: Any = None,
+        autotune: AutoTune | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
-        check_mode(workers, num_workers, threads_per_worker, transport, worker_init_fn)
+        check_mode(workers, num_workers, threads_per_worker, transport, worker_init_fn, dataloader_kwargs)
         self.workers: Workers = workers
         self.threads_per_worker = threads_per_worker
         self.transport: Transport = transport or DEFAULT_TRANSPORT
@@ -140,7 +152,15 @@ class Loader:
                 f"close: see fastdata.loading.protocol.Dataset), not {type(dataset)}"
             )
         self.dataset: Any = dataset  # a Dataset, and a MapDataset or a BatchingDataset (checked below)
-        self.num_workers = num_workers
+        # --- monitor and autotune (fastdata.loading.session): the session (None without either) and the
+        # user's DataLoader options; self._kwargs (below) are the current setting's: those, the probes'
+        # hooks and the prefetch ---
+        self._session: Session | None
+        self._session, self._user_kwargs = loader_session(
+            num_workers, monitor, autotune, dataloader_kwargs, threads=workers == "threads"
+        )
+        session = self._session
+        self.num_workers = session.setting.workers if session and session.tuner else int(num_workers)
         self.iterable = isinstance(dataset, IterableDataset)
         # the sampler the Loader resumes through (map-style), and whether it hands out whole batches
         self.sampler: Any = None
@@ -162,7 +182,9 @@ class Loader:
             self.sampler = make_sampler(dataset, sampler, shuffle, remainder)
         self._drop_last = bool(drop_last)
         self._worker_init = fastdata_worker_init(worker_init_fn)
-        self._kwargs = dataloader_kwargs
+        self._kwargs = self._user_kwargs
+        if self._session is not None:
+            self._kwargs = self._session.kwargs_for(self._user_kwargs, self._session.setting)
         self._dataloader: DataLoader[Any] | None = None
         self._threads: ThreadLoader | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
@@ -259,6 +281,14 @@ class Loader:
         if self._pending is not None and self._pending[0] == epoch:
             start = self._pending[1]
         self._pending = None
+        if self._session is not None:  # --- monitor and autotune: a change waiting for this pass ---
+            change = self._session.pass_starts()
+            if change is not None:
+                self._configure(change.after)
+        return self._count(self._open(epoch, start), epoch, start)
+
+    def _open(self, epoch: int, start: int) -> Iterator[Any]:
+        """The DataLoader's (or threads') iterator over epoch ``epoch``, after its first ``start`` batches."""
         if self.iterable:
             self.dataset.load_state_dict(ResumeState(epoch, start, "batches").to_dict())
         else:
@@ -276,14 +306,45 @@ class Loader:
             # them (the main process, without workers, when it took the iterator); ours must not apply to a
             # later pass
             self.dataset.load_state_dict(ResumeState(epoch, 0, "batches").to_dict())
-        return self._count(batches, epoch, start)
+        return batches
 
     def _count(self, batches: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
         done = start
+        if self._session is not None:  # --- monitor and autotune: count, report, restart where told ---
+            reopen = self._reopen if self._session.tuner is not None else None
+            batches = self._session.run(batches, epoch, start, len(self), reopen)
         for batch in batches:
             done += 1
             self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
             yield batch
+
+    # --- monitor and autotune (fastdata.loading.session) ---
+
+    def _configure(self, setting: Setting) -> None:
+        """Build the next DataLoader with ``setting`` (the autotuner's); the old one's workers have stopped
+        (or stop as it is dropped), so their slots are let go of at once."""
+        assert self._session is not None
+        self.num_workers = setting.workers
+        self._kwargs = self._session.kwargs_for(self._user_kwargs, setting)
+        self._drop_dataloader()
+
+    def _reopen(self, epoch: int, done: int, setting: Setting) -> Iterator[Any]:
+        """A new DataLoader with ``setting``, continuing epoch ``epoch`` after ``done`` batches (the old
+        one's iterator was shut down): the resume a saved state gets, mid-pass."""
+        self._configure(setting)
+        return self._open(epoch, done)
+
+    def stats(self) -> Stats | None:
+        """The monitor's latest report (:class:`~fastdata.loading.stats.Stats`), or None without
+        ``monitor=`` or ``num_workers="auto"``, or before the first batch."""
+        return self._session.stats() if self._session is not None else None
+
+    @property
+    def changes(self) -> list[Any]:
+        """The changes ``num_workers="auto"`` made, oldest first (:class:`~fastdata.loading.autotune.Change`)."""
+        return self._session.changes if self._session is not None else []
+
+    # --- end of monitor and autotune ---
 
     def _batches_done(self) -> int:
         epoch = self.epoch
@@ -335,13 +396,18 @@ class Loader:
     def close(self) -> None:
         """Stop the workers (persistent ones too) or threads, let go of the slots of exited workers, and
         close the dataset's handles. Idempotent; the Loader can be iterated again afterwards."""
-        if self._dataloader is not None:
-            self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
-            slots.release()
+        self._drop_dataloader()
         if self._threads is not None:
             self._threads.close()  # each thread closes its dataset copy
             self._threads = None
+        if self._session is not None:
+            self._session.close()
         self.dataset.close()
+
+    def _drop_dataloader(self) -> None:
+        if self._dataloader is not None:
+            self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
+            slots.release()
 
     def __enter__(self) -> Loader:
         return self
@@ -356,9 +422,10 @@ class Loader:
         else:
             mode = f", threads_per_worker={self.threads_per_worker}" if self.threads_per_worker > 1 else ""
             mode += f", transport={self.transport!r}" if self.num_workers else ""
+        auto = " (auto)" if self._session is not None and self._session.tuner is not None else ""
         return (
             f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
-            f"num_workers={self.num_workers}{mode}, epoch={self.epoch})"
+            f"num_workers={self.num_workers}{auto}{mode}, epoch={self.epoch})"
         )
 
 

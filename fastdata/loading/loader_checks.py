@@ -16,10 +16,30 @@ Workers = Literal["processes", "threads"]
 
 
 def check_mode(
-    workers: str, num_workers: int, threads_per_worker: int, transport: str | None, worker_init_fn: Any
+    workers: str,
+    num_workers: int | str,
+    threads_per_worker: int,
+    transport: str | None,
+    worker_init_fn: Any,
+    kwargs: dict[str, Any] | None = None,
 ) -> None:
     """Who reads, and how: refuse what does not go together (see :class:`fastdata.Loader`)."""
     check_choice("workers", workers, Workers)
+    auto = [
+        f"{name}='auto'"
+        for name, v in (("num_workers", num_workers), ("prefetch_factor", (kwargs or {}).get("prefetch_factor")))
+        if v == "auto"
+    ]
+    if auto and workers == "threads":
+        raise ConfigError(
+            f"{' and '.join(auto)}: the autotuner moves worker processes (restarting them mid-epoch), and "
+            'workers="threads" has none; pass counts (num_workers=4; `fastdata bench` says how many), or use '
+            'workers="processes" to have them tuned'
+        )
+    if num_workers == "auto":
+        num_workers = 0  # its bounds are checked with the autotuner's (fastdata.loading.session)
+    elif not isinstance(num_workers, int) or isinstance(num_workers, bool):
+        raise ConfigError(f"num_workers={num_workers!r}: pass a count (0, 1, 2 ...) or 'auto'")
     check_positive("num_workers", num_workers, allow_zero=True)
     check_positive("threads_per_worker", threads_per_worker)
     if transport is not None:

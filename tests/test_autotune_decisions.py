@@ -1,0 +1,355 @@
+"""The decisions of ``num_workers="auto"`` as a pure function of what was measured (:class:`Tuner`).
+
+Each test feeds observations, either recorded (a run's windows, as measured) or made by a model of a
+loader whose measured rate follows the tuner's own settings, and checks what the tuner decides: where it
+starts, where it settles, how it reacts to other programs and to memory, and that a signal that flips
+cannot make it restart over and over (hysteresis, one change per interval, a bounded number of changes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+
+from fastdata.core.errors import ConfigError
+from fastdata.loading.autotune import AutoTune, Change, Observation, Setting, Tuner, ladder, replay
+
+GIB = 2**30
+
+
+def simulate(
+    rate: Callable[[Setting, float], float],
+    *,
+    options: AutoTune | None = None,
+    cores: int = 2,
+    windows: int = 40,
+    every: float = 1.0,
+    tuner: Tuner | None = None,
+    **fields: Callable[[Setting, float], object],
+) -> tuple[Tuner, list[Observation], list[Change]]:
+    """Run a tuner against a model: each window's observation is ``rate(setting, t)`` (and the ``fields``
+    given, each a function of the setting and the time), at the setting the tuner chose."""
+    t_ = tuner or Tuner(options or AutoTune(), cores)
+    setting = t_.initial()
+    seen, changes = [], []
+    for k in range(windows):
+        t = (k + 1) * every
+        extra = {name: fn(setting, t) for name, fn in fields.items()}
+        extra.setdefault("cores", cores)
+        obs = Observation(t=t, setting=setting, rate=rate(setting, t), **extra)  # type: ignore[arg-type]
+        seen.append(obs)
+        change = t_.observe(obs)
+        if change is not None:
+            changes.append(change)
+            setting = change.after
+    return t_, seen, changes
+
+
+def table(rates: dict[int, float]) -> Callable[[Setting, float], float]:
+    return lambda s, t: rates[s.workers]
+
+
+def test_the_ladder_is_the_grid_a_sweep_measures() -> None:
+    assert ladder(0, 2) == [0, 1, 2]
+    assert ladder(0, 6) == [0, 1, 2, 4, 6]
+    assert ladder(1, 8) == [1, 2, 4, 8]
+    assert ladder(3, 2) == [3]
+
+
+def test_it_starts_from_as_many_workers_as_cores_and_memory_allow() -> None:
+    assert Tuner(AutoTune(), cores=4).initial() == Setting(4, 2)
+    # 8 GiB usable: a reserve of 256 MiB; each worker counted at 128 MiB until one is measured, and added only
+    # where one more would still fit
+    assert Tuner(AutoTune(), cores=4).initial(1 * GIB, 8 * GIB) == Setting(4, 2)
+    assert Tuner(AutoTune(), cores=4).initial(0.6 * GIB, 8 * GIB) == Setting(1, 2)
+    assert Tuner(AutoTune(), cores=4).initial(0.1 * GIB, 8 * GIB) == Setting(0)
+    assert Tuner(AutoTune(start=3), cores=4).initial() == Setting(3, 2)
+    assert Tuner(AutoTune(max_workers=2, prefetch=(4, 8)), cores=16, prefetch=None).initial() == Setting(2, 4)
+    assert Tuner(AutoTune(), cores=4, workers=3, prefetch=None).initial() == Setting(3, 2)  # prefetch only
+
+
+def test_cheap_items_end_with_no_workers_and_stay_there() -> None:
+    # items cheaper to make than to receive from a worker (the demo's HDF5): no workers is 4x faster
+    rates = {0: 230_000.0, 1: 35_000.0, 2: 55_000.0}
+    tuner, _seen, changes = simulate(
+        table(rates),
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.6,
+        batch_s=lambda s, t: 256 / rates[s.workers],
+        data_s=lambda s, t: 0.0008,
+    )
+    assert changes[0].after == Setting(0) and changes[0].t == 1.0  # from the first window
+    assert "to make" in changes[0].reason
+    assert len(changes) == 1 and tuner.current == Setting(0)  # and it stays
+
+
+def test_decode_heavy_items_keep_the_cores_busy() -> None:
+    rates = {0: 3_900.0, 1: 2_900.0, 2: 5_400.0}
+    tuner, _, changes = simulate(
+        table(rates),
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        batch_s=lambda s, t: 64 / rates[s.workers],
+        data_s=lambda s, t: 0.026,  # a batch takes 26 ms to make, one at a time: no workers would be slower
+    )
+    assert changes == [] and tuner.current == Setting(2, 2)
+
+
+def test_it_stops_adding_workers_once_the_step_is_the_bottleneck() -> None:
+    # a batch takes 60 ms to make and the step 20 ms: 3 workers keep up, more would not train faster
+    def stall(s: Setting, t: float) -> float:
+        return max(0.0, 1 - 20 / (60 / s.workers)) if s.workers else 0.75
+
+    def rate(s: Setting, t: float) -> float:
+        return 64 / max(0.020, 0.060 / max(s.workers, 1))
+
+    tuner, _seen, changes = simulate(
+        rate,
+        cores=16,
+        options=AutoTune(start=1),
+        step=lambda s, t: True,
+        stall=stall,
+        label=lambda s, t: "step" if stall(s, t) < 0.05 else "cpu",
+        worker_busy=lambda s, t: 0.9,
+        data_s=lambda s, t: 0.06,
+        step_s=lambda s, t: 0.02,
+        batch_s=lambda s, t: 64 / rate(s, t),
+    )
+    assert [c.after.workers for c in changes] == [2, 4]  # up the ladder while the loop waits
+    assert tuner.current == Setting(4, 2)  # 4 keep up (stall 0): never 8 or 16
+    assert "waits for data" in changes[0].reason
+
+
+def test_other_programs_taking_cores_mean_one_worker_fewer_kept_when_it_costs_little() -> None:
+    def others(s: Setting, t: float) -> float:
+        return 0.1 if t < 10 else 1.2  # a program takes a core at t=10
+
+    def rate(s: Setting, t: float) -> float:
+        if t < 10:
+            return {0: 3_900.0, 1: 2_900.0, 2: 5_400.0}[s.workers]
+        return {0: 2_000.0, 1: 2_950.0, 2: 3_000.0}[s.workers]  # fewer workers cost 2% now
+
+    tuner, _, changes = simulate(
+        rate, others=others, label=lambda s, t: "cpu", worker_busy=lambda s, t: 0.95, data_s=lambda s, t: 0.026
+    )
+    assert changes[0].before == Setting(2, 2) and changes[0].after == Setting(1, 2)
+    assert changes[0].t <= 12.0  # two windows to confirm
+    assert "other programs took 1.1 cores" in changes[0].reason
+    assert len(changes) == 1 and tuner.current == Setting(1, 2)  # kept: within the margin
+
+
+def test_fewer_workers_that_cost_much_under_interference_are_undone() -> None:
+    def rate(s: Setting, t: float) -> float:
+        if t < 10:
+            return {0: 3_900.0, 1: 2_900.0, 2: 5_400.0}[s.workers]
+        return {0: 2_000.0, 1: 2_100.0, 2: 3_000.0}[s.workers]  # one worker fewer costs 30%
+
+    _tuner, _, changes = simulate(
+        rate,
+        others=lambda s, t: 0.1 if t < 10 else 1.2,
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        data_s=lambda s, t: 0.026,
+    )
+    assert [c.after for c in changes] == [Setting(1, 2), Setting(2, 2)]
+    assert "measured 0.70x" in changes[1].reason
+    assert changes[1].t - changes[0].t >= AutoTune().interval
+
+
+def test_a_flipping_signal_starts_no_restart_storm() -> None:
+    """Other programs' cores and the rate flip every window (or every other): never two windows in a row
+    beyond the thresholds the same way, so nothing is re-measured and nothing restarts."""
+    for period in (1, 2):
+
+        def flip(s: Setting, t: float, period: int = period) -> float:
+            return 1.5 if (int(t) // period) % 2 else 0.0
+
+        _, _, changes = simulate(
+            lambda s, t, period=period: 5_000.0 * (0.6 if (int(t) // period) % 2 else 1.0),
+            windows=100,
+            others=flip,
+            label=lambda s, t: "cpu",
+            worker_busy=lambda s, t: 0.95,
+            data_s=lambda s, t: 0.026,
+        )
+        # every other window: never two in a row; two on, two off: the first two on, then the range is wide
+        assert len(changes) <= (0 if period == 1 else 2), (period, changes)
+
+
+def test_noisy_windows_make_few_changes_and_never_two_within_the_interval() -> None:
+    rng = random.Random(5)
+    true = {0: 3_900.0, 1: 2_900.0, 2: 4_400.0}
+    options = AutoTune(interval=3.0)
+    tuner, _, changes = simulate(
+        lambda s, t: true[s.workers] * rng.uniform(0.7, 1.3),  # +-30%: this machine's windows under load
+        options=options,
+        windows=200,
+        every=0.5,
+        others=lambda s, t: rng.uniform(0.0, 0.8),
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.9,
+        data_s=lambda s, t: 0.026,
+    )
+    times = [c.t for c in changes]
+    assert all(b - a >= options.interval for a, b in itertools.pairwise(times))
+    assert len(changes) <= (1 + tuner.regime) * (len(ladder(0, 2)) + 2)
+    assert len(changes) <= 10  # over 100 s
+
+
+def test_a_recorded_run_replayed_gives_the_same_decisions() -> None:
+    # windows measured at 2 workers on this 2-core machine, CPU-bound items, other helpers loading it; then a
+    # program taking both cores (the last six)
+    recorded = [
+        (3304, 0.73),
+        (3100, 0.73),
+        (3950, 0.51),
+        (3371, 0.66),
+        (2456, 1.06),
+        (3013, 0.87),
+        (3643, 0.6),
+        (4102, 0.4),
+        (2870, 1.02),
+        (1755, 1.52),
+        (1620, 1.61),
+        (1690, 1.58),
+        (1702, 1.55),
+        (1588, 1.62),
+        (1650, 1.6),
+    ]
+    observations = [
+        Observation(0.5 * (k + 1), Setting(2, 2), r, others=o, label="cpu", worker_busy=0.95, cores=2, data_s=0.02)
+        for k, (r, o) in enumerate(recorded)
+    ]
+    _first, answers = replay(observations)
+    _again, answers_again = replay(observations)
+    assert answers == answers_again  # a pure function of the measurements
+    made = [a for a in answers if a is not None]
+    assert len(made) == 1 and made[0].after == Setting(1, 2)  # the noise before: nothing; the program: one fewer
+    assert answers.index(made[0]) == 10  # the second window of the program's cores confirms it
+    assert "other programs took" in made[0].reason
+
+
+def test_memory_pressure_drops_workers_at_once() -> None:
+    options = AutoTune(interval=100.0)
+    tuner = Tuner(options, cores=8)
+    setting = tuner.initial()
+    assert setting == Setting(8, 2)
+    base = {"label": "cpu", "worker_busy": 0.9, "cores": 8, "memory_total": 64 * GIB, "worker_bytes": 1 * GIB}
+    # the reserve is 2% of 64 GiB (1.3 GiB); 0.5 GiB left: give 0.8 GiB back, one worker of 1 GiB
+    change = tuner.observe(Observation(1.0, setting, 1000.0, memory_available=0.5 * GIB, **base))  # type: ignore[arg-type]
+    assert change is not None and change.after == Setting(7, 2) and change.at == "now"
+    assert "memory" in change.reason
+    # still short a second later: despite the interval, at once (and by as many workers as it takes)
+    change = tuner.observe(Observation(2.0, change.after, 1000.0, memory_available=-2.5 * GIB, **base))  # type: ignore[arg-type]
+    assert change is not None and change.after == Setting(3, 2)
+
+
+def test_it_adds_a_worker_only_where_memory_allows() -> None:
+    rates = {0: 100.0, 1: 200.0, 2: 300.0, 4: 400.0, 6: 450.0}
+    tuner, _, changes = simulate(
+        table(rates),
+        cores=6,
+        options=AutoTune(start=1),
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        data_s=lambda s, t: 0.5,
+        memory_total=lambda s, t: 16 * GIB,
+        worker_bytes=lambda s, t: 1 * GIB,
+        memory_available=lambda s, t: (4.5 - s.workers) * GIB,  # each worker takes 1 GiB of 4.5
+    )
+    # with 2 workers, 2.5 GiB left: a third would leave 1.5 GiB, more than the 0.33 GiB reserve and one worker
+    assert max(c.after.workers for c in changes) <= 3
+    assert tuner.current.workers >= 2
+
+
+def test_one_change_per_interval_even_when_every_window_asks_for_one() -> None:
+    options = AutoTune(interval=5.0, start=1)
+    # a loader that always seems to want more workers and always measures faster with them
+    _tuner, _, changes = simulate(
+        lambda s, t: 100.0 * (1 + s.workers),
+        cores=64,
+        options=options,
+        windows=60,
+        every=0.5,
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        data_s=lambda s, t: 1.0,
+    )
+    times = [c.t for c in changes]
+    assert len(changes) >= 4
+    assert all(b - a >= 5.0 for a, b in itertools.pairwise(times))
+
+
+def test_a_change_near_the_end_of_an_epoch_waits_for_the_next_pass() -> None:
+    obs = Observation(
+        1.0, Setting(2, 2), 5000.0, label="ipc", worker_busy=0.3, batches_left=3, batch_s=0.01, restart_s=0.2
+    )
+    change = Tuner(AutoTune(), cores=2).observe(obs)
+    assert change is not None and change.after == Setting(0) and change.at == "next pass"
+    # persistent workers pay a restart at the next pass too: no reason to wait
+    change = Tuner(AutoTune(), cores=2, persistent=True).observe(obs)
+    assert change is not None and change.at == "now"
+    # far from the end: now
+    far = Observation(1.0, Setting(2, 2), 5000.0, label="ipc", batches_left=500, batch_s=0.01, restart_s=0.2)
+    change = Tuner(AutoTune(), cores=2).observe(far)
+    assert change is not None and change.at == "now"
+
+
+def test_prefetch_auto_tries_more_prefetch_when_batches_come_in_bursts() -> None:
+    def rate(s: Setting, t: float) -> float:
+        return {2: 40.0, 4: 48.0, 8: 49.0}[s.prefetch or 2]
+
+    tuner = Tuner(AutoTune(), cores=4, workers=2, prefetch=None)
+    _, _, changes = simulate(
+        rate,
+        tuner=tuner,
+        step=lambda s, t: True,
+        stall=lambda s, t: 0.3,
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.5,  # workers idle half the time, yet the loop waits: bursts
+    )
+    assert [c.after for c in changes] == [Setting(2, 4), Setting(2, 8), Setting(2, 4)]
+    assert "bursts" in changes[0].reason and "measured 1.02x" in changes[2].reason
+
+
+def test_a_trial_of_fewer_workers_is_kept_unless_slower_by_the_margin_and_more_only_if_faster() -> None:
+    tuner = Tuner(AutoTune(), cores=4, workers=None)
+    s = tuner.initial()
+    assert s == Setting(4, 2)
+    idle: dict[str, object] = {"label": "cpu", "worker_busy": 0.3, "cores": 4, "data_s": 1.0}
+    busy: dict[str, object] = {**idle, "worker_busy": 0.9}
+    change = tuner.observe(Observation(1.0, s, 1000.0, **idle))  # type: ignore[arg-type]
+    assert change is not None and change.after == Setting(2, 2) and "idle" in change.reason
+    assert tuner.observe(Observation(4.0, change.after, 960.0, **busy)) is None  # 4% slower: kept  # type: ignore[arg-type]
+    # more workers: kept only if faster by the margin
+    tuner = Tuner(AutoTune(start=2), cores=4)
+    s = tuner.initial()
+    change = tuner.observe(Observation(1.0, s, 1000.0, **busy))  # type: ignore[arg-type]
+    assert change is not None and change.after == Setting(4, 2) and "waits for data" in change.reason
+    back = tuner.observe(Observation(4.0, change.after, 1040.0, **busy))  # type: ignore[arg-type]
+    assert back is not None and back.after == Setting(2, 2) and "measured 1.04x" in back.reason
+
+
+def test_an_early_look_decides_only_when_it_is_clear() -> None:
+    tuner = Tuner(AutoTune(), cores=2)
+    s = tuner.initial()
+    early = Observation(0.25, s, 50_000.0, label="cpu", worker_busy=0.6, batch_s=0.005, data_s=0.004, early=True)
+    assert tuner.observe(early) is None  # no workers would take 4 of 5 ms: not clear, wait for the window
+    assert tuner.wants_early()
+    clear = Observation(0.25, s, 50_000.0, label="cpu", worker_busy=0.6, batch_s=0.005, data_s=0.001, early=True)
+    change = tuner.observe(clear)
+    assert change is not None and change.after == Setting(0)
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="max_workers"):
+        AutoTune(min_workers=3, max_workers=2)
+    with pytest.raises(ConfigError, match="prefetch"):
+        AutoTune(prefetch=(4, 2))
+    with pytest.raises(ConfigError, match="interval"):
+        AutoTune(interval=0)
+    assert math.isclose(AutoTune().margin, 0.05)
