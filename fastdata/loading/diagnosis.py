@@ -277,6 +277,8 @@ def _start_up(ev: Evidence) -> Verdict | None:
         return None  # no part stands out: the wait is the pipeline's own latency, not one start-up cost
     share = f"{_pct(ev.epoch_start)} of the time goes to waiting for epochs' first batches ({split.total:.2f} s each)"
     parts = ", ".join(f"{p} {getattr(split, p):.2f} s" for p in StartSplit.PARTS)
+    if part == "launch" and ev.threads:
+        return None  # no process is launched in thread mode: no "fork" verdict from a thread's start
     if part == "launch":
         how = (
             f"fork copies the page tables of the {_gib(ev.parent_rss)} parent"
@@ -300,8 +302,6 @@ def _start_up(ev: Evidence) -> Verdict | None:
             ],
             ["make the set-up lazier or cheaper (cache the index); fewer threads copy the dataset fewer times"],
         )
-    if part == "launch" and ev.threads:
-        return None  # no process is launched in thread mode: no "fork" verdict from a thread's start
     if part == "init":
         return Verdict(
             "worker-init",
