@@ -187,3 +187,9 @@ def test_cli_modes_flag_parses_and_rejects_an_unknown_mode(tmp_path: Path, capsy
     modes = sorted({(p["config"]["mode"], p["config"]["num_workers"]) for p in data["result"]["points"]})
     assert modes[:3] == [("processes", 2), ("threads", 1), ("threads", 2)]
     assert data["recommendation"]["mode"] in {"processes", "threads"}
+
+
+def test_a_thread_points_demand_counts_its_loader_threads() -> None:
+    p, result = _thread_point(main_cores=1.5, others=0.0)
+    assert p.demand == p.main_process_busy == 1.5  # not the main thread's 0.1 alone
+    assert evidence(p, result).demand == 1.5

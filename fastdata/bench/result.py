@@ -332,7 +332,10 @@ class Point:
     @property
     def demand(self) -> float:
         """Cores the loader would keep busy if it had them: the workers' and the main thread's busy
-        fractions summed. Unlike CPU used, it does not fall when other programs take the cores."""
+        fractions summed (in thread mode, every thread of the main process: the loader threads are there).
+        Unlike CPU used, it does not fall when other programs take the cores."""
+        if self.config.mode == "threads":
+            return self.main_process_busy
         return sum(self.worker_busy) + self.main_busy
 
     @classmethod

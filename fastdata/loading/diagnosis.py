@@ -167,7 +167,10 @@ class Evidence:
 
     @property
     def demand(self) -> float:
-        """Cores the loader would keep busy if it had them."""
+        """Cores the loader would keep busy if it had them (in thread mode, every thread of the main
+        process: the loader threads are there)."""
+        if self.threads:
+            return self.main_process_busy
         return sum(self.worker_busy) + self.main_busy
 
 
