@@ -150,3 +150,16 @@ def test_probed_loader_reads_the_same_batches(h5: list[str]) -> None:
     plain = [b["key"].tolist() for b in make_loader(ds, Config(0, None, False, False, 4))]
     probed = [p.batch["key"].tolist() for p in make_loader(ds, Config(0, None, False, False, 4), table=StageTable(1))]
     assert plain == probed and sorted(k for b in plain for k in b) == list(range(33))
+
+
+def test_the_hybrid_reads_a_plain_torch_dataset() -> None:
+    """threads_per_worker over a torch Dataset that is not fastdata's (no worker_world): every item once,
+    in the DataLoader's order (before, fastdata's worker_init_fn asked the wrapper for a world it lacked)."""
+    from fastdata.bench.synthetic import CheapDataset
+    from fastdata.loading.hybrid import ThreadedMap, ThreadedPlainMap, threaded
+
+    ds = CheapDataset(n=48)
+    assert isinstance(threaded(ds, 2), ThreadedPlainMap) and not isinstance(threaded(ds, 2), ThreadedMap)
+    loader = build_dataloader(ds, batch_size=4, num_workers=2, threads_per_worker=2, shuffle=False)
+    items = [int(x) for batch in loader for x in batch]
+    assert items == list(range(48))

@@ -69,11 +69,19 @@ class Recommendation:
         return self.point.samples_per_s / self.best.samples_per_s
 
     def code(self) -> str:
-        """``DataLoader(dataset, ...)`` with the recommended keyword arguments."""
+        """``DataLoader(dataset, ...)`` with the recommended keyword arguments, or ``fd.Loader(dataset,
+        ...)`` where only the Loader runs the recommended mode (threads, the hybrid, the slot transport)."""
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        if self.config is not None and self.config.uses_loader():
+            return f"fd.Loader(dataset, {args})"  # the Loader batches a dataset that batches itself as is
         if "batch_size" in self.kwargs and self.kwargs["batch_size"] is None:
             args += ", collate_fn=fd.as_is"  # the dataset yields whole batches: nothing to convert
         return f"DataLoader(dataset, {args})"
+
+    @property
+    def mode(self) -> str | None:
+        """Who reads in the recommended configuration: "processes", "threads" or "hybrid"."""
+        return None if self.config is None else self.config.mode
 
     def text(self) -> str:
         """The recommendation and the diagnosis as a paragraph of plain text."""
@@ -93,6 +101,8 @@ class Recommendation:
         return {
             "kwargs": self.kwargs,
             "config": None if self.config is None else self.config.label(),
+            "mode": self.mode,
+            "code": self.code(),
             "samples_per_s": self.point.samples_per_s if self.point else None,
             "best_samples_per_s": self.best.samples_per_s if self.best else None,
             "ratio_to_best": self.ratio_to_best,
@@ -107,7 +117,7 @@ class Recommendation:
 
 def fair_points(result: SweepResult) -> list[Point]:
     """The points that succeeded, less the oversubscribed CPU-bound ones (unless nothing else is left)."""
-    ok = sorted(result.ok_points(), key=lambda p: p.config)
+    ok = sorted(result.ok_points(), key=lambda p: p.config.cost())
     # past the cores, a CPU-bound loader only takes CPU from other programs: not a speed to aim for
     return [p for p in ok if not oversubscribed(p, result.usable_cores)] or ok
 
@@ -146,6 +156,7 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
     phys = int(result.machine.get("physical_cores") or result.usable_cores)
     cpus = result.usable_cores
     w = rec.config.num_workers
+    threads = rec.config.mode == "threads"  # loader threads: their CPU is the main process's
     spare = max(0, phys - procs_per_node)
     warnings: list[str] = []
     if kind == "ipc":
@@ -154,7 +165,8 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
         workers = min(w, spare // procs_per_node)
         reason = "its workers compute, so each needs a physical core of its own"
     else:
-        per_worker = max(0.05, (rec.worker_cores / w) if w else 0.0)
+        used = rec.main_loader_cores if threads else rec.worker_cores
+        per_worker = max(0.05, (used / w) if w else 0.0)
         fits = math.floor(spare / (procs_per_node * per_worker)) if spare else 0
         workers = min(w, fits)
         reason = (
@@ -181,6 +193,7 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
     config = replace(
         rec.config,
         num_workers=workers,
+        mode=rec.config.mode if workers else "processes",
         prefetch_factor=(rec.config.prefetch_factor or 2) if workers else None,
         persistent_workers=rec.config.persistent_workers if workers else False,
     )
@@ -237,8 +250,8 @@ def recommend(
     if fair_best is not best:
         gain = best.samples_per_s / fair_best.samples_per_s - 1
         sentences.append(
-            f"{best.config.num_workers} workers measured {gain:.0%} faster than "
-            f"{fair_best.config.num_workers}, with more CPU-bound workers than the {result.usable_cores}"
+            f"{best.config.describe()} measured {gain:.0%} faster than "
+            f"{fair_best.config.describe()}, with more CPU-bound workers than the {result.usable_cores}"
             " usable cores: that gain is CPU taken from other programs, so it is not recommended."
         )
     ranks = per_rank(result, rec, found.label, procs) if procs > 1 else None

@@ -21,6 +21,8 @@ EPILOG = """examples:
   fastdata bench --demo                        build small data for every backend, sweep each, summarise
   fastdata bench 'data/train-{000000..000099}.tar' --workers 0,2,4,8 --json out.json --plot out.png
   fastdata bench data/ --step-ms 40            with a 40 ms training step: the smallest loader that keeps up
+  fastdata bench data/ --modes processes,threads,hybrid
+                                               worker processes, loader threads and the hybrid, compared
   fastdata bench data/ -o decode=numpy         backend options (see docs/bench.md)
   fastdata bench mypkg.data:make_dataset       the dataset you train with: a function returning it
                                                (or a dataset and its DataLoader keyword arguments)
@@ -39,6 +41,32 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, like 0,1,2,4") from None
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: expected integers >= 0, like 0,1,2,4")
+    return values
+
+
+def _choices(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [v for v in values if v not in allowed]
+    if unknown or not values:
+        bad = ", ".join(map(repr, unknown)) if unknown else repr(text)
+        raise argparse.ArgumentTypeError(
+            f"{bad}: not a {what}; expected a comma-separated list of {', '.join(allowed)} (e.g. {','.join(allowed)})"
+        )
+    return list(dict.fromkeys(values))
+
+
+def _modes(text: str) -> list[str]:
+    return _choices(text, ("processes", "threads", "hybrid"), "mode")
+
+
+def _transports(text: str) -> list[str]:
+    return _choices(text, ("stock", "slots"), "transport")
+
+
+def _counts(text: str) -> list[int]:
+    values = _ints(text)
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected thread counts >= 1, like 1,2,4")
     return values
 
 
@@ -85,6 +113,37 @@ def register(sub: Any) -> None:
         type=_ints,
         metavar="N,N,...",
         help="worker counts to try (default: 0, 1, 2, 4 ... up to the usable cores)",
+    )
+    p.add_argument(
+        "--modes",
+        type=_modes,
+        default=["processes"],
+        metavar="MODE,...",
+        help="who reads, each measured and compared: processes (DataLoader workers), threads (loader threads "
+        "of the training process, fd.Loader(workers='threads')), hybrid (workers with --threads-per-worker "
+        "threads each) (default processes; each mode more takes about as long again)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_counts,
+        default=None,
+        metavar="N,N,...",
+        help="loader-thread counts for --modes threads (default: the worker counts above 0)",
+    )
+    p.add_argument(
+        "--threads-per-worker",
+        type=int,
+        default=2,
+        metavar="T",
+        help="threads in each worker process for --modes hybrid (default 2)",
+    )
+    p.add_argument(
+        "--transport",
+        type=_transports,
+        default=["stock"],
+        metavar="KIND,...",
+        help="how worker processes hand batches over: stock (the DataLoader's own way), slots (fastdata's "
+        "reused shared-memory slots, fd.Loader's default), or stock,slots to measure both (default stock)",
     )
     p.add_argument("--batch-size", type=int, default=None, metavar="N", help="samples per batch (default 64)")
     p.add_argument("--prefetch", type=_ints, default=[2], metavar="N,N,...", help="prefetch_factor values (default 2)")
@@ -303,8 +362,7 @@ def run_spec(args: argparse.Namespace) -> int:
 
     import fastdata.bench as fb
     from fastdata.bench import backends, report
-    from fastdata.bench.measure import default_workers, grid
-    from fastdata.bench.options import progress_bar, sweep_args
+    from fastdata.bench.options import grid_size, progress_bar, sweep_args
     from fastdata.loading.loader import as_is
 
     kwargs = sweep_args(args, batch_size=64, seconds=1.0 if args.quick else 6.0)
@@ -347,19 +405,7 @@ def run_spec(args: argparse.Namespace) -> int:
         kwargs["memory"] = args.memory_gb * 2**30
     console = Console(stderr=True)
     out = Console()
-    workers = kwargs["workers"] or default_workers()
-    points = (
-        len(
-            grid(
-                workers,
-                kwargs["prefetch_factor"],
-                kwargs["pin_memory"] or [False],
-                kwargs["persistent_workers"] or [False],
-                kwargs["batch_size"],
-            )
-        )
-        * kwargs["rounds"]
-    )
+    points = grid_size(kwargs)
     with progress_bar(console, points, name) as bar:
         task = bar.add_task(f"{name}: sweeping", total=points)
         result = fb.sweep(factory, progress=lambda d, t, p: bar.update(task, completed=d, total=t), **kwargs)

@@ -38,8 +38,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     import fastdata.bench as fb
     from fastdata.bench import backends, report
-    from fastdata.bench.measure import default_workers, grid
-    from fastdata.bench.options import progress_bar, sweep_args
+    from fastdata.bench.options import grid_size, progress_bar, sweep_args
     from fastdata.loading.loader import as_is
 
     everything = backends.backends()
@@ -69,19 +68,7 @@ def run_demo(args: argparse.Namespace) -> int:
             kw = sweep_args(args, batch_size=b.demo_batch_size, seconds=QUICK_SECONDS if args.quick else SECONDS)
             kw.setdefault("window", 0.25 if args.quick else 0.5)
             kw.setdefault("warmup", 0.25 if args.quick else 0.5)
-            workers = kw["workers"] or default_workers()
-            n = (
-                len(
-                    grid(
-                        workers,
-                        kw["prefetch_factor"],
-                        kw["pin_memory"] or [False],
-                        kw["persistent_workers"] or [False],
-                        kw["batch_size"],
-                    )
-                )
-                * kw["rounds"]
-            )
+            n = grid_size(kw)
             per_backend.append((b, kw, n))
         total = sum(n for _, _, n in per_backend) + len(per_backend)  # + one step per data build
         with progress_bar(console, total, "demo") as bar:

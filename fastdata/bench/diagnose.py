@@ -63,12 +63,12 @@ HEADLINE: dict[str, str] = {
 def _per_worker_busy(p: Point) -> float:
     if p.worker_busy:
         return sum(p.worker_busy) / len(p.worker_busy)
-    return p.worker_cores / max(1, p.config.num_workers)
+    return p.worker_cores / max(1, p.config.processes)
 
 
 def cores_saturated(p: Point, cores: int) -> bool:
     """The loader alone wants (nearly) every usable core, its workers computing (not waiting)."""
-    computing = not p.config.num_workers or _per_worker_busy(p) >= WORKER_COMPUTING
+    computing = not p.config.processes or _per_worker_busy(p) >= WORKER_COMPUTING
     return computing and p.demand >= CORES_SATURATED * cores
 
 
@@ -76,7 +76,7 @@ def oversubscribed(p: Point, cores: int) -> bool:
     """More workers than cores, all computing, wanting every core between them: any gain over ``cores``
     workers is CPU taken from other programs (the training process, on a real job), not loader speed."""
     return (
-        p.config.num_workers > cores
+        p.config.processes > cores
         and _per_worker_busy(p) >= WORKER_COMPUTING
         and sum(p.worker_busy) >= CORES_SATURATED * cores
     )
@@ -105,7 +105,9 @@ def evidence(p: Point, result: SweepResult) -> Evidence:
         epoch_s = result.epoch_samples / p.samples_per_s
         epoch_start = p.startup_s / (p.startup_s + epoch_s)
     return Evidence(
-        workers=p.config.num_workers,
+        workers=p.config.processes,
+        # loader threads are threads of the main process: their CPU is in its figures, read per thread
+        threads=p.config.num_workers if p.config.mode == "threads" else 0,
         cores=result.usable_cores,
         step=bool(result.step_time),
         stall=p.stall,
@@ -154,10 +156,6 @@ def classify(p: Point, cores: int | None = None) -> Bottleneck:
     return label(p, result)
 
 
-def _workers(n: int) -> str:
-    return "no workers" if n == 0 else "1 worker" if n == 1 else f"{n} workers"
-
-
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -172,7 +170,7 @@ def _heavy(result: SweepResult) -> Point | None:
     if not mem:
         return None
     heavy = [p for p in result.ok_points() if p.pss_total >= MEMORY_NEAR * mem]
-    return min(heavy, key=lambda p: p.config) if heavy else None
+    return min(heavy, key=lambda p: p.config.cost()) if heavy else None
 
 
 def _growth(result: SweepResult, p: Point) -> str:
@@ -188,8 +186,8 @@ def _growth(result: SweepResult, p: Point) -> str:
     if not prev.samples_per_s:
         return ""
     return (
-        f"Throughput went {p.samples_per_s / prev.samples_per_s:.2f}x from {_workers(prev.config.num_workers)} "
-        f"to {_workers(p.config.num_workers)}."
+        f"Throughput went {p.samples_per_s / prev.samples_per_s:.2f}x from {prev.config.describe()} "
+        f"to {p.config.describe()}."
     )
 
 
@@ -209,7 +207,7 @@ def _main_collate_note(result: SweepResult) -> list[str]:
     workers = [
         float(p.stage_ms["collate"] or 0.0)
         for p in result.ok_points()
-        if p.config.num_workers and p.stage_ms.get("collate")
+        if p.config.processes and p.stage_ms.get("collate")
     ]
     if threads <= 1 or not mains or not workers:
         return []
@@ -257,7 +255,7 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
     if heavy is not None or died:
         v = verdict(heavy, result, stall_target) if heavy is not None else Verdict("memory", [])
         ev = v.evidence if v.label == "memory" else []
-        ev = [f"at {_workers(heavy.config.num_workers)} {ev[0]}" if ev and heavy else "", *ev[1:]]
+        ev = [f"at {heavy.config.describe()} {ev[0]}" if ev and heavy else "", *ev[1:]]
         ev = [e for e in ev if e] + [f"{p.config.label()} failed: {p.error}" for p in died]
         return Diagnosis("memory", ev, ["fewer workers or a smaller prefetch_factor"], notes, heavy)
     if result.step_time and rec.stall is not None and rec.stall < stall_target:
@@ -265,11 +263,11 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
         step = result.settings.get("step_time")
         step_text = f"a step of {float(step) * 1000:.0f} ms" if isinstance(step, (int, float)) else "the step"
         text = (
-            f"with {_workers(rec.config.num_workers)} the training loop waits for data {rec.stall:.1%} of the "
+            f"with {rec.config.describe()} the training loop waits for data {rec.stall:.1%} of the "
             f"time with {step_text}"
         )
         return Diagnosis("step", [text], ["a faster loader would not train faster"], notes, rec)
-    with_workers = [p for p in result.ok_points() if p.config.num_workers]
+    with_workers = [p for p in result.ok_points() if p.config.processes]  # batches sent between processes
     if rec.config.num_workers == 0 and with_workers and not result.step_time:
         top = max(with_workers, key=lambda p: p.samples_per_s)
         waits = storage_signs(evidence(rec, result))  # a slow store: the verdict is storage, not transfer
@@ -282,7 +280,7 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
                 f"items are so cheap that sending them between processes costs more than making them: no "
                 f"workers gives {rec.samples_per_s:,.0f} samples/s with the main process computing "
                 f"{rec.main_process_busy or rec.main_busy:.0%} of the time; the best with workers gives "
-                f"{top.samples_per_s:,.0f} ({_workers(top.config.num_workers)}, the main process receiving "
+                f"{top.samples_per_s:,.0f} ({top.config.describe()}, the main process receiving "
                 f"{top.unpickle:.0%} of the time)"
             )
             advice = "load in the main process, or do more work per item (decode, augment) before workers pay off"
@@ -302,14 +300,20 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
             )
     v = verdict(best, result, stall_target)
     extra = []
-    largest = max(p.config.num_workers for p in with_workers or [best])
+    same_mode = [p for p in result.ok_points() if p.config.mode == best.config.mode and p.config.num_workers]
+    largest = max(p.config.num_workers for p in same_mode or [best])
     room = v.label == "storage" or (v.label == "cpu" and not cores_saturated(best, result.usable_cores))
+    if best.config.mode == "threads" and v.label == "cpu":
+        room = False  # threads that compute share one interpreter: more of them is no measured promise
     if room and best.config.num_workers == largest and largest:
         w = best.config.num_workers
-        extra.append(f"{_workers(w)} is the most tested and still the best: try more (--workers {w},{2 * w},{4 * w})")
+        flag = "--threads" if best.config.mode == "threads" else "--workers"
+        extra.append(
+            f"{best.config.describe()} is the most tested and still the best: try more ({flag} {w},{2 * w},{4 * w})"
+        )
     todo = list(v.advice)
     if v.label == "cpu" and any("more workers would help" in a for a in todo):
-        larger = [p for p in with_workers if p.config.num_workers > best.config.num_workers]
+        larger = [p for p in same_mode if p.config.num_workers > best.config.num_workers]
         if larger:
             # the probes say cores are left, but the sweep measured more workers and they were no faster
             top = max(larger, key=lambda p: p.samples_per_s)
@@ -342,7 +346,7 @@ def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) ->
         out.append(f"Stages: {_stage_text(best)}.")
     share = startup_share(result, rec)
     measured_persistent = any(p.config.persistent_workers for p in result.ok_points())
-    if share is not None and share >= STARTUP_NOTE and rec.config.num_workers and not rec.config.persistent_workers:
+    if share is not None and share >= STARTUP_NOTE and rec.config.processes and not rec.config.persistent_workers:
         if measured_persistent:
             out.append(
                 f"Starting the workers takes {rec.startup_s:.2f} s, {share:.0%} of an epoch; persistent_workers=True "
@@ -421,7 +425,7 @@ def data_time_ms(result: SweepResult, p: Point) -> float | None:
     bs = _batch_size(result, p)
     if [s for s, ms in zip(STAGES, stages_ms) if ms is not None and s != "collate"]:
         return sum(known) * bs
-    single = [q for q in result.ok_points() if q.config.num_workers <= 1]
+    single = [q for q in result.ok_points() if q.config.mode == "processes" and q.config.num_workers <= 1]
     if single:
         q = max(single, key=lambda q: q.samples_per_s)
         return 1000 * bs / q.samples_per_s if q.samples_per_s else None

@@ -42,6 +42,7 @@ from fastdata.loading import stage_table as library
 from fastdata.loading.builder import build_dataloader
 from fastdata.loading.protocol import Dataset as FastdataDataset
 from fastdata.loading.stage_table import StartSplit, start_split
+from fastdata.loading.thread_loader import ThreadLoader, thread_loader_for
 
 StepFn = Callable[[Any], object]
 
@@ -81,23 +82,38 @@ def make_loader(
     worker_init_fn: Callable[[int], object] | None = None,
     multiprocessing_context: Any = None,
     table: StageTable | None = None,
-) -> DataLoader[Any]:
-    """The DataLoader of one configuration, built as :class:`fastdata.Loader` builds it
-    (:func:`~fastdata.loading.builder.build_dataloader`), and probed when ``table`` is given: the probes
-    wrap the collate function and ``worker_init_fn`` the builder chooses."""
+) -> DataLoader[Any] | ThreadLoader:
+    """The loader of one configuration, built as :class:`fastdata.Loader` builds it
+    (:func:`~fastdata.loading.builder.build_dataloader`, or in thread mode
+    :func:`~fastdata.loading.thread_loader.thread_loader_for`), and probed when ``table`` is given: the
+    probes wrap the collate function and ``worker_init_fn`` the builder chooses (loader threads have no
+    ``worker_init_fn``: the main process's row of the table counts for all of them)."""
     hooks: dict[str, Any] = {}
     if table is not None:
         hooks["wrap_collate"] = ProbedCollate  # ProbedCollate(collate, batched)
-        if config.num_workers:
+        if config.processes:
             hooks["wrap_worker_init"] = functools.partial(ProbeInit, table)  # attach first, then fastdata's
+    kwargs = config.loader_kwargs()
+    if config.mode == "threads":
+        kwargs.pop("workers")
+        return thread_loader_for(
+            ds,
+            kwargs.pop("num_workers"),
+            shuffle=shuffle,
+            collate_fn=collate_fn,
+            worker_init_fn=worker_init_fn,  # refused (a point with an error) when given: threads have none
+            **hooks,
+            **kwargs,
+        )
     return build_dataloader(
         ds,
         shuffle=shuffle,
         collate_fn=collate_fn,
         worker_init_fn=worker_init_fn,
         multiprocessing_context=multiprocessing_context,
+        transport=config.transport,
         **hooks,
-        **config.loader_kwargs(),
+        **kwargs,
     )
 
 
@@ -109,7 +125,7 @@ class _Feed:
     batch was asked for), so that the caller can close its window there.
     """
 
-    def __init__(self, loader: DataLoader[Any], table: StageTable | None, config: Config) -> None:
+    def __init__(self, loader: DataLoader[Any] | ThreadLoader, table: StageTable | None, config: Config) -> None:
         self.loader, self.table, self.config = loader, table, config
         self.restarts: list[float] = []
         self.splits: list[StartSplit] = []
@@ -131,8 +147,13 @@ class _Feed:
         if self.table is None or not self._split_due:
             return
         self._split_due = False
-        slot = 1 if self.config.num_workers else 0  # the first batch of an epoch is worker 0's
+        # the first batch of an epoch is worker 0's; loader threads all count in the main process's row
+        slot = 0 if self.config.in_main_process else 1
         split = start_split(self.table, slot, self._asked, self._started, perf_counter(), self._fresh)
+        if self.config.mode == "threads":
+            # no process is launched: iter() copies the dataset for each thread and starts them, which is
+            # set-up (a "fork" verdict from it would claim worker-process evidence threads do not have)
+            split.init, split.launch = split.init + split.launch, 0.0
         self.splits.append(split)
 
     def next(self) -> Any:
@@ -173,6 +194,8 @@ class _Feed:
         stop = getattr(self.it, "_shutdown_workers", None)
         if callable(stop):
             stop()
+        if isinstance(self.loader, ThreadLoader):
+            self.loader.close()  # the threads, and each one's dataset copy, closed in its thread
 
 
 _ZERO_SYS: dict[str, Any] = {
@@ -272,8 +295,8 @@ class _Run:
 
     def start(self) -> float:
         """Start the workers; seconds until the first batch."""
-        if self.table is not None and not self.config.num_workers:
-            self.table.attach(0)  # the main process produces the batches itself
+        if self.table is not None and self.config.in_main_process:
+            self.table.attach(0)  # the main process produces the batches itself (or its loader threads do)
         self.parent_rss = _rss()
         begin = perf_counter()
         self.feed = _Feed(self.loader, self.table, self.config)
@@ -320,7 +343,7 @@ class _Run:
             if feed.restarted:
                 t0 = meter.start  # the wait for this batch began when the epoch ran out
                 meter.restart_wait += t1 - t0
-                if self.probe is not None and self.config.num_workers and not self.config.persistent_workers:
+                if self.probe is not None and self.config.processes and not self.config.persistent_workers:
                     self.probe.set_workers(feed.worker_pids())
             if self.probes:
                 n, nbytes, batch = item.n, item.nbytes, item.batch
@@ -380,7 +403,7 @@ class _Run:
             self.feed.shutdown()
         if self.sampler is not None:
             self.sampler.stop()
-        if self.table is not None and not self.config.num_workers:
+        if self.table is not None and self.config.in_main_process:
             library.detach()
         self.feed = None
 

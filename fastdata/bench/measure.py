@@ -14,7 +14,7 @@ import itertools
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -22,10 +22,13 @@ from fastdata.bench.cores import usable_cores
 from fastdata.bench.diagnose import label
 from fastdata.bench.environment import describe, start_method
 from fastdata.bench.loop import StepFn, Timing, measure
-from fastdata.bench.result import Config, Point, SweepResult
-from fastdata.core.errors import ConfigError, check_positive
+from fastdata.bench.result import MODES, Config, Mode, Point, SweepResult
+from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.loading.builder import Transport
 
 Progress = Callable[[int, int, Point], object]
+
+DEFAULT_THREADS_PER_WORKER = 2  # hybrid: threads in each worker process, unless told
 
 
 def default_workers(cores: int | None = None) -> list[int]:
@@ -45,16 +48,54 @@ def grid(
     pin_memory: Iterable[bool],
     persistent_workers: Iterable[bool],
     batch_size: int | None,
+    *,
+    modes: Sequence[Mode] = ("processes",),
+    threads: Iterable[int] | None = None,
+    threads_per_worker: int = DEFAULT_THREADS_PER_WORKER,
+    transport: Sequence[Transport] = ("stock",),
 ) -> list[Config]:
-    """Every configuration, without repeats (prefetch and persistence mean nothing with 0 workers)."""
+    """Every configuration, without repeats (prefetch and persistence mean nothing with 0 workers).
+
+    ``modes`` says who reads (:data:`~fastdata.bench.result.Mode`): worker processes (``workers``, each
+    ``transport``), loader threads (``threads``, defaulting to the worker counts above 0), and the
+    hybrid (the worker counts above 0, each with ``threads_per_worker`` threads).
+    """
+    modes = check_modes(modes)
+    for t in transport:
+        check_choice("transport", t, Transport)
+    check_positive("threads_per_worker", threads_per_worker)
+    workers = list(workers)
+    prefetch_factor, pin_memory, persistent_workers = list(prefetch_factor), list(pin_memory), list(persistent_workers)
     seen: dict[Config, None] = {}
     for w, pf, pin, persist in itertools.product(workers, prefetch_factor, pin_memory, persistent_workers):
         if w < 0:
             raise ConfigError(f"workers={w} must be >= 0")
         check_positive("prefetch_factor", pf)
-        cfg = Config(w, pf if w else None, bool(pin), bool(persist) if w else False, batch_size)
-        seen.setdefault(cfg)
-    return sorted(seen)
+        if "processes" in modes:
+            kinds: Sequence[Transport] = transport if w else ("stock",)
+            for tr in kinds:
+                cfg = Config(w, pf if w else None, bool(pin), bool(persist) if w else False, batch_size, transport=tr)
+                seen.setdefault(cfg)
+        if "hybrid" in modes and w:
+            for tr in transport:
+                cfg = Config(w, pf, bool(pin), bool(persist), batch_size, "hybrid", threads_per_worker, tr)
+                seen.setdefault(cfg)
+    if "threads" in modes:
+        counts = [n for n in workers if n > 0] if threads is None else list(threads)
+        for n, pf, pin in itertools.product(counts, prefetch_factor, pin_memory):
+            check_positive("threads", n)
+            seen.setdefault(Config(n, pf, bool(pin), False, batch_size, "threads"))
+    return sorted(seen, key=Config.cost)
+
+
+def check_modes(modes: Iterable[str]) -> list[Mode]:
+    """``modes`` as a list, each checked (a typo fails listing the modes there are)."""
+    out = list(modes)
+    if not out:
+        raise ConfigError(f"modes is empty; give one or more of {', '.join(MODES)}")
+    for m in out:
+        check_choice("mode", m, Mode)
+    return cast(list[Mode], out)
 
 
 def _dataset(dataset_or_factory: Any) -> tuple[Any, bool]:
@@ -76,6 +117,10 @@ def sweep(
     dataset_or_factory: Any,
     *,
     workers: Sequence[int] | None = None,
+    modes: Sequence[Mode] = ("processes",),
+    threads: Sequence[int] | None = None,
+    threads_per_worker: int = DEFAULT_THREADS_PER_WORKER,
+    transport: Sequence[Transport] = ("stock",),
     batch_size: int | None = 64,
     prefetch_factor: Sequence[int] = (2,),
     pin_memory: Sequence[bool] | None = None,
@@ -104,6 +149,18 @@ def sweep(
             function is called afresh for every point, so no point inherits another's caches.
         workers (list[int] | None): worker counts. Defaults to 0, 1, 2, 4 ... up to the usable cores
             (CPU affinity and cgroup quota respected; see :func:`fastdata.bench.cores.usable_cores`).
+        modes (list["processes" | "threads" | "hybrid"]): who reads the batches: DataLoader worker
+            processes (``workers``), threads of this process (``threads``; ``fd.Loader(...,
+            workers="threads")``), or ``workers`` processes of ``threads_per_worker`` threads each (the
+            hybrid, worker counts above 0). Every mode is measured through the same probes, and the
+            recommendation chooses among them. Defaults to ("processes",): each mode more costs about
+            as long again.
+        threads (list[int] | None): loader-thread counts for thread mode. Defaults to the worker counts
+            above 0.
+        threads_per_worker (int): threads in each worker process in hybrid mode. Defaults to 2.
+        transport (list["stock" | "slots"]): how worker processes hand batches over
+            (:data:`fastdata.loading.builder.Transport`), each measured for every worker count. Defaults
+            to ("stock",), the DataLoader's own way (``fd.Loader`` defaults to "slots").
         batch_size (int | None): samples per batch. None when the dataset yields batches itself.
             Defaults to 64.
         prefetch_factor (list[int]): batches loaded ahead per worker. Defaults to (2,).
@@ -147,12 +204,27 @@ def sweep(
         pin_memory = (False, True) if torch.cuda.is_available() else (False,)
     auto_persistent = persistent_workers is None
     persistent_workers = [False] if persistent_workers is None else list(persistent_workers)
-    configs = grid(workers, prefetch_factor, pin_memory, persistent_workers, batch_size)
+    modes = check_modes(modes)
+    configs = grid(
+        workers,
+        prefetch_factor,
+        pin_memory,
+        persistent_workers,
+        batch_size,
+        modes=modes,
+        threads=threads,
+        threads_per_worker=threads_per_worker,
+        transport=transport,
+    )
     step_desc: Any = step_time if not callable(step_time) else _name(step_time)
     if not callable(step_time):
         check_positive("step_time", step_time, allow_zero=True)
     settings = {
         "workers": workers,
+        "modes": list(modes),
+        "threads": list(threads) if threads is not None else None,
+        "threads_per_worker": threads_per_worker if "hybrid" in modes else None,
+        "transport": list(transport),
         "batch_size": batch_size,
         "prefetch_factor": list(prefetch_factor),
         "pin_memory": list(pin_memory),
@@ -290,7 +362,7 @@ def persistent_candidates(result: SweepResult) -> list[Config]:
     for p in [rec] if best is rec else [rec, best]:
         share = startup_share(result, p)
         costly = (share is not None and share >= STARTUP_NOTE) or p.epoch_start >= STARTUP_NOTE
-        if p.config.num_workers and not p.config.persistent_workers and costly:
+        if p.config.processes and not p.config.persistent_workers and costly:
             out.append(replace(p.config, persistent_workers=True))
     return out
 
@@ -318,7 +390,7 @@ def doubts(result: SweepResult) -> list[Config]:
         for p in ok
         if p.config.series() == rec.config.series() and rec.config.num_workers < p.config.num_workers <= cores
     ]
-    if rec.config.num_workers and larger and classify(rec, cores) == "cpu" and not cores_saturated(rec, cores):
+    if rec.config.processes and larger and classify(rec, cores) == "cpu" and not cores_saturated(rec, cores):
         out = [rec.config, min(larger, key=lambda p: p.config.num_workers).config]
     elif best is not rec and max(rec.spread, best.spread) > NOISY:
         out = [rec.config, best.config]
@@ -362,6 +434,8 @@ def merge(points: list[Point]) -> Point:
 
 __all__ = [
     "CONFIRM_ROUNDS",
+    "DEFAULT_THREADS_PER_WORKER",
+    "check_modes",
     "dataset_name",
     "default_workers",
     "doubts",

@@ -21,8 +21,14 @@ def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> 
         raise ConfigError(f"--step-ms {args.step_ms} must be >= 0")
     if args.rounds < 1:
         raise ConfigError(f"--rounds {args.rounds} must be >= 1")
+    if getattr(args, "threads_per_worker", 2) < 1:
+        raise ConfigError(f"--threads-per-worker {args.threads_per_worker} must be >= 1")
     return {
         "workers": args.workers,
+        "modes": getattr(args, "modes", None) or ["processes"],
+        "threads": getattr(args, "threads", None),
+        "threads_per_worker": getattr(args, "threads_per_worker", None) or 2,
+        "transport": getattr(args, "transport", None) or ["stock"],
         "batch_size": args.batch_size or batch_size,
         "prefetch_factor": args.prefetch,
         "pin_memory": _pins(args.pin),
@@ -33,6 +39,24 @@ def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> 
         "rounds": args.rounds,
         "main_threads": args.main_threads,
     }
+
+
+def grid_size(kwargs: dict[str, Any]) -> int:
+    """Points a sweep with these keyword arguments measures (before any confirmation)."""
+    from fastdata.bench.measure import default_workers, grid
+
+    configs = grid(
+        kwargs["workers"] or default_workers(),
+        kwargs["prefetch_factor"],
+        kwargs["pin_memory"] or [False],
+        kwargs["persistent_workers"] or [False],
+        kwargs["batch_size"],
+        modes=kwargs["modes"],
+        threads=kwargs["threads"],
+        threads_per_worker=kwargs["threads_per_worker"],
+        transport=kwargs["transport"],
+    )
+    return len(configs) * int(kwargs["rounds"])
 
 
 def progress_bar(console: Any, total: int, description: str) -> Any:

@@ -28,6 +28,9 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.0f}" if n else "-"
 
 
+LOADER_THREAD = "fastdata-loader"  # the name of thread mode's threads (fastdata.loading.threads.ThreadGang)
+
+
 def point_table(result: SweepResult, rec: Recommendation | None = None, *, title: str | None = None) -> Table:
     """Every point as a row of a rich table; the recommended row starred."""
     from rich.table import Table
@@ -140,12 +143,30 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
             io,
             helpers,
         )
-        if p.config.num_workers:
+        if p.config.mode == "threads":
+            # loader threads are threads of the main process (their CPU is in its row): each one's CPU, read
+            # from /proc/self/task; how long each waited for a core is not read per thread
+            own = {n: c for n, c in p.main_threads.items() if n.startswith(LOADER_THREAD)}
+            table.add_row(
+                "",
+                f"loader threads x{p.config.num_workers}",
+                f"{sum(own.values()):.2f}",
+                "-",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                ", ".join(f"{n} {c:.2f}" for n, c in list(own.items())[:3]),
+            )
+        if p.config.processes:
             busy = sum(p.worker_busy) / len(p.worker_busy) if p.worker_busy else 0.0
             threads = ", ".join(f"{n} {c:.2f}" for n, c in list(p.worker_threads.items())[:3])
             table.add_row(
                 "",
-                f"workers x{p.config.num_workers}",
+                f"workers x{p.config.num_workers}"
+                + (f" ({p.config.threads_per_worker} threads each)" if p.config.mode == "hybrid" else ""),
                 f"{p.worker_cores:.2f}",
                 f"{busy:.0%} each",
                 str(p.threads_worker),
@@ -198,7 +219,9 @@ def print_report(
         + (f" ({phys} physical)" if phys and phys != machine.get("usable_cores") else "")
         + f", batch_size={result.settings.get('batch_size')}, start method "
         f"{result.settings.get('multiprocessing_context') or '?'}, "
-        f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point"
+        f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point, "
+        f"modes {'+'.join(result.settings.get('modes') or ['processes'])}, "
+        f"transport {'+'.join(result.settings.get('transport') or ['stock'])}"
     )
     table = point_table(result, rec, title=f"{head}\n{sub}")
     width = Console(width=10_000).measure(table).maximum
@@ -224,7 +247,7 @@ def print_report(
         if rec.point.restart_split:
             lines.append((f"• Later epochs' first batch: {_split_text(rec.point.restart_split)}.", None))
     if rec.estimate is not None:
-        measured = rec.config.num_workers if rec.config is not None else "?"
+        measured = rec.config.describe() if rec.config is not None else "?"
         lines.append((f"• Estimate: workers = {rec.estimate[1]}; measured best: {measured}.", None))
     for check in rec.checks:
         mark = "✗ fires" if check.fires else "✓"
@@ -270,7 +293,7 @@ def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation |
         p = rec.point
         table.add_row(
             backend,
-            str(rec.config.num_workers),
+            str(rec.config.num_workers) if rec.config.mode == "processes" else rec.config.label().split()[0],
             f"{p.samples_per_s:,.0f}",
             f"{p.mb_per_s:.1f}",
             f"{p.startup_s:.2f}",
@@ -373,7 +396,11 @@ def write_plot(
     top.legend(fontsize=8)
     top.set_title(title or f"fastdata bench: {result.dataset}"[:90], fontsize=10)
     bottom.set_ylabel("stall %" if stall else "1st batch s")
-    bottom.set_xlabel("num_workers")
+    bottom.set_xlabel(
+        "num_workers (loader threads in thread mode)"
+        if any(p.config.mode == "threads" for p in result.points)
+        else "num_workers"
+    )
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     workers = sorted({p.config.num_workers for p in result.points})

@@ -10,21 +10,35 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fastdata.core.stages import STAGES
+from fastdata.loading.builder import Transport
+
+Mode = Literal["processes", "threads", "hybrid"]
+"""Who reads the batches: ``"processes"``, DataLoader worker processes (``num_workers``); ``"threads"``,
+``num_workers`` threads of the training process (``fd.Loader(..., workers="threads")``); ``"hybrid"``,
+``num_workers`` processes of ``threads_per_worker`` threads each."""
+MODES: tuple[Mode, ...] = ("processes", "threads", "hybrid")
+_MODE_RANK = {m: i for i, m in enumerate(MODES)}
 
 
 @dataclass(frozen=True, order=True)
 class Config:
-    """One DataLoader configuration. Sorts from the cheapest (fewest workers, least prefetch) up.
+    """One loader configuration. Sorts from the cheapest (fewest workers, least prefetch) up; see
+    :meth:`cost` for the order the recommendation reads them in across modes.
 
     Attributes:
-        num_workers (int): worker processes; 0 loads in the main process.
-        prefetch_factor (int | None): batches loaded ahead per worker; None with 0 workers.
+        num_workers (int): worker processes (or, in thread mode, loader threads); 0 loads in the main
+            process.
+        prefetch_factor (int | None): batches loaded ahead per worker (or thread); None with 0 workers.
         pin_memory (bool): copy batches to page-locked memory (only useful with CUDA).
-        persistent_workers (bool): keep workers alive between epochs.
+        persistent_workers (bool): keep workers alive between epochs (threads always persist).
         batch_size (int | None): samples per batch; None when the dataset yields batches itself.
+        mode (Mode): "processes", "threads" or "hybrid". Defaults to "processes".
+        threads_per_worker (int): threads in each worker process (hybrid); 1 otherwise.
+        transport ("stock" | "slots"): how worker processes hand batches over
+            (:data:`fastdata.loading.builder.Transport`). Defaults to "stock", the DataLoader's own way.
     """
 
     num_workers: int
@@ -32,35 +46,108 @@ class Config:
     pin_memory: bool = False
     persistent_workers: bool = False
     batch_size: int | None = None
+    mode: Mode = "processes"
+    threads_per_worker: int = 1
+    transport: Transport = "stock"
+
+    @property
+    def processes(self) -> int:
+        """Worker processes this configuration starts (none in thread mode)."""
+        return 0 if self.mode == "threads" else self.num_workers
+
+    @property
+    def loader_threads(self) -> int:
+        """Threads that read batches, over every process (0: each worker reads by itself)."""
+        if self.mode == "threads":
+            return self.num_workers
+        return self.num_workers * self.threads_per_worker if self.mode == "hybrid" else 0
+
+    @property
+    def producers(self) -> int:
+        """What makes batches in parallel, for per-producer shares: the loader threads in thread mode,
+        else the worker processes (or the main process)."""
+        return max(1, self.num_workers)
+
+    @property
+    def in_main_process(self) -> bool:
+        """The batches are made in the main process (no workers, or loader threads)."""
+        return self.processes == 0
+
+    def cost(self) -> tuple[Any, ...]:
+        """The order "cheapest first" across modes: fewer processes, then fewer threads, then less
+        prefetch, no pinning, no persistence; the stock transport before slots at equal settings."""
+        return (
+            self.processes,
+            self.loader_threads,
+            self.prefetch_factor or 0,
+            self.pin_memory,
+            self.persistent_workers,
+            _MODE_RANK.get(self.mode, 0),
+            self.transport != "stock",
+        )
 
     def loader_kwargs(self) -> dict[str, Any]:
-        """The ``DataLoader`` keyword arguments of this configuration, ready to paste."""
+        """The keyword arguments of this configuration, ready to paste: a ``DataLoader``'s for worker
+        processes with the stock transport, else ``fd.Loader``'s (:meth:`uses_loader`)."""
         kwargs: dict[str, Any] = {"batch_size": self.batch_size, "num_workers": self.num_workers}
+        if self.mode == "threads":
+            kwargs["workers"] = "threads"
+        if self.mode == "hybrid":
+            kwargs["threads_per_worker"] = self.threads_per_worker
         if self.num_workers:
             kwargs["prefetch_factor"] = self.prefetch_factor
-            kwargs["persistent_workers"] = self.persistent_workers
+            if self.mode != "threads":
+                kwargs["persistent_workers"] = self.persistent_workers
+                if self.transport != "stock":
+                    kwargs["transport"] = self.transport
         kwargs["pin_memory"] = self.pin_memory
         return kwargs
 
+    def uses_loader(self) -> bool:
+        """Whether only ``fd.Loader`` (not a plain ``DataLoader``) can run this configuration."""
+        return self.mode != "processes" or (self.num_workers > 0 and self.transport != "stock")
+
     def label(self) -> str:
-        """Short text for tables and plots: ``"4w pf2 pin"``."""
-        parts = [f"{self.num_workers}w"]
+        """Short text for tables and plots: ``"4w pf2 pin"``, ``"4t pf2"`` (threads), ``"2wx2t pf2"``."""
+        if self.mode == "threads":
+            parts = [f"{self.num_workers}t"]
+        elif self.mode == "hybrid":
+            parts = [f"{self.num_workers}wx{self.threads_per_worker}t"]
+        else:
+            parts = [f"{self.num_workers}w"]
         if self.num_workers:
             parts.append(f"pf{self.prefetch_factor}")
             if self.persistent_workers:
                 parts.append("persist")
+            if self.transport != "stock" and self.mode != "threads":
+                parts.append(self.transport)
         if self.pin_memory:
             parts.append("pin")
         return " ".join(parts)
 
     def series(self) -> str:
         """The settings other than the worker count (one plot line per series)."""
-        parts = [f"prefetch {self.prefetch_factor or 2}"]
+        parts = []
+        if self.mode == "threads":
+            parts.append("threads")
+        elif self.mode == "hybrid":
+            parts.append(f"{self.threads_per_worker} threads per worker")
+        parts.append(f"prefetch {self.prefetch_factor or 2}")
         if self.pin_memory:
             parts.append("pin")
         if self.persistent_workers:
             parts.append("persistent")
+        if self.transport != "stock" and self.mode != "threads":
+            parts.append(self.transport)
         return ", ".join(parts)
+
+    def describe(self) -> str:
+        """In words: "no workers", "1 worker", "4 loader threads", "2 workers x 2 threads"."""
+        n = self.num_workers
+        if self.mode == "threads":
+            return "1 loader thread" if n == 1 else f"{n} loader threads"
+        base = "no workers" if n == 0 else "1 worker" if n == 1 else f"{n} workers"
+        return f"{base} x {self.threads_per_worker} threads" if self.mode == "hybrid" and n else base
 
 
 @dataclass
@@ -245,7 +332,10 @@ class Point:
     @property
     def demand(self) -> float:
         """Cores the loader would keep busy if it had them: the workers' and the main thread's busy
-        fractions summed. Unlike CPU used, it does not fall when other programs take the cores."""
+        fractions summed (in thread mode, every thread of the main process: the loader threads are there).
+        Unlike CPU used, it does not fall when other programs take the cores."""
+        if self.config.mode == "threads":
+            return self.main_process_busy
         return sum(self.worker_busy) + self.main_busy
 
     @classmethod
@@ -313,12 +403,12 @@ class Point:
         p.threads_worker = max(w.threads_worker for w in windows)
         looks = sum(w.dstate_looks for w in windows)
         p.dstate_share = sum(w.dstate_blocked for w in windows) / looks if looks else 0.0
-        p.blkio_share = sum(w.blkio for w in windows) / wall / max(1, config.num_workers)
+        p.blkio_share = sum(w.blkio for w in windows) / wall / config.producers
         p.device_mb_s = sum(w.read_bytes for w in windows) / wall / 1e6
         p.read_mb_s = sum(w.rchar for w in windows) / wall / 1e6
         p.epoch_start = sum(w.restart_wait for w in windows) / wall
-        # time in each stage, over the processes that produce batches (the workers, or the main one)
-        producers = max(1, config.num_workers)
+        # time in each stage, over what produces batches (the workers, the loader threads, or the main process)
+        producers = config.producers
         for stage in STAGES:
             secs = sum(w.stages.get(stage, (0.0, 0.0))[0] for w in windows)
             items = sum(w.stages.get(stage, (0.0, 0.0))[1] for w in windows)
@@ -392,4 +482,4 @@ class SweepResult:
         )
 
 
-__all__ = ["Config", "Point", "SweepResult", "Window"]
+__all__ = ["MODES", "Config", "Mode", "Point", "SweepResult", "Window"]

@@ -85,6 +85,10 @@ class Evidence:
 
     Attributes:
         workers (int): worker processes (0: the main process makes the batches).
+        threads (int): loader threads of the main process that make the batches (thread mode,
+            ``fd.Loader(..., workers="threads")``); 0 otherwise. Their CPU is read per thread from
+            ``/proc/self/task`` and counted in the main process's figures (``main_process_busy``,
+            ``main_cores``, ``main_threads``); there is no worker-process evidence for them.
         cores (int): usable cores.
         step (bool): a training step ran between batches.
         stall (float | None): with a step, the share of the loop's time spent waiting for data.
@@ -114,6 +118,7 @@ class Evidence:
 
     workers: int
     cores: int
+    threads: int = 0
     step: bool = False
     stall: float | None = None
     main_busy: float = 0.0
@@ -148,18 +153,24 @@ class Evidence:
     @property
     def producer_busy(self) -> float:
         """How much of the time a producing process computes (runs or waits for a core)."""
-        return self.per_worker_busy if self.workers else min(1.0, self.main_process_busy)
+        if self.workers:
+            return self.per_worker_busy
+        return min(1.0, self.main_process_busy / max(1, self.threads))
 
     @property
     def producer_cpu(self) -> float:
-        """Cores one producing process used (CPU only: a run-queue wait is not work done)."""
+        """Cores one producer used (CPU only: a run-queue wait is not work done): a worker process, one
+        loader thread (the main process's CPU shared among them), or the main process."""
         if self.workers:
             return sum(self.worker_cores) / len(self.worker_cores) if self.worker_cores else 0.0
-        return self.main_cores
+        return self.main_cores / self.threads if self.threads else self.main_cores
 
     @property
     def demand(self) -> float:
-        """Cores the loader would keep busy if it had them."""
+        """Cores the loader would keep busy if it had them (in thread mode, every thread of the main
+        process: the loader threads are there)."""
+        if self.threads:
+            return self.main_process_busy
         return sum(self.worker_busy) + self.main_busy
 
 
@@ -185,6 +196,12 @@ def _pct(x: float) -> str:
 def _share(x: float) -> str:
     """A busy share: "73% of the time", or past one core (several threads) "1.04 cores' worth of the time"."""
     return f"{x:.0%} of the time" if x <= 1.0 else f"{x:.2f} cores' worth of the time"
+
+
+def _own_share(x: float) -> str:
+    """A producer's share of its time: "90% of its time", or past one (a worker's threads together)
+    "1.75 cores' worth of its time (its threads together)"."""
+    return f"{x:.0%} of its time" if x <= 1.0 else f"{x:.2f} cores' worth of its time (its threads together)"
 
 
 def _gib(n: float) -> str:
@@ -226,12 +243,12 @@ def storage_signs(ev: Evidence) -> list[str]:
     """The measurements that show a wait on storage (empty when none does)."""
     signs = []
     wait = fetch_wait(ev)
-    who = "each worker" if ev.workers else "the main process"
+    who = "each worker" if ev.workers else "each loader thread" if ev.threads else "the main process"
     if wait >= FETCH_WAIT:
         fetch_ms = ev.stage_ms.get("fetch")
         ms = f" ({fetch_ms:.2f} ms per sample)" if fetch_ms is not None else ""
         signs.append(
-            f"{who} spends {_pct(ev.stage_busy.get('fetch') or 0)} of its time in fetch{ms} but uses only "
+            f"{who} spends {_own_share(ev.stage_busy.get('fetch') or 0)} in fetch{ms} but uses only "
             f"{ev.producer_cpu:.2f} cores of CPU, every thread counted: it waits for bytes"
         )
     if ev.blkio >= BLOCKED:
@@ -263,6 +280,8 @@ def _start_up(ev: Evidence) -> Verdict | None:
         return None  # no part stands out: the wait is the pipeline's own latency, not one start-up cost
     share = f"{_pct(ev.epoch_start)} of the time goes to waiting for epochs' first batches ({split.total:.2f} s each)"
     parts = ", ".join(f"{p} {getattr(split, p):.2f} s" for p in StartSplit.PARTS)
+    if part == "launch" and ev.threads:
+        return None  # no process is launched in thread mode: no "fork" verdict from a thread's start
     if part == "launch":
         how = (
             f"fork copies the page tables of the {_gib(ev.parent_rss)} parent"
@@ -276,6 +295,15 @@ def _start_up(ev: Evidence) -> Verdict | None:
                 "persistent_workers=True starts them once; or start the loader before the parent grows "
                 "(a smaller parent forks faster), or use fewer workers"
             ],
+        )
+    if part == "init" and ev.threads:
+        return Verdict(
+            "worker-init",
+            [
+                f"{share}; the loader threads' set-up before their first sample (a copy of the dataset for "
+                f"each thread, opening files or clients, building indexes) takes {secs:.2f} s of it; split: {parts}"
+            ],
+            ["make the set-up lazier or cheaper (cache the index); fewer threads copy the dataset fewer times"],
         )
     if part == "init":
         return Verdict(
@@ -367,21 +395,30 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
                 ["larger batches (fewer hand-overs), fewer tensors per batch, or loading in the main process"],
             )
         return _unknown(ev, storage)
-    # no workers: the main process makes every batch, with whatever threads it starts
+    # no workers: the main process makes every batch, with whatever threads it starts (in thread mode,
+    # its loader threads, each read from /proc/self/task)
     if ev.main_process_busy >= MAIN_BUSY and not (storage and fetch_dominates(ev)):
         helpers = _threads_text(ev.main_threads)
         collate = ev.stage_ms.get("collate") or 0.0
         work = sum(ev.stage_ms.get(s) or 0.0 for s in ("fetch", "decode", "transform"))
         label: Label = "main-process" if collate > work else "cpu"
+        if ev.threads:
+            # loader threads collate too: the main process is the limit only when its main thread is
+            label = "main-process" if ev.main_busy >= MAIN_BUSY else "cpu"
+        its = f"its {ev.threads} loader threads and the others" if ev.threads else "its threads"
+        found = [
+            f"the main process keeps {ev.main_process_busy:.2f} cores busy with {its} (running or "
+            f"waiting for a core; the main thread {_pct(ev.main_busy)} of the time"
+            + (f"; {helpers}" if helpers else "")
+            + ")"
+            + _stage_note(ev)
+        ]
+        gil = _one_core_note(ev)
+        if gil:
+            found.append(gil)
         return Verdict(
             label,
-            [
-                f"the main process keeps {ev.main_process_busy:.2f} cores busy with its threads (running or "
-                f"waiting for a core; the main thread {_pct(ev.main_busy)} of the time"
-                + (f"; {helpers}" if helpers else "")
-                + ")"
-                + _stage_note(ev)
-            ],
+            found,
             _cpu_advice(ev) if label == "cpu" else ["collate less: let the dataset batch (batch_size= on it)"],
         )
     if storage:
@@ -397,8 +434,30 @@ def _stage_note(ev: Evidence) -> str:
     return f"; most of it in {top} ({known[top]:.2f} ms per sample)"
 
 
+ONE_CORE = 1.3  # loader threads using at most this many cores between them: about one core's worth
+IDLE_LEFT = 0.5  # ... while at least this many of the usable cores sat idle
+
+
+def _one_core_note(ev: Evidence) -> str:
+    """Thread mode: several loader threads that used about one core between them while cores sat idle
+    (not taken by other programs either): what Python code holding the GIL does. Empty otherwise."""
+    idle = ev.cores - ev.others - ev.main_cores
+    if ev.threads < 2 or ev.cores < 2 or ev.main_cores > ONE_CORE or idle < IDLE_LEFT:
+        return ""
+    return (
+        f"the {ev.threads} loader threads and the main thread used {ev.main_cores:.2f} cores of CPU between them "
+        f"while {idle:.1f} of the {ev.cores} usable cores sat idle: about one core's worth, as Python code "
+        "that holds the GIL runs in one thread at a time"
+    )
+
+
 def _cpu_advice(ev: Evidence) -> list[str]:
-    if ev.demand >= CORES_SATURATED * ev.cores or ev.workers >= ev.cores:
+    if _one_core_note(ev):
+        return [
+            "worker processes (or the hybrid) run such code in parallel: loader threads help where the work "
+            "releases the GIL (file and S3 reads, image decoding)"
+        ]
+    if ev.demand >= CORES_SATURATED * ev.cores or ev.workers >= ev.cores or ev.threads >= ev.cores:
         return ["the cores are the limit: cheaper decoding or transforms, smaller images, or more cores"]
     return ["cores are left: more workers would help"]
 
@@ -442,6 +501,7 @@ def agree(labels: list[Label], pooled: Label, spread: float) -> tuple[bool, str]
 
 __all__ = [
     "LABELS",
+    "ONE_CORE",
     "START_UP",
     "Evidence",
     "Label",

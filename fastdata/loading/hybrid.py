@@ -58,9 +58,6 @@ class _Threaded:
             self._pid = process.pid()
         return self._gang
 
-    def worker_world(self) -> World:
-        return self.dataset.worker_world()  # type: ignore[no-any-return]
-
     def __len__(self) -> int:
         return len(self.dataset)
 
@@ -71,7 +68,18 @@ class _Threaded:
         return f"{type(self).__name__}({self.dataset!r}, threads={self.threads})"
 
 
-class ThreadedIterable(_Threaded, IterableDataset[Any]):
+class _Worldly:
+    """The wrapper answers ``worker_world()`` for a dataset that has one (fastdata's), so that
+    :data:`fastdata.worker_init_fn` seeds the worker from the dataset's world; a plain torch dataset's
+    wrapper has none (:class:`ThreadedPlainMap`), and torch's own seeding applies."""
+
+    dataset: Any
+
+    def worker_world(self) -> World:
+        return self.dataset.worker_world()  # type: ignore[no-any-return]
+
+
+class ThreadedIterable(_Worldly, _Threaded, IterableDataset[Any]):
     """An iterable dataset that deals its own batches, read by ``threads`` threads in each worker (see
     the module doc)."""
 
@@ -91,9 +99,9 @@ def _resumed(state: dict[str, Any], copy: Any) -> Iterator[Any]:
     return iter(copy)
 
 
-class ThreadedMap(_Threaded, Dataset[Any]):
+class ThreadedPlainMap(_Threaded, Dataset[Any]):
     """A map-style dataset whose batches are read in ``threads`` runs at once in each worker (see the
-    module doc)."""
+    module doc); for a dataset without ``worker_world`` (:class:`ThreadedMap` for one with it)."""
 
     def __getitem__(self, i: int) -> Any:
         return self.dataset[i]
@@ -122,6 +130,10 @@ class ThreadedMap(_Threaded, Dataset[Any]):
         return out
 
 
+class ThreadedMap(_Worldly, ThreadedPlainMap):
+    """:class:`ThreadedPlainMap` for a dataset that knows its worker's world (fastdata's)."""
+
+
 def _read_run(run: list[int], copy: Any) -> list[Any]:
     getitems = getattr(copy, "__getitems__", None)
     if getitems is not None:
@@ -141,7 +153,9 @@ def threaded(dataset: Any, threads: int) -> Any:
                 f"({type(dataset).__name__}(batch_size=...)), so that the threads' batches keep their order"
             )
         return ThreadedIterable(dataset, threads)
+    if not callable(getattr(dataset, "worker_world", None)):
+        return ThreadedPlainMap(dataset, threads)  # a plain torch Dataset: its wrapper claims no world
     return ThreadedMap(dataset, threads)
 
 
-__all__ = ["ThreadedIterable", "ThreadedMap", "threaded"]
+__all__ = ["ThreadedIterable", "ThreadedMap", "ThreadedPlainMap", "threaded"]
