@@ -47,7 +47,7 @@ WORKER_COMPUTING = COMPUTING
 
 HEADLINE: dict[str, str] = {
     "storage": "Storage-bound",
-    "cpu": "Decode/CPU-bound",
+    "cpu": "CPU-bound",  # the evidence says where: "most of it in decode" (or fetch, transform ...)
     "main-process": "Main-process-bound",
     "ipc": "Transfer-bound",
     "fork": "Start-up-bound (starting the worker processes)",
