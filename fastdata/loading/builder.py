@@ -249,7 +249,9 @@ def slot_collate(plan: ReadPlan, wrap_collate: Callable[[Collate, bool], Collate
     per batch, which is the cost slots remove). A wrapper class with ``outside_slots = True`` needs no finished
     batch: it wraps the slots' collate function instead, which then stacks into the slot as without it."""
     if wrap_collate is None or getattr(wrap_collate, "outside_slots", False):
-        slots = slot_collate_for(None if plan.default else plan.collate, prebatched=not plan.batched, pin_memory=pin_memory)
+        slots = slot_collate_for(
+            None if plan.default else plan.collate, prebatched=not plan.batched, pin_memory=pin_memory
+        )
         # a wrapper that reads only its input and the time (the monitor's, ``outside_slots = True``) wraps
         # the slots themselves: the batch is stacked straight into the slot as without it (under the other
         # kind, stacking privately and copying into the slot cost the tar demo's workers ~25% more CPU)
