@@ -110,7 +110,8 @@ class Observation:
             reports (None: unknown).
         restart_s (float): what the last restart cost, seconds (0: none yet).
         early (bool): the first quarter of the window of a setting not measured yet: acted on only when
-            it is clear (a trial ``CLEAR`` faster or slower, or no workers predicted twice as fast); else
+            it is clear (a trial ``CLEAR`` faster or slower, or no workers predicted to take ``CLEAR_ZERO`` of
+            the loop's time per batch or less); else
             the whole window is observed again at its end.
     """
 
