@@ -345,6 +345,89 @@ def test_an_early_look_decides_only_when_it_is_clear() -> None:
     assert change is not None and change.after == Setting(0)
 
 
+def test_an_early_look_moves_cheap_items_to_no_workers() -> None:
+    # the demo HDF5's first quarter-window at 2 workers, as recorded: 1.08 ms to make a batch and 0.5 ms of
+    # the loop's own, against 2.15 ms per batch
+    tuner = Tuner(AutoTune(), cores=2)
+    s = tuner.initial()
+    early = Observation(
+        0.35, s, 118_835.0, label="cpu", worker_busy=0.55, batch_s=0.00215, data_s=0.00108, step_s=0.0005, early=True
+    )
+    change = tuner.observe(early)
+    assert change is not None and change.after == Setting(0) and "1.1 ms to make" in change.reason
+
+
+def _as_fast(rates: dict[int, float]) -> tuple[Tuner, list[Change]]:
+    """2 workers on 2 busy cores; one process alone would make a batch in about the loop's time per batch."""
+    tuner, _, changes = simulate(
+        table(rates),
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        batch_s=lambda s, t: 64 / rates[s.workers],
+        data_s=lambda s, t: 0.0155,  # at 2 workers 16 ms a batch (4,000 samples/s): within the margin
+    )
+    return tuner, changes
+
+
+def test_no_workers_predicted_about_as_fast_are_tried_once_and_kept_only_if_faster() -> None:
+    # as measured on the tar demo under load: no workers 4,769 samples/s, 2 workers 4,001
+    tuner, changes = _as_fast({0: 4_700.0, 1: 3_900.0, 2: 4_000.0})
+    assert [c.after for c in changes] == [Setting(0)] and tuner.current == Setting(0)
+    assert "15.5 ms to make, against 16.0 ms" in changes[0].reason
+    # as fast (3% faster: within the margin): back to 2 workers, and no second trial
+    tuner, changes = _as_fast({0: 4_120.0, 1: 3_900.0, 2: 4_000.0})
+    assert [c.after for c in changes] == [Setting(0), Setting(2, 2)] and tuner.current == Setting(2, 2)
+    assert "measured 1.03x" in changes[1].reason
+
+
+def _interfered(after: Callable[[float], tuple[float, float]]) -> list[Change]:
+    """A busy loop takes a core at t=10 (others 0.2 -> 1.5; 1 worker now best); at t=25 ``after(t)`` gives
+    (others, the rates' factor)."""
+
+    def state(t: float) -> tuple[float, float]:
+        return (0.2, 1.0) if t < 10 else (1.5, 1.0) if t < 25 else after(t)
+
+    def rate(s: Setting, t: float) -> float:
+        quiet = {0: 3_000.0, 1: 4_900.0, 2: 5_700.0}
+        hog = {0: 2_970.0, 1: 5_000.0, 2: 3_900.0}
+        others, factor = state(t)
+        return (quiet if others < 1 else hog)[s.workers] * factor
+
+    _, _, changes = simulate(
+        rate,
+        windows=40,  # within ``recall`` (30 s) of the measurement at t=12
+        others=lambda s, t: state(t)[0],
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        batch_s=lambda s, t: 64 / rate(s, t),
+        data_s=lambda s, t: 0.026,
+    )
+    return changes
+
+
+def test_a_setting_measured_worse_is_not_tried_again_until_other_programs_change() -> None:
+    # at t=25 the loop becomes 35% slower at every setting, other programs as before: the measurements are
+    # forgotten, but 2 workers lost to 1 at t=12 under the same interference: not tried again
+    changes = _interfered(lambda t: (1.5, 0.65))
+    assert [(c.before, c.after) for c in changes] == [(Setting(2, 2), Setting(1, 2))]
+    assert "other programs took" in changes[0].reason and changes[0].t <= 12.0
+    # the busy loop ends at t=25: other programs gave back a core, so 2 workers are worth a new trial
+    changes = _interfered(lambda t: (0.2, 1.0))
+    assert [c.after for c in changes] == [Setting(1, 2), Setting(2, 2)]
+    assert "gave back" in changes[1].reason
+    # and once ``recall`` seconds have passed, whatever the cause
+    _, _, late = simulate(
+        lambda s, t: 1000.0 * (0.65 if t >= 25 else 1.0) * (1.3 if s.workers == 1 else 1.0),
+        options=AutoTune(recall=10.0),
+        windows=45,
+        others=lambda s, t: 0.2 if t < 10 else 1.5,
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        data_s=lambda s, t: 0.026,
+    )
+    assert [c.after for c in late] == [Setting(1, 2), Setting(2, 2), Setting(1, 2)]
+
+
 def test_options_are_checked() -> None:
     with pytest.raises(ConfigError, match="max_workers"):
         AutoTune(min_workers=3, max_workers=2)
@@ -352,4 +435,6 @@ def test_options_are_checked() -> None:
         AutoTune(prefetch=(4, 2))
     with pytest.raises(ConfigError, match="interval"):
         AutoTune(interval=0)
+    with pytest.raises(ConfigError, match="recall"):
+        AutoTune(recall=-1)
     assert math.isclose(AutoTune().margin, 0.05)

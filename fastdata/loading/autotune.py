@@ -17,12 +17,18 @@ How it decides, in order:
    measurements are forgotten, and if other programs took cores, one worker fewer is tried first.
 3. **A trial.** The window after a change judges it against the setting it left: more workers (or more
    prefetch) are kept only if faster by ``margin``; fewer workers are kept unless slower by ``margin``
-   (fewer processes for the same speed leave the cores to the training and to other programs). A trial that
-   fails goes back.
+   (fewer processes for the same speed leave the cores to the training and to other programs), except a
+   trial of no workers made only because they were predicted about as fast (below): kept only if faster by
+   ``margin``. A trial that fails goes back, and the setting it tried (or the one a trial left, measured
+   slower than it by ``margin``) is not tried again for ``recall`` seconds, even when the measurements are
+   forgotten (step 2), unless other programs' cores move by ``others_change`` from what they were then.
 4. **Exploring.** From the diagnosis of the window: the loop waits less than ``stall_target`` of its time
-   (the step is the bottleneck): add nothing. Workers starved while the main process is busy receiving
-   (``main-process``, ``ipc``): try no workers, then fewer. Otherwise, while the loop waits, try the next
-   worker count up the ladder 0, 1, 2, 4, 8 ... (the grid ``fastdata bench`` sweeps); workers that are idle
+   (the step is the bottleneck): add nothing. A batch that one process makes (``data_s``, from the stage
+   times) plus the step takes less than the loop's time per batch less ``margin``: try no workers (no
+   hand-over); within ``margin`` of it: try them last, strictly (above). Workers starved while the main
+   process is busy receiving (``main-process``, ``ipc``): try no workers, then fewer. Otherwise, while the
+   loop waits, try the next worker count up the ladder 0, 1, 2, 4, 8 ... (the grid ``fastdata bench``
+   sweeps); workers that are idle
    half the time or more: try fewer. A count measured worse than the current one is not tried again, and
    nothing is tried twice until other programs or memory change (the measurements are then forgotten).
    With ``prefetch_factor="auto"``, once the count is settled and the loop still waits on workers that are
@@ -44,7 +50,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from fastdata.core.errors import ConfigError, check_positive
+from fastdata.loading.autotune_types import AutoTune, Change, Observation, Setting
 from fastdata.loading.diagnosis import COMPUTING
 
 DEFAULT_WORKER_BYTES = 128 * 2**20  # what a worker adds to memory (its USS) before one is measured
@@ -52,150 +58,10 @@ RESERVE_SHARE, RESERVE_LEAST = 0.02, 256 * 2**20  # the default memory reserve: 
 BURSTY = 0.8  # workers busier than this share of the time are at capacity: more prefetch cannot help
 CLEAR = 0.3  # a first part of a window that shows a setting this much faster or slower decides at once
 EARLY = 0.25  # ... that part: this share of a window
-
-
-@dataclass(frozen=True, order=True)
-class Setting:
-    """What the tuner moves: worker processes and, with workers, batches prefetched per worker."""
-
-    workers: int
-    prefetch: int | None = None
-
-    def __str__(self) -> str:
-        if not self.workers:
-            return "no workers"
-        text = "1 worker" if self.workers == 1 else f"{self.workers} workers"
-        return text + (f", prefetch {self.prefetch}" if self.prefetch is not None else "")
-
-
-@dataclass(frozen=True)
-class AutoTune:
-    """How ``num_workers="auto"`` (and ``prefetch_factor="auto"``) move. Pass to ``fd.Loader(autotune=...)``.
-
-    Args:
-        min_workers (int): fewest workers. Defaults to 0 (the main process makes the batches).
-        max_workers (int | None): most workers. Defaults to None: the usable cores.
-        start (int | None): the first worker count. Defaults to None: the estimate, as many as the cores
-            and memory allow.
-        prefetch (tuple[int, ...]): the prefetch factors tried, smallest first (the first is the start).
-            Defaults to (2, 4, 8).
-        window (float): seconds of training per measurement. Defaults to 1.
-        min_batches (int): batches per measurement at least. Defaults to 8.
-        interval (float): seconds between two changes at least (each restarts the workers). Defaults to 2.
-        margin (float): how much faster a setting must measure to be moved to (and how much slower fewer
-            workers may be and still be kept). Defaults to 0.05.
-        others_change (float): cores other programs must take or give back to count as a new situation.
-            Defaults to 0.5.
-        rate_change (float): how much slower or faster the loop must become at the same setting to count as
-            a new situation (other programs, or data that got harder). Defaults to 0.3.
-        memory_reserve (float | None): bytes of memory kept available. Defaults to None: 2% of the usable
-            memory, at least 256 MiB.
-        stall_target (float): the loop waiting less than this share of its time means the training step,
-            not the loader, is the bottleneck. Defaults to 0.05.
-
-    Raises:
-        ConfigError: for a value out of range.
-    """
-
-    min_workers: int = 0
-    max_workers: int | None = None
-    start: int | None = None
-    prefetch: tuple[int, ...] = (2, 4, 8)
-    window: float = 1.0
-    min_batches: int = 8
-    interval: float = 2.0
-    margin: float = 0.05
-    others_change: float = 0.5
-    rate_change: float = 0.3
-    memory_reserve: float | None = None
-    stall_target: float = 0.05
-
-    def __post_init__(self) -> None:
-        check_positive("min_workers", self.min_workers, allow_zero=True)
-        if self.max_workers is not None:
-            check_positive("max_workers", self.max_workers, allow_zero=True)
-            if self.max_workers < self.min_workers:
-                raise ConfigError(f"max_workers={self.max_workers} is below min_workers={self.min_workers}")
-        if not self.prefetch or any(p < 1 for p in self.prefetch) or list(self.prefetch) != sorted(self.prefetch):
-            raise ConfigError(f"prefetch={self.prefetch!r}: give one or more factors >= 1, smallest first")
-        for name in ("window", "interval"):
-            check_positive(name, getattr(self, name))
-        check_positive("min_batches", self.min_batches)
-        for name in ("margin", "others_change", "rate_change", "stall_target"):
-            check_positive(name, getattr(self, name), allow_zero=True)
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One window of training, as the tuner reads it.
-
-    Attributes:
-        t (float): when the window ended, seconds (any monotonic clock).
-        setting (Setting): what ran during it.
-        rate (float): samples per second of the training loop.
-        stall (float): share of the loop's time waiting for the next batch.
-        step (bool): the loop runs a training step between batches.
-        label (str): the window's diagnosis (:data:`fastdata.loading.diagnosis.Label`).
-        worker_busy (float): per worker, the share of the time it ran or waited for a core.
-        others (float): cores other programs used.
-        cores (int): usable cores.
-        memory_available (float): bytes that can still be allocated.
-        memory_total (float): bytes this process's group may use.
-        worker_bytes (float): what one worker adds to memory, bytes: its unique set size (0: not measured).
-        batches_left (int | None): batches left in the epoch (None: unknown).
-        batch_s (float): seconds per batch of the loop. step_s (float): of it, outside ``next()`` (the step).
-        data_s (float | None): seconds one process needs to make a batch, from the stage times the dataset
-            reports (None: unknown).
-        restart_s (float): what the last restart cost, seconds (0: none yet).
-        early (bool): the first quarter of the window of a setting not measured yet: acted on only when
-            it is clear (a trial ``CLEAR`` faster or slower, or no workers predicted twice as fast); else
-            the whole window is observed again at its end.
-    """
-
-    t: float
-    setting: Setting
-    rate: float
-    stall: float = 1.0
-    step: bool = False
-    label: str = "unknown"
-    worker_busy: float = 0.0
-    others: float = 0.0
-    cores: int = 1
-    memory_available: float = math.inf
-    memory_total: float = math.inf
-    worker_bytes: float = 0.0
-    batches_left: int | None = None
-    batch_s: float = 0.0
-    step_s: float = 0.0
-    data_s: float | None = None
-    restart_s: float = 0.0
-    early: bool = False
-
-
-@dataclass(frozen=True)
-class Change:
-    """A change of setting and why.
-
-    Attributes:
-        t (float): the observation's time. before, after (Setting): from and to.
-        reason (str): the measurement behind it, in words.
-        at ("now" | "next pass"): restart the workers at the next batch, or at the next pass's start.
-    """
-
-    t: float
-    before: Setting
-    after: Setting
-    reason: str
-    at: Literal["now", "next pass"] = "now"
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "t": self.t,
-            "from": {"workers": self.before.workers, "prefetch": self.before.prefetch},
-            "to": {"workers": self.after.workers, "prefetch": self.after.prefetch},
-            "reason": self.reason,
-            "at": self.at,
-        }
+# ... and no workers predicted to take this share of the loop's time per batch or less: the demo HDF5 at 2
+# workers on a loaded 2-core machine gave 0.73 (1.6 of 2.2 ms; with no workers it took 0.3: the workers'
+# stage times count their waits for a core), where waiting for the whole window cost ~10% of a 4-s run
+CLEAR_ZERO = 0.75
 
 
 @dataclass
@@ -258,6 +124,8 @@ class Tuner:
         self._table: dict[Setting, _Entry] = {}
         self._last_change: float | None = None
         self._trial: tuple[Setting, Setting] | None = None  # (tried, the setting it left)
+        self._strict = False  # the trial is kept only if faster by the margin, fewer workers too
+        self._failed: dict[Setting, tuple[float, float]] = {}  # failed trials: (when, other programs' cores)
         self._going_back = False  # the last trial judged failed
         self._settled_on: set[Setting] = set()  # settings moved to as measured faster, this state of the machine
         self._fewer_first = False  # other programs took cores: try one worker fewer first
@@ -395,7 +263,7 @@ class Tuner:
             if r_old and abs(obs.rate / r_old - 1) >= CLEAR:
                 return self.observe(replace(obs, early=False))
             return None
-        clear_zero = obs.data_s is not None and obs.data_s + obs.step_s < obs.batch_s / 2
+        clear_zero = obs.data_s is not None and obs.data_s + obs.step_s < obs.batch_s * CLEAR_ZERO
         if cur.workers and self.fixed_workers is None and self.options.min_workers == 0 and clear_zero:
             return self.observe(replace(obs, early=False))
         return None
@@ -437,11 +305,12 @@ class Tuner:
             return None  # bounded: enough changes for one state of the machine
         proposal = self._propose(obs, top)
         if proposal is not None:
-            after, why = proposal
+            after, why, strict = proposal
             if self._situation and why != self._situation:
                 why = f"{self._situation}; {why}"
             change = self._change(obs, after, why, trial=True)
             if change is not None:
+                self._strict = strict
                 self._fewer_first = False
                 self._situation = ""
             return change
@@ -466,13 +335,17 @@ class Tuner:
         if r_new is None or r_old is None or r_old <= 0:
             return None
         m = self.options.margin
-        if tried.workers < left.workers:
+        if tried.workers < left.workers and not self._strict:
             keep = r_new >= r_old * (1 - m)
         else:
             keep = r_new > r_old * (1 + m)
         self._going_back = not keep
         if keep:
+            self._failed.pop(tried, None)
+            if r_new > r_old * (1 + m):
+                self._fail(left, obs)  # the setting it left lost to it: as good as a failed trial
             return None
+        self._fail(tried, obs)
         ratio = r_new / r_old
         why = f"{tried} measured {ratio:.2f}x of {left} ({r_new:,.0f} against {r_old:,.0f} samples/s)"
         return self._change(obs, left, why)
@@ -493,7 +366,24 @@ class Tuner:
                 return True
         return False
 
-    def _propose(self, obs: Observation, top: int) -> tuple[Setting, str] | None:
+    def _fail(self, s: Setting, obs: Observation) -> None:
+        entry = self._table.get(s)
+        self._failed[s] = (obs.t, statistics.median(entry.others) if entry and entry.others else obs.others)
+
+    def _recalled(self, s: Setting, obs: Observation) -> bool:
+        """``s`` failed a trial less than ``recall`` seconds ago, and other programs' cores have not moved by
+        ``others_change`` since: what made it worse still holds, whatever else changed (a program that
+        starts can move the loop's rate several times; each would otherwise try the same loser again)."""
+        failed = self._failed.get(s)
+        if failed is None:
+            return False
+        t, others = failed
+        if obs.t - t >= self.options.recall or abs(obs.others - others) >= self.options.others_change:
+            del self._failed[s]
+            return False
+        return True
+
+    def _propose(self, obs: Observation, top: int) -> tuple[Setting, str, bool] | None:
         opts = self.options
         cur = obs.setting
         w = cur.workers
@@ -506,13 +396,16 @@ class Tuner:
             if self._fewer_first and down is not None:
                 candidates.append((down, self._situation))
             alone = None if obs.data_s is None else obs.data_s + obs.step_s
-            if w and steps[0] == 0 and (alone is None or alone < obs.batch_s * (1 - opts.margin)):
+            zero: tuple[int, str] | None = None
+            if w and steps[0] == 0 and (alone is None or alone < obs.batch_s * (1 + opts.margin)):
                 # no workers, no hand-over: the main process may make batches (between its steps) faster than
                 # it receives them
                 made = f"{1000 * obs.data_s:.1f} ms" if obs.data_s is not None else "an unknown time"
-                candidates.append(
-                    (0, f"a batch takes {made} to make, against {1000 * obs.batch_s:.1f} ms per batch now")
-                )
+                zero = (0, f"a batch takes {made} to make, against {1000 * obs.batch_s:.1f} ms per batch now")
+                if alone is None or alone < obs.batch_s * (1 - opts.margin):
+                    candidates.append(zero)
+                    zero = None
+                # else about as fast: a neighbour worth one strict trial, once nothing better is to be tried
             if obs.label in ("main-process", "ipc") and w and down is not None:
                 idle = 1 - obs.worker_busy
                 why = f"the main process is the limit ({obs.label}) with workers idle {idle:.0%} of the time"
@@ -523,10 +416,13 @@ class Tuner:
                 candidates.append((up, f"the loop waits for data {obs.stall:.0%} of the time ({obs.label})"))
             if w and down is not None and obs.worker_busy < COMPUTING and obs.label != "storage":
                 candidates.append((down, f"workers idle {1 - obs.worker_busy:.0%} of the time: fewer may do"))
-            for count, why in candidates:
+            strict = len(candidates)
+            if zero is not None and not (self._fewer_first and down == 0):
+                candidates.append(zero)
+            for k, (count, why) in enumerate(candidates):
                 s = self._setting(count)
-                if s not in self._table and not self._tried_worse(count, cur):
-                    return s, why
+                if s not in self._table and not self._tried_worse(count, cur) and not self._recalled(s, obs):
+                    return s, why, k >= strict
         if self.fixed_prefetch is None and w and cur.prefetch is not None:
             more = next((p for p in opts.prefetch if p > cur.prefetch), None)
             bursty = obs.step and obs.stall >= opts.stall_target and obs.worker_busy < BURSTY
@@ -537,7 +433,7 @@ class Tuner:
                         f"the loop waits {obs.stall:.0%} of the time while each worker is busy only "
                         f"{obs.worker_busy:.0%}: batches come in bursts"
                     )
-                    return s, why
+                    return s, why, False
         return None
 
     def _best(self, top: int) -> Setting | None:

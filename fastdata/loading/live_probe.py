@@ -47,6 +47,7 @@ from fastdata.loading.probes import (
     python_thread_names,
     usable_cpus,
 )
+from fastdata.loading.slot_layout import Stack
 from fastdata.loading.stage_table import StageTable, StartSplit
 
 STEP_SHARE = 0.1  # the loop spends this share of its time outside next(): it runs a training step
@@ -304,12 +305,16 @@ def batch_samples(batch: Any) -> int:
     counts its tensors' length)."""
     if isinstance(batch, (torch.Tensor, np.ndarray)):
         return int(batch.shape[0]) if batch.ndim else 1
+    if isinstance(batch, Stack):  # sample tensors to be stacked into a slot (a dataset's batch in a worker)
+        return len(batch.tensors)
     if isinstance(batch, Mapping):
         for value in batch.values():
             return batch_samples(value)
         return 1
     if isinstance(batch, (list, tuple)) and batch:
         first = batch[0]
+        if isinstance(first, Stack):
+            return len(first.tensors)
         if isinstance(first, (torch.Tensor, np.ndarray)) and all(
             isinstance(x, type(first)) and x.ndim and x.shape[0] == first.shape[0] for x in batch
         ):

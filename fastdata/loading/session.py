@@ -53,12 +53,17 @@ Reopen = Callable[[int, int, Setting], Iterator[Any]]
 
 class MonitoredCollate:
     """The ``collate_fn`` under the monitor: marks each batch in the stage table (so the worker's stage
-    totals and own counters reach shared memory) and times the collate function. Returns the batch as is.
+    totals and own counters reach shared memory) and times the collate function (under the slots transport,
+    packing into the slot included). Returns the batch as is; counts samples from its input.
 
     Args:
         collate_fn (Callable): the collate function the DataLoader would run.
         batched (bool): the DataLoader batches (True), or the dataset yields whole batches.
     """
+
+    # it reads only its input and the time: under the slots transport it wraps the slots' collate function,
+    # which stacks the batch straight into the slot (see fastdata.loading.builder.slot_collate)
+    outside_slots = True
 
     def __init__(self, collate_fn: Callable[[Any], Any], batched: bool) -> None:
         self.collate_fn, self.batched = collate_fn, batched
@@ -67,7 +72,7 @@ class MonitoredCollate:
         stage_table.batch_begin()
         start = stages.clock()
         out = self.collate_fn(data)
-        n = len(data) if self.batched else batch_samples(out)
+        n = len(data) if self.batched else batch_samples(data)
         stages.lap("collate", start, n)
         stage_table.batch_end(n)
         return out
