@@ -146,10 +146,9 @@ def workers_of(loader: DataLoader[Any]) -> list[int]:
     return [w.pid for w in getattr(it, "_workers", [])] if it is not None else []
 
 
-def time_loader(loader: DataLoader[Any], epochs: int) -> dict[str, float]:
-    """One repeat: ``epochs`` passes, timed, with page faults counted (after a warm-up pass, so that a
-    persistent loader's workers exist)."""
-    pids = workers_of(loader)
+def _timed(loader: Any, pids: list[int], epochs: int) -> tuple[float, int, int, int, int, int]:
+    """``(seconds, samples, bytes, batches, main faults, worker faults)`` of ``epochs`` passes over
+    ``loader``, whose worker processes are ``pids``."""
     before_main, before_w = minflt(os.getpid()), sum(minflt(p) for p in pids)
     samples = nbytes = batches = 0
     start = time.perf_counter()
@@ -160,6 +159,13 @@ def time_loader(loader: DataLoader[Any], epochs: int) -> dict[str, float]:
             del batch
     seconds = time.perf_counter() - start
     main_f, work_f = minflt(os.getpid()) - before_main, sum(minflt(p) for p in pids) - before_w
+    return seconds, samples, nbytes, batches, main_f, work_f
+
+
+def time_loader(loader: DataLoader[Any], epochs: int) -> dict[str, float]:
+    """One repeat: ``epochs`` passes, timed, with page faults counted (after a warm-up pass, so that a
+    persistent loader's workers exist)."""
+    seconds, samples, nbytes, batches, main_f, work_f = _timed(loader, workers_of(loader), epochs)
     return {
         "samples_per_s": samples / seconds,
         "gb_per_s": nbytes / seconds / 1e9,
@@ -334,18 +340,7 @@ def loader_datasets(name: str, folder: Path, args: argparse.Namespace, server: A
 
 def time_fd_loader(loader: fd.Loader, epochs: int) -> dict[str, float]:
     """One repeat over ``epochs`` epochs of an ``fd.Loader`` (see :func:`time_loader`)."""
-    inner = loader.dataloader
-    pids = workers_of(inner)
-    before_main, before_w = minflt(os.getpid()), sum(minflt(p) for p in pids)
-    samples = nbytes = batches = 0
-    start = time.perf_counter()
-    for _ in range(epochs):
-        for batch in loader:
-            s, b = consume(batch)
-            samples, nbytes, batches = samples + s, nbytes + b, batches + 1
-            del batch
-    seconds = time.perf_counter() - start
-    main_f, work_f = minflt(os.getpid()) - before_main, sum(minflt(p) for p in pids) - before_w
+    seconds, samples, nbytes, batches, main_f, work_f = _timed(loader, workers_of(loader.dataloader), epochs)
     return {
         "samples_per_s": samples / seconds,
         "gb_per_s": nbytes / seconds / 1e9,

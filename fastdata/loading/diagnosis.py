@@ -33,7 +33,7 @@ and the sentences of evidence behind it. The rules, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from fastdata.loading.stage_table import StartSplit
 
@@ -50,19 +50,7 @@ Label = Literal[
     "uncertain",
     "unknown",
 ]
-LABELS: tuple[Label, ...] = (
-    "storage",
-    "cpu",
-    "main-process",
-    "ipc",
-    "fork",
-    "worker-init",
-    "shuffle-fill",
-    "memory",
-    "step",
-    "uncertain",
-    "unknown",
-)
+LABELS: tuple[Label, ...] = get_args(Label)
 START_UP: tuple[Label, ...] = ("fork", "worker-init", "shuffle-fill")
 
 MEMORY_NEAR = 0.8  # PSS of the loader's processes against the memory they may use
