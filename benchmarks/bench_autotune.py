@@ -2,7 +2,7 @@
 
 Three parts (``--parts``), each a ratio of figures measured in the same run, rounds interleaved:
 
-* ``targets``: on each backend's demo data (``fastdata.bench.demo``'s, built by the backends), with and
+* ``targets``: on each backend's demo data (``fastdata.bench._demo``'s, built by the backends), with and
   without a simulated training step (``--steps``, ms per batch, a sleep): the throughput of whole runs of
   ``fd.Loader`` (a fresh dataset and Loader each, several epochs, the first included with every worker
   start-up, adjustment and restart) for ``num_workers="auto"`` and for each fixed count of the grid auto
@@ -49,9 +49,10 @@ import torch
 
 import fastdata as fd
 from fastdata.bench import backends as registry
-from fastdata.bench.environment import describe
-from fastdata.core.machine import usable_cores
-from fastdata.loading.autotune import ladder
+from fastdata.bench._environment import describe
+from fastdata.core._machine import usable_cores
+from fastdata.loading.observe import Monitor
+from fastdata.loading.observe._autotune import ladder
 
 # per backend: (demo scale, epochs without a step); with a step, epochs make about --step-seconds of steps
 RUNS = {"tar": (2.0, 3), "hdf5": (1.0, 90), "video": (1.0, 4), "s3": (1.0, 3)}
@@ -100,7 +101,7 @@ def _run(backend: Any, data: Any, workers: Any, epochs: int, step: float, **opti
 
 
 def _samples(batch: Any) -> int:
-    from fastdata.loading.live_probe import batch_samples
+    from fastdata.loading.observe._probe import batch_samples
 
     return batch_samples(batch)
 
@@ -231,9 +232,9 @@ def interference(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def _hook_cost(n: int = 200_000) -> dict[str, float]:
     """Seconds per batch of the session's hook alone, over a list of small batches; a snapshot; a report."""
-    from fastdata.loading.autotune import Setting
-    from fastdata.loading.session import Session
-    from fastdata.loading.stats import Monitor
+    from fastdata.loading.observe._autotune import Setting
+    from fastdata.loading.observe._report import Monitor
+    from fastdata.loading.observe._session import Session
 
     batches = [torch.zeros(4)] * n
     t = time.perf_counter()
@@ -275,7 +276,7 @@ def overhead(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             for rnd in range(args.overhead_rounds):
                 for kind in _rotate(["plain", "monitored"], rnd):
                     reports: list[Any] = []
-                    options = {"monitor": fd.Monitor(to=reports.append, seconds=args.monitor_seconds)}
+                    options = {"monitor": Monitor(to=reports.append, seconds=args.monitor_seconds)}
                     if kind == "plain":
                         options = {}
                     # three times the targets' epochs: a run of ~10 s holds a report at the default interval

@@ -1,6 +1,6 @@
 """Decode less: JPEGs decoded at reduced DCT scale before the resize, against full decode + resize.
 
-For 512x512 JPEGs (quality 90) resized to 224x224 through :class:`fastdata.formats.decode.Decoder`
+For 512x512 JPEGs (quality 90) resized to 224x224 through :class:`fastdata.formats._decode.Decoder`
 (``mode="numpy"``), per backend and filter: images/s of ``reduce=False`` (full decode, then resize) and of
 ``reduce=True`` (1/2-scale decode, then resize), measured in one process and one thread (decoding is
 per-core work), interleaved over ``--repeats`` and reported as medians and their ratio; and the pixel
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from fastdata.formats.decode import Decoder
+from fastdata.formats._decode import Decoder
 
 CONFIGS = [("pil", "bilinear"), ("pil", "bicubic"), ("cv2", "area"), ("cv2", "bilinear")]
 

@@ -22,7 +22,7 @@ For each backend (``--backends``; its demo data, or ``--spec``):
 Backends: ``--backends tar,hdf5,video,s3`` (default: every one available), each on its demo data (the
 S3 demo starts its own local server) with its demo batch size, or ``--spec`` for one backend.
 
-With ``--synthetic``: each synthetic dataset with a known answer (fastdata.bench.synthetic) swept, and
+With ``--synthetic``: each synthetic dataset with a known answer (fastdata.bench._synthetic) swept, and
 whether the recommendation is right; and how long a default sweep of five worker counts takes (target
 <= 60 s). Every figure is a ratio of measurements taken in this run. JSON out (``--json``) with library
 versions and the machine.
@@ -51,14 +51,15 @@ import numpy as np
 import torch
 
 import fastdata as fd
-from fastdata.bench import backends, synthetic
+from fastdata.bench import _synthetic as synthetic
+from fastdata.bench import backends
+from fastdata.bench._command import parse_option
+from fastdata.bench._environment import describe
+from fastdata.bench._loop import Timing, measure
+from fastdata.bench._result import Config, Point
+from fastdata.bench._sweep import default_workers
 from fastdata.bench.backends import public_options
-from fastdata.bench.command import parse_option
-from fastdata.bench.cores import usable_cores
-from fastdata.bench.environment import describe
-from fastdata.bench.loop import Timing, measure
-from fastdata.bench.measure import default_workers
-from fastdata.bench.result import Config, Point
+from fastdata.core._machine import usable_cores
 
 
 def alternate(
@@ -142,7 +143,7 @@ def probe_cost(
 
     from torch.utils.data import IterableDataset, default_collate
 
-    from fastdata.bench.probes import Probed, SystemProbe, payload_bytes
+    from fastdata.bench._probes import Probed, SystemProbe, payload_bytes
     from fastdata.core import stages
 
     ds = factory()

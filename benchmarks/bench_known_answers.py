@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: the tests' servers
 
-from fastdata.bench.environment import describe
+from fastdata.bench._environment import describe
 from tests.fault_proxy import FaultProxy
 from tests.known_answers import CASES, FULL, QUICK, busy_core
 from tests.s3_server import MotoServer

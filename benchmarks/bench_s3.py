@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import fastdata as fd  # noqa: E402
-from fastdata.loading.sampler import EpochSampler  # noqa: E402
+from fastdata.loading._sampler import EpochSampler  # noqa: E402
 from tests.datagen import write_tar  # noqa: E402
 from tests.fault_proxy import FaultProxy  # noqa: E402
 from tests.s3_server import CREDENTIALS, REGION, MotoServer  # noqa: E402
@@ -701,8 +701,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def make_shards_sized(folder: Path, args: argparse.Namespace, rng: np.random.Generator) -> dict[str, str]:
     """Shards of ``--samples-per-shard`` samples of ~``--object-kb`` each, with the ``.idx`` sidecars and
     ``manifest.json`` that ``fastdata convert`` writes: ``{name: local path}``."""
-    from fastdata.formats.tar import scan
-    from fastdata.storage.local import LocalReader
+    from fastdata.formats.tar._reader import scan
+    from fastdata.storage._local import LocalReader
 
     mean = args.object_kb * 1024
     files: dict[str, str] = {}

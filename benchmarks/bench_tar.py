@@ -39,10 +39,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 import fastdata as fd
 from fastdata.convert import convert
-from fastdata.datasets.tar_source import load_index
-from fastdata.formats.tar import read_samples
-from fastdata.loading.loader import as_is
-from fastdata.storage.local import LocalReader
+from fastdata.datasets._tar_source import load_index
+from fastdata.formats.tar._reader import read_samples
+from fastdata.loading._loader import as_is
+from fastdata.storage._local import LocalReader
 
 CHUNK = 1 << 20
 
@@ -229,10 +229,10 @@ def readers(
         return ds.decode("rgb8") if decode else ds
 
     def ours_batched_shm() -> Any:
-        from fastdata.loading.transport import SharedMemoryCollate
+        from fastdata.loading.transport import SlotCollate
 
         return fd.TarShardDataset(
-            shard_subset, decode="numpy" if decode else "raw", batch_size=64, collate_fn=SharedMemoryCollate(list)
+            shard_subset, decode="numpy" if decode else "raw", batch_size=64, collate_fn=SlotCollate(list)
         )
 
     def webdataset_batched() -> Any:
@@ -277,7 +277,7 @@ def cpu_seconds() -> float:
 
 
 def fd_size(text: str) -> int:
-    from fastdata.convert.plan import parse_size
+    from fastdata.convert._plan import parse_size
 
     return parse_size(text)
 

@@ -7,7 +7,7 @@ and the time to the first batch, decoding JPEGs to tensors through a DataLoader 
 * ``batched``: ``TarShardDataset(shuffle=True, decode="torch", batch_size=B)`` read with
   ``batch_size=None``: the peer, which decodes one batch at a time.
 
-The shards are the demo's (``fastdata.bench.backends.tar.write_demo_shards``: photo-like JPEGs with
+The shards are the demo's (``fastdata.bench.backends._tar.write_demo_shards``: photo-like JPEGs with
 labels), by default 4 x 1000 at 160x160. Each pass runs in a fresh forked process (its DataLoader's workers
 forked from it); the workers' PSS is sampled after every batch and its peak kept (the largest worker).
 Figures are medians of ``--repeats`` passes, the two modes taking turns; the ratio per_sample / batched is
@@ -40,7 +40,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import fastdata as fd  # noqa: E402
-from fastdata.bench.backends.tar import write_demo_shards  # noqa: E402
+from fastdata.bench.backends._tar import write_demo_shards  # noqa: E402
 
 FORK = multiprocessing.get_context("fork")
 

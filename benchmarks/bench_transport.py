@@ -5,10 +5,10 @@ The same batches (batch 64, page cache hot, persistent workers) go through three
 * ``in_process``: ``num_workers=0``, the loader's own speed without any transfer;
 * ``stock``: ``num_workers=W`` with the DataLoader's own transfer (a fresh shared tensor per batch,
   pickled bytes);
-* ``slots``: ``num_workers=W`` with :class:`fastdata.loading.transport.SlotCollate` (and, for tar,
+* ``slots``: ``num_workers=W`` with :class:`fastdata.loading.transport._collate.SlotCollate` (and, for tar,
   ``slots_packed``: ``bytes_as="packed"``, the bytes left in the slot as views; for HDF5,
   ``slots_direct``: the dataset reads its batches straight into the next slot through
-  :class:`fastdata.loading.slots.SlotPool`, so packing copies nothing).
+  :class:`fastdata.loading.transport._slots.SlotPool`, so packing copies nothing).
 
 Backends: ``hdf5`` (:class:`fastdata.HDF5Dataset`, decoded uint8 256x256x3 images, ``collate_fn=ds.collate``)
 and ``tar`` (:class:`fastdata.TarShardDataset` with ``batch_size=64``, raw ~30 KB byte strings).
@@ -67,11 +67,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import fastdata as fd  # noqa: E402
-from fastdata.convert.hdf5_task import CHUNK_BYTES  # noqa: E402
-from fastdata.loading import slots  # noqa: E402
-from fastdata.loading.slot_layout import PackedBytes  # noqa: E402
-from fastdata.loading.slots import SlotPool  # noqa: E402
-from fastdata.loading.transport import SlotCollate, batch_as_is, slot_dataloader  # noqa: E402
+from fastdata.convert._hdf5_task import CHUNK_BYTES  # noqa: E402
+from fastdata.loading.transport import _slots as slots  # noqa: E402
+from fastdata.loading.transport._collate import SlotCollate, batch_as_is, slot_dataloader  # noqa: E402
+from fastdata.loading.transport._layout import PackedBytes  # noqa: E402
+from fastdata.loading.transport._slots import SlotPool  # noqa: E402
 
 PAGE = 4096
 

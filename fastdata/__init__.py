@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from fastdata.core._version import __version__ as __version__
 from fastdata.core.errors import (
     BadSample,
     BadSampleWarning,
@@ -25,45 +26,35 @@ from fastdata.core.errors import (
     TooManyBadSamples,
     UnsafeMember,
 )
-from fastdata.core.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from fastdata import bench
-    from fastdata.core import errors
-    from fastdata.core.seeding import WorkerInit, compose_worker_init, worker_init_fn
-    from fastdata.core.world import World
-    from fastdata.datasets.hdf5 import HDF5Dataset
-    from fastdata.datasets.indexed_tar import IndexedTarDataset
-    from fastdata.datasets.s3 import S3Dataset
-    from fastdata.datasets.tar_shards import TarShardDataset
-    from fastdata.datasets.video import VideoClipDataset
-    from fastdata.formats.decode import Decoder
-    from fastdata.loading.autotune import AutoTune
-    from fastdata.loading.loader import Loader, as_is
-    from fastdata.loading.monitor import Monitor, monitor
-    from fastdata.loading.sampler import EpochSampler
+    from fastdata.core._seeding import worker_init_fn
+    from fastdata.datasets._hdf5 import HDF5Dataset
+    from fastdata.datasets._indexed_tar import IndexedTarDataset
+    from fastdata.datasets._s3 import S3Dataset
+    from fastdata.datasets._tar_shards import TarShardDataset
+    from fastdata.datasets._video import VideoClipDataset
+    from fastdata.formats._decode import Decoder
+    from fastdata.loading._loader import Loader, as_is
+    from fastdata.loading.observe._autotune import AutoTune
+    from fastdata.loading.observe._monitor import monitor
 
 
 # name -> (module, the extra that provides its libraries, or None when it needs only the core)
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "as_is": ("fastdata.loading.loader", None),
-    "AutoTune": ("fastdata.loading.autotune", None),
+    "as_is": ("fastdata.loading._loader", None),
+    "AutoTune": ("fastdata.loading.observe._autotune", None),
     "bench": ("fastdata.bench", None),
-    "errors": ("fastdata.core.errors", None),
-    "Decoder": ("fastdata.formats.decode", None),
-    "EpochSampler": ("fastdata.loading.sampler", None),
-    "HDF5Dataset": ("fastdata.datasets.hdf5", "hdf5"),
-    "IndexedTarDataset": ("fastdata.datasets.indexed_tar", None),
-    "Loader": ("fastdata.loading.loader", None),
-    "Monitor": ("fastdata.loading.monitor", None),
-    "S3Dataset": ("fastdata.datasets.s3", "s3"),
-    "TarShardDataset": ("fastdata.datasets.tar_shards", None),
-    "VideoClipDataset": ("fastdata.datasets.video", "video"),
-    "WorkerInit": ("fastdata.core.seeding", None),
-    "World": ("fastdata.core.world", None),
-    "compose_worker_init": ("fastdata.core.seeding", None),
-    "monitor": ("fastdata.loading.monitor", None),
-    "worker_init_fn": ("fastdata.core.seeding", None),
+    "Decoder": ("fastdata.formats._decode", None),
+    "HDF5Dataset": ("fastdata.datasets._hdf5", "hdf5"),
+    "IndexedTarDataset": ("fastdata.datasets._indexed_tar", None),
+    "Loader": ("fastdata.loading._loader", None),
+    "S3Dataset": ("fastdata.datasets._s3", "s3"),
+    "TarShardDataset": ("fastdata.datasets._tar_shards", None),
+    "VideoClipDataset": ("fastdata.datasets._video", "video"),
+    "monitor": ("fastdata.loading.observe._monitor", None),
+    "worker_init_fn": ("fastdata.core._seeding", None),
 }
 
 
@@ -95,12 +86,10 @@ __all__ = [
     "CorruptShard",
     "DecodeFailed",
     "Decoder",
-    "EpochSampler",
     "FastdataError",
     "HDF5Dataset",
     "IndexedTarDataset",
     "Loader",
-    "Monitor",
     "PlanError",
     "S3Dataset",
     "SourceNotFound",
@@ -111,12 +100,8 @@ __all__ = [
     "TooManyBadSamples",
     "UnsafeMember",
     "VideoClipDataset",
-    "WorkerInit",
-    "World",
     "as_is",
     "bench",
-    "errors",
-    "compose_worker_init",
     "monitor",
     "worker_init_fn",
 ]

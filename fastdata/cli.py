@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from fastdata.core.errors import FastdataError
 
-COMMANDS = ("fastdata.convert.command", "fastdata.bench.command", "fastdata.inspection.command")
+COMMANDS = ("fastdata.convert._command", "fastdata.bench._command", "fastdata.inspection._command")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core.handles import open_files
-from fastdata.loading import slots
-from fastdata.loading.builder import build_dataloader
-from fastdata.loading.thread_loader import ThreadLoader
+from fastdata.core._handles import open_files
+from fastdata.loading._builder import build_dataloader
+from fastdata.loading._plan import ReadPlan
+from fastdata.loading.threads._loader import ThreadLoader
+from fastdata.loading.transport import _slots as slots
 
 MODES = ("stock", "slots", "threads", "hybrid")
 """How the suite reads: worker processes with the stock transport or with reused slots, loader threads in
@@ -57,12 +58,13 @@ def loader(
     the ThreadLoader with ``mode="threads"``."""
     assert isinstance(ds, IterableDataset) == backend.iterable, "Backend.iterable does not match the dataset"
     if mode == "threads":
-        return ThreadLoader(ds, num_threads=num_workers, batch_size=backend.batch_size, shuffle=ds_shuffle(ds))
+        return ThreadLoader(
+            ds, ReadPlan(batch_size=backend.batch_size, shuffle=ds_shuffle(ds)), num_threads=num_workers
+        )
     return build_dataloader(
         ds,
-        batch_size=backend.batch_size,
+        ReadPlan(batch_size=backend.batch_size, shuffle=ds_shuffle(ds)),
         num_workers=num_workers,
-        shuffle=ds_shuffle(ds),
         multiprocessing_context=context,
         transport="slots" if mode == "slots" else "stock",
         threads_per_worker=2 if mode == "hybrid" else 1,

@@ -276,17 +276,14 @@ def make_stateful(
     builds its DataLoader). ``batch_sampler=`` in ``kwargs`` replaces the dataset's ``sampler()``."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from fastdata.loading.builder import build_dataloader
+    from fastdata.loading._builder import build_dataloader
+    from fastdata.loading._plan import ReadPlan
 
-    batching = {} if "batch_sampler" in kwargs else {"batch_size": batch_size, "remainder": remainder}
-    return build_dataloader(
-        ds,
-        num_workers=num_workers,
-        shuffle=shuffle,
-        dataloader_class=StatefulDataLoader,
-        **batching,
-        **kwargs,
-    )
+    if "batch_sampler" in kwargs:
+        plan = ReadPlan(batch_sampler=kwargs.pop("batch_sampler"), shuffle=shuffle)
+    else:
+        plan = ReadPlan(batch_size, shuffle=shuffle, remainder=remainder)
+    return build_dataloader(ds, plan, num_workers=num_workers, dataloader_class=StatefulDataLoader, **kwargs)
 
 
 def batch_keys(name: str, batches: Any, limit: int | None = None) -> list[list[str]]:

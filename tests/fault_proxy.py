@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from fastdata.bench.local_s3 import stop_process
+from fastdata.bench._local_s3 import stop_process
 
 CONTROL = "/__fault_proxy__/"
 CHUNK = 1 << 16

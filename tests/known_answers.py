@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import fastdata as fd
-from fastdata.bench.synthetic import (
+from fastdata.bench._synthetic import (
     CheapDataset,
     HeavyBatchDataset,
     HoldMemoryDataset,
@@ -28,7 +28,7 @@ from fastdata.bench.synthetic import (
     ShuffleBufferDataset,
     SlowStartDataset,
 )
-from fastdata.loading.probes import pss
+from fastdata.core._proc import pss
 
 QUICK = {"seconds": 1.0, "window": 0.25, "warmup": 0.25}  # what --quick measures
 FULL = {"seconds": 2.5, "window": 0.5, "warmup": 0.5}  # a fuller run (the CLI's default is 6 s)
@@ -49,7 +49,7 @@ def busy_core() -> Iterator[subprocess.Popen[bytes]]:
 
 def tar_shards(folder: Path, shards: int = 4, per_shard: int = 128) -> str:
     """Page-cached tar shards of photo-like 256x256 JPEGs (built once per folder)."""
-    from fastdata.bench.backends.tar import write_demo_shards
+    from fastdata.bench.backends._tar import write_demo_shards
 
     pattern = str(folder / f"demo-{{000000..{shards - 1:06d}}}.tar")
     if not (folder / f"demo-{shards - 1:06d}.tar").exists():
@@ -60,7 +60,7 @@ def tar_shards(folder: Path, shards: int = 4, per_shard: int = 128) -> str:
 
 
 def videos(folder: Path) -> str:
-    from fastdata.bench.backends.video import write_demo_videos
+    from fastdata.bench.backends._video import write_demo_videos
 
     if not any(folder.glob("*.mp4")):
         write_demo_videos(folder, videos=4)
@@ -177,7 +177,7 @@ def storage(folder: Path, timing: dict[str, Any], *, s3: Any = None, **_: Any) -
     if s3 is None:
         raise ValueError("the storage case needs (server, proxy, bucket)")
     server, proxy, bucket = s3
-    from fastdata.storage.s3_client import S3Config
+    from fastdata.storage.s3._client import S3Config
 
     proxy.configure(latency_ms=100)
     client = server.client()

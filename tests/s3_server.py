@@ -1,6 +1,6 @@
 """A real S3-compatible server for tests and benchmarks: moto in server mode, in its own process.
 
-The launcher lives in the package (:mod:`fastdata.bench.local_s3`, which ``fastdata bench --demo``
+The launcher lives in the package (:mod:`fastdata.bench._local_s3`, which ``fastdata bench --demo``
 uses too); this module re-exports it for the tests and adds their upload helper.
 
 Usable outside pytest (the benchmarks start one)::
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fastdata.bench.local_s3 import CREDENTIALS, REGION, START_TIMEOUT_S, MotoServer
+from fastdata.bench._local_s3 import CREDENTIALS, REGION, START_TIMEOUT_S, MotoServer
 
 __all__ = ["CREDENTIALS", "REGION", "START_TIMEOUT_S", "MotoServer", "upload_files"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from fastdata.core.errors import ConfigError
-from fastdata.loading.autotune import AutoTune, Change, Observation, Setting, Tuner, ladder, replay
+from fastdata.loading.observe._autotune import AutoTune, Change, Observation, Setting, Tuner, ladder, replay
 
 GIB = 2**30
 

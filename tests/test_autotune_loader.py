@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 import fastdata as fd
 from fastdata.core import stages
-from fastdata.loading.autotune import AutoTune, Change, Observation, Setting, Tuner
+from fastdata.loading.observe._autotune import AutoTune, Change, Observation, Setting, Tuner
 from tests.dist_backends import BACKENDS, make_loader
 
 FAST_WINDOWS = AutoTune(max_workers=3, window=1e-3, min_batches=1, interval=1e-3)
@@ -124,8 +124,9 @@ class Jittery(Dataset[int]):
 def _session(options: AutoTune, dataset: Dataset[int]) -> tuple[Any, Tuner, Any]:
     """A real session and tuner over a plain DataLoader of ``dataset`` (batches of 8), and the function that
     restarts it with a setting (the order does not matter here: each restart reads from the start)."""
-    from fastdata.loading.builder import build_dataloader
-    from fastdata.loading.session import Session
+    from fastdata.loading._builder import build_dataloader
+    from fastdata.loading._plan import ReadPlan
+    from fastdata.loading.observe._session import Session
 
     tuner = Tuner(options, cores=2)
     setting = tuner.initial()
@@ -135,7 +136,7 @@ def _session(options: AutoTune, dataset: Dataset[int]) -> tuple[Any, Tuner, Any]
         kwargs: dict[str, Any] = {"num_workers": s.workers}
         if s.workers:
             kwargs["prefetch_factor"] = s.prefetch
-        return iter(build_dataloader(dataset, batch_size=8, shuffle=False, **kwargs, **session.hooks()))
+        return iter(build_dataloader(dataset, ReadPlan(batch_size=8, shuffle=False), **kwargs, **session.hooks()))
 
     session.pass_starts()
     return session, tuner, session.run(open_at(0, 0, setting), 0, 0, None, open_at)
@@ -248,7 +249,7 @@ def test_the_tuner_reacts_when_another_program_takes_a_core() -> None:
 
 
 def test_a_restart_lets_go_of_the_old_workers_slots(data: dict[str, Path]) -> None:
-    from fastdata.loading import slot_registry
+    from fastdata.loading.transport import _registry as slot_registry
 
     name = "tar_shards"
     loader = make_loader(name, data[name], num_workers="auto", autotune=FAST_WINDOWS, transport="slots")

@@ -15,10 +15,10 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.bench import backends
-from fastdata.bench.backends import hdf5 as hdf5_backend
-from fastdata.bench.backends import video as video_backend
-from fastdata.bench.loop import make_loader
-from fastdata.bench.result import Config
+from fastdata.bench._loop import make_loader
+from fastdata.bench._result import Config
+from fastdata.bench.backends import _hdf5 as hdf5_backend
+from fastdata.bench.backends import _video as video_backend
 from fastdata.core import stages
 from fastdata.core.errors import ConfigError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fastdata.bench import backends
-from fastdata.bench.local_s3 import CREDENTIALS
+from fastdata.bench._local_s3 import CREDENTIALS
 from fastdata.cli import main
 from tests.datagen import make_shards
 
@@ -89,7 +89,7 @@ def test_the_registry_finds_every_backend_by_its_module() -> None:
     found = {b.name: b for b in backends.backends()}
     assert [b.name for b in backends.backends()] == ["tar", "hdf5", "video", "s3"]  # by detection priority
     for name, b in found.items():
-        assert b.available and b.module == f"fastdata.bench.backends.{name}", b.error
+        assert b.available and b.module == f"fastdata.bench.backends._{name}", b.error
     tar = found["tar"]
     assert tar.detect("data/train-{000000..000009}.tar") and tar.detect("x/*.tar")
     # shards on S3 are the s3 backend's (it takes the S3 options too)

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 import fastdata as fd
-from fastdata.bench import report
-from fastdata.bench.diagnose import evidence, verdict
-from fastdata.bench.measure import grid
-from fastdata.bench.result import Config, Point, SweepResult
-from fastdata.bench.synthetic import CPUDataset, IOWaitDataset
+from fastdata.bench import _report as report
+from fastdata.bench._diagnose import evidence, verdict
+from fastdata.bench._result import Config, Point, SweepResult
+from fastdata.bench._sweep import grid
+from fastdata.bench._synthetic import CPUDataset, IOWaitDataset
 from fastdata.cli import main
 from fastdata.core.errors import ConfigError
-from fastdata.loading.diagnosis import Evidence, classify
+from fastdata.loading.observe._diagnosis import Evidence, classify
 
 QUICK = {"seconds": 1.0, "window": 0.25, "warmup": 0.25, "confirm": False, "persistent_workers": [False]}
 TOLERANCE = 0.05  # recommend()'s default: a point within 5% of the best counts as as good
@@ -145,7 +145,7 @@ def test_threads_that_use_one_core_with_cores_idle_are_told_about_the_gil() -> N
 
 
 def test_no_fork_verdict_without_a_forked_process() -> None:
-    from fastdata.loading.stage_table import StartSplit
+    from fastdata.loading.observe._stage_table import StartSplit
 
     split = StartSplit(total=1.0, launch=0.9, produce=0.1)
     common = {"cores": 2, "epoch_start": 0.5, "start": split}
@@ -155,17 +155,17 @@ def test_no_fork_verdict_without_a_forked_process() -> None:
 
 def test_cli_modes_flag_parses_and_rejects_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        main(["bench", "fastdata.bench.synthetic:IOWaitDataset", "--modes", "processes,fibres"])
+        main(["bench", "fastdata.bench._synthetic:IOWaitDataset", "--modes", "processes,fibres"])
     err = capsys.readouterr().err
     assert "'fibres': not a mode" in err and "processes, threads, hybrid" in err
     with pytest.raises(SystemExit):
-        main(["bench", "fastdata.bench.synthetic:IOWaitDataset", "--transport", "pipes"])
+        main(["bench", "fastdata.bench._synthetic:IOWaitDataset", "--transport", "pipes"])
     assert "'pipes': not a transport" in capsys.readouterr().err
     out = tmp_path / "modes.json"
     rc = main(
         [
             "bench",
-            "fastdata.bench.synthetic:IOWaitDataset",
+            "fastdata.bench._synthetic:IOWaitDataset",
             "--modes",
             "processes,threads",
             "--workers",

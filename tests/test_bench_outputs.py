@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from fastdata.bench.command import check_outputs
+from fastdata.bench._command import check_outputs
 from fastdata.cli import main
 
 MARK = "FASTDATA_TEST_BENCH_FACTORY_MARK"

@@ -13,9 +13,9 @@ import torch
 from torch.utils.data import Dataset
 
 import fastdata as fd
-from fastdata.bench.loop import Timing, make_loader, measure
-from fastdata.bench.probes import Probed, ProbedCollate, StageTable, leading_dim, payload_bytes
-from fastdata.bench.result import Config
+from fastdata.bench._loop import Timing, make_loader, measure
+from fastdata.bench._probes import Probed, ProbedCollate, StageTable, leading_dim, payload_bytes
+from fastdata.bench._result import Config
 from fastdata.core import stages
 from tests.datagen import make_shards
 
@@ -180,8 +180,8 @@ def test_leading_dim_and_payload_bytes() -> None:
 def test_every_thread_of_a_process_is_counted_a_helper_thread_included() -> None:
     import threading
 
-    from fastdata.bench.synthetic import spin
-    from fastdata.loading.probes import ProcessProbe, python_thread_names
+    from fastdata.bench._synthetic import spin
+    from fastdata.core._proc import ProcessProbe, python_thread_names
 
     probe = ProcessProbe(os.getpid(), names=python_thread_names)
     before = probe.read()
@@ -208,7 +208,7 @@ def test_every_thread_of_a_process_is_counted_a_helper_thread_included() -> None
 
 
 def test_voluntary_and_involuntary_switches_are_told_apart() -> None:
-    from fastdata.loading.probes import read_thread
+    from fastdata.core._proc import read_thread
 
     tid = threading_id()
     before = read_thread(os.getpid(), tid)
@@ -226,8 +226,8 @@ def threading_id() -> int:
 
 
 def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill() -> None:
-    from fastdata.bench.synthetic import ShuffleBufferDataset
-    from fastdata.loading.stage_table import start_split
+    from fastdata.bench._synthetic import ShuffleBufferDataset
+    from fastdata.loading.observe._stage_table import start_split
 
     def slow_init(worker_id: int) -> None:
         time.sleep(0.2)  # the workers' set-up this test measures
@@ -250,7 +250,7 @@ def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill() -> None:
 
 
 def test_the_d_state_sampler_looks_at_our_threads() -> None:
-    from fastdata.loading.probes import DStateSampler
+    from fastdata.core._proc import DStateSampler
 
     sampler = DStateSampler([os.getpid()], interval=0.01).start()
     deadline = time.perf_counter() + 5
@@ -262,7 +262,7 @@ def test_the_d_state_sampler_looks_at_our_threads() -> None:
 
 
 def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings() -> None:
-    from fastdata.bench.synthetic import CPUDataset, spin
+    from fastdata.bench._synthetic import CPUDataset, spin
 
     costs = []
     for _ in range(20):

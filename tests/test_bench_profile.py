@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fastdata.bench.profile import parse_raw, record, stage_of, summarise
-from fastdata.bench.result import Config
-from fastdata.bench.synthetic import CPUDataset
+from fastdata.bench._profile import parse_raw, record, stage_of, summarise
+from fastdata.bench._result import Config
+from fastdata.bench._synthetic import CPUDataset
 from fastdata.core.errors import ConfigError
 
 RAW = (
@@ -22,7 +22,7 @@ RAW = (
     "Image.load (PIL/ImageFile.py:300) 90\n"
     'process 11:"python train.py";thread (11): MainThread;_worker_loop (torch/utils/data/_utils/worker.py:349);'
     "_MapDatasetFetcher.fetch (torch/utils/data/_utils/fetch.py:52);__getitem__ (data.py:12);"
-    "S3Reader.read (fastdata/storage/s3.py:88) 10\n"
+    "S3Reader.read (fastdata/storage/s3/_reader.py:88) 10\n"
 )
 
 
@@ -34,7 +34,7 @@ def test_stacks_are_grouped_by_process_and_stage() -> None:
     # the DataLoader's own fetcher is plumbing: the stage is where the dataset's time goes
     assert workers.stages == {"decode": 90, "fetch": 10}
     assert stage_of(["_worker_loop (torch/utils/data/_utils/worker.py:349)"]) == "other"
-    assert stage_of(["<module> (x.py:1)", "record (fastdata/bench/profile.py:241)"]) == "step"
+    assert stage_of(["<module> (x.py:1)", "record (fastdata/bench/_profile.py:241)"]) == "step"
     assert "decode 90%" in workers.lines()[0]
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 import fastdata as fd
-from fastdata.bench.diagnose import classify
-from fastdata.bench.result import Config, Point, SweepResult
+from fastdata.bench._diagnose import classify
+from fastdata.bench._result import Config, Point, SweepResult
 from fastdata.core.errors import ConfigError
 
 GIB = 2**30
@@ -417,7 +417,7 @@ def test_many_waiting_workers_on_a_crowded_machine_are_not_oversubscribed() -> N
 
 
 def test_doubts_name_the_points_to_measure_again() -> None:
-    from fastdata.bench.measure import doubts
+    from fastdata.bench._sweep import doubts
 
     # one worker computing flat out with a core to spare, yet two measured no faster: measure both again
     conflict = sweep_of(pt(0, 100), pt(1, 500, worker_busy=[0.95]), pt(2, 480, worker_busy=[0.9, 0.9]))

@@ -9,8 +9,8 @@ from PIL import Image
 from rich.console import Console
 
 import fastdata as fd
-from fastdata.bench import report
-from fastdata.bench.environment import describe
+from fastdata.bench import _report as report
+from fastdata.bench._environment import describe
 from tests.test_bench_recommend import WAITING, pt, sweep_of
 
 

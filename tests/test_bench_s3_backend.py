@@ -19,15 +19,15 @@ import pytest
 
 import fastdata as fd
 from fastdata.bench import backends
+from fastdata.bench._local_s3 import CREDENTIALS
 from fastdata.bench.backends import DemoUnavailable, public_options
-from fastdata.bench.backends import s3 as s3_backend
-from fastdata.bench.local_s3 import CREDENTIALS
+from fastdata.bench.backends import _s3 as s3_backend
 from fastdata.cli import main
 from fastdata.core import stages
 from fastdata.core.errors import ConfigError
-from fastdata.formats.tar import scan
+from fastdata.formats.tar._reader import scan
 from fastdata.storage import open_reader
-from fastdata.storage.s3_client import S3Config
+from fastdata.storage.s3._client import S3Config
 from tests.datagen import jpeg_bytes, make_shards
 from tests.s3_server import MotoServer, upload_files
 

@@ -1,4 +1,4 @@
-"""The harness on synthetic datasets whose best settings are known (fastdata.bench.synthetic).
+"""The harness on synthetic datasets whose best settings are known (fastdata.bench._synthetic).
 
 Real DataLoaders with real worker processes, measured on a machine other programs are loading too: the
 assertions compare points of one sweep with each other (which is best, which is the knee, what the
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 import fastdata as fd
-from fastdata.bench.cores import usable_cores
-from fastdata.bench.synthetic import CheapDataset, CPUDataset, IOWaitDataset
+from fastdata.bench._synthetic import CheapDataset, CPUDataset, IOWaitDataset
+from fastdata.core._machine import usable_cores
 
 # short measurements: a few windows per point; rounds=2 interleaves the grid so that a burst of load
 # from another program is shared by every point instead of landing on one
@@ -98,7 +98,7 @@ def test_a_sweep_moves_a_fastdata_dataset_to_a_new_epoch_at_every_pass(tmp_path)
     # so a shuffled dataset is never read twice in the same order (and never warns that it was)
     import warnings
 
-    from fastdata.core.seeding import RepeatedEpochWarning
+    from fastdata.core._seeding import RepeatedEpochWarning
     from tests.datagen import make_shards
 
     ds = fd.TarShardDataset(make_shards(tmp_path, shards=2, per_shard=8), shuffle=True, batch_size=4)

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from fastdata.convert import convert
-from fastdata.convert.corpus import Item, scan_corpus
-from fastdata.convert.plan import plan_shards
-from fastdata.convert.remote import staging_folder
-from fastdata.convert.resume import STATE_DIR
-from fastdata.convert.tar import convert_tar
+from fastdata.convert._corpus import Item, scan_corpus
+from fastdata.convert._plan import plan_shards
+from fastdata.convert._remote import staging_folder
+from fastdata.convert._resume import STATE_DIR
+from fastdata.convert._tar import convert_tar
 from tests.convert_driver import kill, start_paused
 from tests.datagen import make_image_folder
 from tests.s3_server import MotoServer

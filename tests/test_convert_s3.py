@@ -22,7 +22,7 @@ import pytest
 import fastdata as fd
 from fastdata.cli import main
 from fastdata.convert import convert
-from fastdata.convert.remote import staging_folder
+from fastdata.convert._remote import staging_folder
 from fastdata.core.errors import ConfigError, SourceUnreadable
 from tests.datagen import make_image_folder
 from tests.fault_proxy import FaultProxy

@@ -12,8 +12,8 @@ import pytest
 import fastdata as fd
 from fastdata.cli import main
 from fastdata.convert import convert
-from fastdata.convert.s3_corpus import scan_s3
-from fastdata.convert.tar import convert_tar
+from fastdata.convert._s3_corpus import scan_s3
+from fastdata.convert._tar import convert_tar
 from fastdata.core.errors import ConfigError, SourceNotFound
 from tests.datagen import make_image_folder
 from tests.fault_proxy import FaultProxy
@@ -98,7 +98,7 @@ def test_the_cli_converts_an_s3_prefix_and_refuses_a_mixed_layout(
         monkeypatch.setenv(name, value)
     out = tmp_path / "out"
     assert main(["convert", f"s3://{s3_bucket}/src/", str(out), "--shard-count", "2", "--quiet", "--no-fsync"]) == 0
-    assert len(read_back(out, fd.formats.manifest.read_manifest(str(out)) or {})) == len(files)
+    assert len(read_back(out, fd.formats.read_manifest(str(out)) or {})) == len(files)
     s3_server.client().put_object(Bucket=s3_bucket, Key="src/loose.jpg", Body=b"x")
     with pytest.raises(ConfigError, match=r"holds both objects \(loose\.jpg, \.\.\.\) and class 'folders'"):
         scan_s3(f"s3://{s3_bucket}/src/", s3_options)

@@ -16,12 +16,12 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.convert import convert
-from fastdata.convert.plan import sample_names
-from fastdata.convert.resume import STATE_DIR
-from fastdata.convert.tar import CorpusProblems
+from fastdata.convert._plan import sample_names
+from fastdata.convert._resume import STATE_DIR
+from fastdata.convert._tar import CorpusProblems
 from fastdata.core.errors import ConfigError
-from fastdata.formats.tar import ShardIndex, scan
-from fastdata.storage.local import LocalReader
+from fastdata.formats.tar._reader import ShardIndex, scan
+from fastdata.storage._local import LocalReader
 from tests.convert_driver import kill, start_paused
 from tests.datagen import jpeg_bytes, make_image_folder
 
@@ -240,8 +240,8 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_file_that_vanishes_mid_run_is_named_or_skipped(tmp_path, workers: int) -> None:
-    from fastdata.convert.corpus import scan_corpus
-    from fastdata.convert.tar import convert_tar
+    from fastdata.convert._corpus import scan_corpus
+    from fastdata.convert._tar import convert_tar
 
     root = tmp_path / "src"
     make_image_folder(root, classes=2, per_class=6)
@@ -308,7 +308,7 @@ def test_an_output_that_is_a_file_is_refused_before_any_work(corpus, tmp_path, c
 
 
 def test_not_enough_free_space_is_refused_before_anything_is_written(tmp_path) -> None:
-    from fastdata.convert.space import DiskFull, free_bytes
+    from fastdata.convert._space import DiskFull, free_bytes
 
     root = tmp_path / "src"
     make_image_folder(root, classes=1, per_class=2)
@@ -324,7 +324,7 @@ def test_not_enough_free_space_is_refused_before_anything_is_written(tmp_path) -
 FILL_DRIVER = """
 import json, os, sys
 from fastdata.convert import convert
-from fastdata.convert.space import DiskFull
+from fastdata.convert._space import DiskFull
 src, out, filler = sys.argv[1:4]
 def fill(record):  # after the first shard, something else fills the disk
     if not os.path.exists(filler):

@@ -1,4 +1,4 @@
-"""Seeding (fastdata.core.seeding) through real workers: persistent workers see new epochs (shared
+"""Seeding (fastdata.core._seeding) through real workers: persistent workers see new epochs (shared
 state) and reseed, worker_init_fn composes with the user's, seeds differ by every part, stagger is seeded."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
-from fastdata.core.seeding import derive_seed, stagger
-from fastdata.core.shared import SharedState
-from fastdata.core.world import World
+from fastdata.core import compose_worker_init
+from fastdata.core._seeding import derive_seed, stagger
+from fastdata.core._shared import SharedState
+from fastdata.core._world import World
 
 
 class EpochProbe(Dataset):
@@ -32,7 +33,7 @@ class EpochProbe(Dataset):
         return 4
 
     def __getitem__(self, i: int) -> tuple[int, int, float, float, float]:
-        from fastdata.core.seeding import on_epoch
+        from fastdata.core._seeding import on_epoch
 
         on_epoch(self.worker_world())
         self.shared.add("seen")
@@ -89,7 +90,7 @@ def test_worker_init_composes_with_the_users_function() -> None:
         EnvProbe(),
         batch_size=None,
         num_workers=2,
-        worker_init_fn=fd.compose_worker_init(_user_init),
+        worker_init_fn=compose_worker_init(_user_init),
         multiprocessing_context="spawn",
     )
     assert sorted(loader) == ["0", "1"]

@@ -1,11 +1,11 @@
-"""World (fastdata.core.world): rank and world size from the environment, checked."""
+"""World (fastdata.core._world): rank and world size from the environment, checked."""
 
 from __future__ import annotations
 
 import pytest
 
+from fastdata.core._world import World
 from fastdata.core.errors import ConfigError
-from fastdata.core.world import World
 
 
 def test_world_detects_rank_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.core.errors import ConfigError
-from fastdata.formats.decode import Decoder
+from fastdata.formats._decode import Decoder
 from tests.datagen import write_tar
 
 H, W = 24, 32

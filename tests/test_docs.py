@@ -63,7 +63,6 @@ def test_every_python_block_runs_or_is_a_visible_fragment() -> None:
 
 _DOTTED = re.compile(r"(?<![\w/.-])fastdata(?:\.[A-Za-z_]\w*)+")
 _PATH = re.compile(r"(?<![\w/.-])(?:fastdata|tests|benchmarks|tools|docs)/[\w.-]+(?:/[\w.-]+)*")
-NOT_MODULES = {"fastdata.bench_backends"}  # an entry-point group, named in docs/bench.md
 
 
 def _resolves(dotted: str) -> bool:
@@ -86,7 +85,7 @@ def _resolves(dotted: str) -> bool:
 def test_module_paths_and_files_named_exist(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     missing = sorted(
-        {d for d in _DOTTED.findall(text) if d not in NOT_MODULES and not _resolves(d)}
+        {d for d in _DOTTED.findall(text) if not _resolves(d)}
         | {p for p in (m.rstrip(".") for m in _PATH.findall(text)) if not (ROOT / p).exists()}
     )
     assert not missing, f"{page.name} names what is not in the repository: {missing}"

@@ -1,4 +1,4 @@
-"""Decoding by extension (fastdata.formats.decode): values by member extension, errors naming sample and
+"""Decoding by extension (fastdata.formats._decode): values by member extension, errors naming sample and
 member, options checked at construction."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fastdata.core.errors import ConfigError, DecodeFailed
-from fastdata.formats.decode import Decoder
+from fastdata.formats._decode import Decoder
 from tests.datagen import jpeg_bytes
 
 

@@ -16,11 +16,11 @@ import pytest
 from PIL import Image
 
 import fastdata as fd
-from fastdata.convert.corpus import scan_corpus
-from fastdata.convert.hdf5 import WRITE_ORDER_SEED, convert_hdf5
-from fastdata.convert.resume import STATE_DIR
+from fastdata.convert._corpus import scan_corpus
+from fastdata.convert._hdf5 import WRITE_ORDER_SEED, convert_hdf5
+from fastdata.convert._resume import STATE_DIR
 from fastdata.core.errors import ConfigError, DecodeFailed
-from fastdata.formats.manifest import read_manifest, sample_counts
+from fastdata.formats._manifest import read_manifest, sample_counts
 from tests.convert_driver import kill, start_paused
 from tests.datagen import jpeg_bytes, make_image_folder
 
@@ -57,7 +57,7 @@ def test_round_trip_keeps_every_file_its_bytes_and_label(corpus_dir: Path, tmp_p
     for s in samples:
         assert s["image"] == (corpus_dir / s["key"]).read_bytes()
         assert s["label"] == int(s["key"].split("/")[0].split("_")[1])
-    # the manifest beside the file, in the layout fastdata.formats.manifest reads
+    # the manifest beside the file, in the layout fastdata.formats._manifest reads
     assert json.loads((out / "manifest.json").read_text()) == manifest
     assert read_manifest(str(out)) == manifest
     assert manifest["format"] == "hdf5" and manifest["samples"] == 15 and manifest["decoded"] is False

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.core.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound, TooManyBadSamples
-from fastdata.formats.hdf5 import BadLayout, CorruptHDF5, FileChanged
+from fastdata.formats.hdf5._reader import BadLayout, CorruptHDF5, FileChanged
 from tests.hdf5_datagen import make_h5, overwrite_in_place
 
 FIELDS = ("image", "label", "key")

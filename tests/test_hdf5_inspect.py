@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fastdata.cli import main
-from fastdata.inspection.media import inspect_hdf5
+from fastdata.inspection._media import inspect_hdf5
 from tests.hdf5_datagen import make_unreadable, write_with_absent_filter
 
 

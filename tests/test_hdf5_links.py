@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.core.errors import SourceNotFound
-from fastdata.formats.hdf5 import FileChanged
+from fastdata.formats.hdf5._reader import FileChanged
 from tests.hdf5_datagen import assert_same_value, h5py_value, overwrite_in_place
 
 N = 12

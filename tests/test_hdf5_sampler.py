@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.core.errors import ConfigError, PlanError
-from fastdata.loading.chunk_sampler import ChunkBatchSampler, block_sequence
+from fastdata.loading._chunk_sampler import ChunkBatchSampler, block_sequence
 from tests.hdf5_datagen import make_files
 
 # blocks of uneven length, as files of different lengths and partial last chunks give

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, default_collate
 
 import fastdata as fd
 from fastdata.core.errors import FastdataError
-from fastdata.formats.hdf5 import BadLayout
+from fastdata.formats.hdf5._reader import BadLayout
 from tests.hdf5_datagen import (
     KIND_ROWS,
     assert_same_value,
@@ -197,8 +197,8 @@ def test_null_dataspace_is_a_layout_error(tmp_path: Path) -> None:
 def test_a_row_unreadable_for_want_of_a_filter_names_the_filter(tmp_path: Path) -> None:
     # what a worker says when the filter the main process had is missing in it (a spawn worker whose
     # script did not import hdf5plugin): the field was described elsewhere, its rows fail here
-    from fastdata.formats.hdf5 import ChunkCache, CorruptHDF5, FieldInfo, FileInfo, file_identity
-    from fastdata.formats.hdf5_handle import H5Handle, row_error
+    from fastdata.formats.hdf5._handle import H5Handle, row_error
+    from fastdata.formats.hdf5._reader import ChunkCache, CorruptHDF5, FieldInfo, FileInfo, file_identity
 
     path = str(tmp_path / "blosc.h5")
     write_with_absent_filter(path)

@@ -17,8 +17,8 @@ import webdataset as wds
 import fastdata as fd
 from fastdata.cli import main
 from fastdata.convert import convert
-from fastdata.formats.manifest import sample_counts
-from fastdata.inspection.paths import inspect_paths, write_manifest
+from fastdata.formats._manifest import sample_counts
+from fastdata.inspection._paths import inspect_paths, write_manifest
 from tests.datagen import make_image_folder, make_shards
 from tests.s3_server import MotoServer, upload_files
 

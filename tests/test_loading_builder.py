@@ -1,5 +1,5 @@
-"""The one DataLoader builder (``fastdata/loading/builder.py``) and the declared dataset protocols
-(``fastdata/loading/protocol.py``): every fastdata dataset and sampler offers its protocol; the builder
+"""The one DataLoader builder (``fastdata/loading/_builder.py``) and the declared dataset protocols
+(``fastdata/loading/_protocol.py``): every fastdata dataset and sampler offers its protocol; the builder
 reads each kind the fastdata way; ``fd.Loader`` and the harness get the same DataLoader from it."""
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ from torch.utils.data import Dataset as TorchDataset
 from torch.utils.data import RandomSampler, default_collate, default_convert
 
 import fastdata as fd
-from fastdata.bench.loop import make_loader
-from fastdata.bench.probes import ProbedCollate, ProbeInit, StageTable
-from fastdata.bench.result import Config
+from fastdata.bench._loop import make_loader
+from fastdata.bench._probes import ProbedCollate, ProbeInit, StageTable
+from fastdata.bench._result import Config
+from fastdata.core._protocol import Warmable, WorkerAware
+from fastdata.core._seeding import WorkerInit
 from fastdata.core.errors import ConfigError
-from fastdata.core.protocol import Warmable, WorkerAware
-from fastdata.core.seeding import WorkerInit
-from fastdata.loading.builder import as_is, build_dataloader
-from fastdata.loading.chunk_sampler import ChunkBatchSampler
-from fastdata.loading.protocol import (
+from fastdata.loading import EpochSampler
+from fastdata.loading._builder import build_dataloader
+from fastdata.loading._chunk_sampler import ChunkBatchSampler
+from fastdata.loading._plan import ReadPlan, as_is
+from fastdata.loading._protocol import (
     BatchingDataset,
     Collating,
     Dataset,
@@ -30,7 +32,7 @@ from fastdata.loading.protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
-from fastdata.loading.transport import SlotCollate
+from fastdata.loading.transport._collate import SlotCollate
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 
@@ -75,29 +77,29 @@ def test_every_dataset_and_sampler_offers_its_protocol(shards: list[str], h5: li
 def test_a_dataset_that_batches_itself_is_read_unbatched_as_is(shards: list[str]) -> None:
     ds = fd.TarShardDataset(shards, batch_size=4)
     for batch_size in (None, 4):
-        dl = build_dataloader(ds, batch_size=batch_size)
+        dl = build_dataloader(ds, ReadPlan(batch_size=batch_size))
         assert dl.batch_size is None and dl.collate_fn is as_is
     assert len(next(iter(dl))["__key__"]) == 4
     with pytest.raises(ConfigError, match=r"batch_size=5 differs from TarShardDataset\(batch_size=4\)"):
-        build_dataloader(ds, batch_size=5)
+        build_dataloader(ds, ReadPlan(batch_size=5))
     with pytest.raises(ConfigError, match="pass no sampler"):
-        build_dataloader(ds, sampler=[0])
-    per_sample = build_dataloader(fd.TarShardDataset(shards), batch_size=4)  # the DataLoader batches
+        build_dataloader(ds, ReadPlan(sampler=[0]))
+    per_sample = build_dataloader(fd.TarShardDataset(shards), ReadPlan(batch_size=4))  # the DataLoader batches
     assert per_sample.batch_size == 4 and per_sample.collate_fn is default_collate
 
 
 def test_a_map_style_dataset_reads_through_its_sampler_and_collate(h5: list[str]) -> None:
     ds = fd.HDF5Dataset(h5, ("image", "key"), seed=3)
-    dl = build_dataloader(ds, batch_size=4, shuffle=True, remainder="pad")
-    assert isinstance(dl.sampler, fd.EpochSampler) and dl.sampler.remainder == "pad"
+    dl = build_dataloader(ds, ReadPlan(batch_size=4, shuffle=True, remainder="pad"))
+    assert isinstance(dl.sampler, EpochSampler) and dl.sampler.remainder == "pad"
     assert dl.collate_fn == ds.collate
     ds.set_epoch(2)
     assert dl.sampler.epoch == 2  # the sampler follows the dataset's epoch
-    batched = build_dataloader(ds, batch_sampler=ds.chunk_sampler(4))
+    batched = build_dataloader(ds, ReadPlan(batch_sampler=ds.chunk_sampler(4)))
     assert isinstance(batched.batch_sampler, ChunkBatchSampler) and batched.collate_fn == ds.collate
     with pytest.raises(ConfigError, match="batch_sampler decides the batches"):
-        build_dataloader(ds, batch_size=4, batch_sampler=ds.chunk_sampler(4))
-    plain = build_dataloader(Plain(), batch_size=2)  # not a fastdata dataset: torch shuffles it
+        build_dataloader(ds, ReadPlan(batch_size=4, batch_sampler=ds.chunk_sampler(4)))
+    plain = build_dataloader(Plain(), ReadPlan(batch_size=2))  # not a fastdata dataset: torch shuffles it
     assert isinstance(plain.sampler, RandomSampler) and plain.collate_fn is default_collate
     assert build_dataloader(Plain()).collate_fn is default_convert
 
@@ -114,7 +116,7 @@ def test_worker_init_start_method_and_hooks() -> None:
 
     dl = build_dataloader(
         Plain(),
-        batch_size=2,
+        ReadPlan(batch_size=2),
         num_workers=2,
         worker_init_fn=mine,
         multiprocessing_context="spawn",
@@ -134,7 +136,7 @@ def test_the_loader_and_the_harness_build_the_same_dataloader(h5: list[str]) -> 
     ours = fd.Loader(ds, batch_size=4, num_workers=2, transport="stock").dataloader
     bench = make_loader(ds, Config(2, 2, False, False, 4))
     for dl in (ours, bench):
-        assert isinstance(dl.sampler, fd.EpochSampler) and dl.batch_size == 4 and dl.collate_fn == ds.collate
+        assert isinstance(dl.sampler, EpochSampler) and dl.batch_size == 4 and dl.collate_fn == ds.collate
         assert isinstance(dl.worker_init_fn, WorkerInit)
     # the Loader's default transport: the same collate function, inside reused slots
     slotted = fd.Loader(ds, batch_size=4, num_workers=2).dataloader.collate_fn
@@ -155,11 +157,11 @@ def test_probed_loader_reads_the_same_batches(h5: list[str]) -> None:
 def test_the_hybrid_reads_a_plain_torch_dataset() -> None:
     """threads_per_worker over a torch Dataset that is not fastdata's (no worker_world): every item once,
     in the DataLoader's order (before, fastdata's worker_init_fn asked the wrapper for a world it lacked)."""
-    from fastdata.bench.synthetic import CheapDataset
-    from fastdata.loading.hybrid import ThreadedMap, ThreadedPlainMap, threaded
+    from fastdata.bench._synthetic import CheapDataset
+    from fastdata.loading.threads._hybrid import ThreadedMap, ThreadedPlainMap, threaded
 
     ds = CheapDataset(n=48)
     assert isinstance(threaded(ds, 2), ThreadedPlainMap) and not isinstance(threaded(ds, 2), ThreadedMap)
-    loader = build_dataloader(ds, batch_size=4, num_workers=2, threads_per_worker=2, shuffle=False)
+    loader = build_dataloader(ds, ReadPlan(batch_size=4, shuffle=False), num_workers=2, threads_per_worker=2)
     items = [int(x) for batch in loader for x in batch]
     assert items == list(range(48))

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 import fastdata as fd
-from fastdata.bench.probes import Probed, ProbedCollate
+from fastdata.bench._probes import Probed, ProbedCollate
 from fastdata.core.errors import BadSample, ConfigError
-from fastdata.loading import slots
-from fastdata.loading.builder import build_dataloader
-from fastdata.loading.threads import thread_copies
+from fastdata.loading._builder import build_dataloader
+from fastdata.loading._plan import ReadPlan
+from fastdata.loading.threads._gang import thread_copies
+from fastdata.loading.transport import _slots as slots
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 
@@ -213,7 +214,11 @@ def test_loader_slots_carry_the_batches_and_close_lets_them_go(h5: list[str]) ->
 def test_probes_wrap_the_collate_inside_the_slots(kind: str, shards: list[str], h5: list[str]) -> None:
     ds, kw = make(kind, shards, h5)
     slots.reset_counts()
-    got = list(build_dataloader(ds, num_workers=2, transport="slots", wrap_collate=ProbedCollate, **kw))
+    got = list(
+        build_dataloader(
+            ds, ReadPlan(kw.get("batch_size")), num_workers=2, transport="slots", wrap_collate=ProbedCollate
+        )
+    )
     assert all(isinstance(p, Probed) for p in got)
     assert sum(p.n for p in got) == 33 and got[0].n == 4 and got[0].nbytes > 0
     assert batches(p.batch for p in got) == batches(fd.Loader(ds, **kw))
@@ -223,8 +228,8 @@ def test_probes_wrap_the_collate_inside_the_slots(kind: str, shards: list[str], 
 def test_each_pass_of_loader_threads_is_a_new_pass(shards: list[str]) -> None:
     # the threads of a pass share one pass token, the next pass's differ: a second pass over the same epoch
     # is seen as such (warned, as with worker processes), not taken for the first one again
-    from fastdata.core.seeding import RepeatedEpochWarning
-    from fastdata.loading.thread_loader import ThreadLoader
+    from fastdata.core._seeding import RepeatedEpochWarning
+    from fastdata.loading.threads._loader import ThreadLoader
 
     ds = fd.TarShardDataset(shards, batch_size=4, shuffle=True)
     loader = ThreadLoader(ds, num_threads=2)

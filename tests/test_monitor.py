@@ -19,8 +19,9 @@ from torch.utils.data import DataLoader, Dataset
 import fastdata as fd
 from fastdata.core import stages
 from fastdata.core.errors import ConfigError
-from fastdata.loading.diagnosis import LABELS
-from fastdata.loading.stats import Stats
+from fastdata.loading.observe import Monitor
+from fastdata.loading.observe._diagnosis import LABELS
+from fastdata.loading.observe._report import Stats
 from tests.datagen import make_shards
 
 
@@ -46,7 +47,7 @@ def run(loader: Any, epochs: int = 2) -> int:
 
 def test_the_loader_reports_every_n_batches_to_a_function(shards: list[str]) -> None:
     reports: list[Stats] = []
-    loader = tar_loader(shards, num_workers=2, monitor=fd.Monitor(to=reports.append, seconds=None, every=5))
+    loader = tar_loader(shards, num_workers=2, monitor=Monitor(to=reports.append, seconds=None, every=5))
     batches = run(loader)
     pids = set()
     try:
@@ -81,7 +82,7 @@ def test_reports_go_to_a_json_lines_file_and_to_the_log(
     shards: list[str], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "logs" / "loader.jsonl"
-    loader = tar_loader(shards, num_workers=1, monitor=fd.Monitor(to=path, seconds=None, every=4))
+    loader = tar_loader(shards, num_workers=1, monitor=Monitor(to=path, seconds=None, every=4))
     batches = run(loader, 1)
     loader.close()
     lines = path.read_text().splitlines()
@@ -90,7 +91,7 @@ def test_reports_go_to_a_json_lines_file_and_to_the_log(
     assert first["batches"] == 4 and first["workers"] == 1 and len(first["processes"]) == 2
     assert {"stall", "stages", "label", "evidence", "others_cores", "changes"} <= set(first)
     with caplog.at_level(logging.INFO, logger="fastdata.monitor"):
-        loader = tar_loader(shards, num_workers=0, monitor=fd.Monitor(seconds=None, every=4))
+        loader = tar_loader(shards, num_workers=0, monitor=Monitor(seconds=None, every=4))
         run(loader, 1)
         loader.close()
     logged = [r.getMessage() for r in caplog.records if r.name == "fastdata.monitor"]
@@ -173,7 +174,7 @@ def test_changes_of_auto_are_logged_with_their_reason_and_reported(
 
     reports: list[Stats] = []
     loader = tar_loader(
-        shards, num_workers="auto", autotune=FAST_WINDOWS, monitor=fd.Monitor(to=reports.append, seconds=None, every=2)
+        shards, num_workers="auto", autotune=FAST_WINDOWS, monitor=Monitor(to=reports.append, seconds=None, every=2)
     )
     assert loader._session is not None
     loader._session.tuner = Scripted([0, 1])
@@ -190,7 +191,7 @@ def test_changes_of_auto_are_logged_with_their_reason_and_reported(
 
 def test_options_are_checked(shards: list[str]) -> None:
     with pytest.raises(ConfigError, match="seconds= or every="):
-        fd.Monitor(seconds=None)
+        Monitor(seconds=None)
     with pytest.raises(ConfigError, match="monitor=42"):
         tar_loader(shards, monitor=42)
     with pytest.raises(ConfigError, match="num_workers='many'"):
@@ -211,7 +212,7 @@ def test_loader_threads_are_monitored_and_not_auto_tuned(shards: list[str]) -> N
     expected = [k for b in reference for k in b["__key__"]]
     reference.close()
     reports: list[Stats] = []
-    loader = tar_loader(shards, num_workers=2, workers="threads", monitor=fd.Monitor(to=reports.append, every=5))
+    loader = tar_loader(shards, num_workers=2, workers="threads", monitor=Monitor(to=reports.append, every=5))
     loader.set_epoch(1)
     got = [k for b in loader for k in b["__key__"]]
     latest = loader.stats()
@@ -231,10 +232,10 @@ def test_under_the_monitor_the_slots_still_stack_batches_straight_into_the_slot(
     """The monitor wraps the slots' collate function (not the other way round, which made workers stack each
     batch privately and copy it into the slot: a quarter more worker CPU on decoded images), and still counts
     every sample a worker collates."""
-    from fastdata.loading.session import MonitoredCollate
-    from fastdata.loading.transport import SlotCollate, batch_as_is
+    from fastdata.loading.observe._session import MonitoredCollate
+    from fastdata.loading.transport._collate import SlotCollate, batch_as_is
 
-    loader = tar_loader(shards, num_workers=2, monitor=fd.Monitor(to=lambda s: None, every=1000))
+    loader = tar_loader(shards, num_workers=2, monitor=Monitor(to=lambda s: None, every=1000))
     collate = loader.dataloader.collate_fn
     assert isinstance(collate, MonitoredCollate) and isinstance(collate.collate_fn, SlotCollate)
     assert collate.collate_fn.collate_fn is batch_as_is  # the dataset's batches go into slots unchanged

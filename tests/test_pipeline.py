@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from fastdata.core import stages
+from fastdata.core._pipeline import SKIP, SamplePipeline
+from fastdata.core._shared import SharedState
 from fastdata.core.errors import BadSampleWarning, DecodeFailed, ErrorPolicy
-from fastdata.core.pipeline import SKIP, SamplePipeline
-from fastdata.core.shared import SharedState
 
 
 def decode(sample: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ every backend in ``tests/dist_backends.py`` and over HDF5's chunk sampler, ``Epo
 Every one goes through the one check, :func:`tests.resume_check.check_resume`: saved at the start, the
 middle and the end of an epoch, resumed in an object built anew (a new dataset too) from a state that went
 through JSON, as after a restart; ``test_distributed.py`` does the same across real process restarts under
-torchrun. The rest checks the one state schema (:mod:`fastdata.core.resume`): what it reports, the states
+torchrun. The rest checks the one state schema (:mod:`fastdata.core._resume`): what it reports, the states
 older versions saved, and the states that do not fit.
 """
 
@@ -18,9 +18,10 @@ import pytest
 from torch.utils.data import SequentialSampler
 
 import fastdata as fd
+from fastdata.core._seeding import WorkerInit
 from fastdata.core.errors import ConfigError
-from fastdata.core.seeding import WorkerInit
-from fastdata.loading.chunk_sampler import ChunkBatchSampler
+from fastdata.loading import EpochSampler
+from fastdata.loading._chunk_sampler import ChunkBatchSampler
 from tests.dist_backends import BACKENDS, BATCH, SEED, batch_keys, make_dataset, make_loader, make_stateful
 from tests.resume_check import Subject, check_resume, through_json
 
@@ -104,7 +105,7 @@ def test_loader_resumes_through_the_hdf5_chunk_sampler(data: dict, options: dict
 @pytest.mark.parametrize(("remainder", "rank", "world_size"), [("drop", 0, 1), ("pad", 1, 2), ("uneven", 2, 3)])
 def test_epoch_sampler_resumes_exactly_at_every_index(remainder: str, rank: int, world_size: int) -> None:
     subject = Subject(
-        make=lambda _: fd.EpochSampler(33, seed=4, remainder=remainder, rank=rank, world_size=world_size),
+        make=lambda _: EpochSampler(33, seed=4, remainder=remainder, rank=rank, world_size=world_size),
         keys=lambda index: index,
     )
     states = check_resume(subject, at=every_batch)
@@ -221,14 +222,8 @@ def test_persistent_workers_take_a_state_loaded_later(data: dict, name: str) -> 
     loader.close()
 
 
-@pytest.mark.parametrize(
-    "state",
-    [
-        {"epoch": 0, "batches": 3, "worker": 1, "num_workers": 2},  # as fastdata saved it before the one schema
-        {"version": 1, "epoch": 0, "unit": "batches", "position": 3, "plan": {}, "worker": 1, "num_workers": 2},
-    ],
-)
-def test_worker_state_in_another_worker_layout_is_refused(data: dict, state: dict) -> None:
+def test_worker_state_in_another_worker_layout_is_refused(data: dict) -> None:
+    state = {"version": 1, "epoch": 0, "unit": "batches", "position": 3, "plan": {}, "worker": 1, "num_workers": 2}
     ds = make_dataset("tar_shards", data["tar_shards"])
     ds.load_state_dict(state)
     with pytest.raises(ConfigError, match="saved by worker 1 of 2"):
@@ -250,37 +245,21 @@ def test_a_state_from_another_setup_is_refused(data: dict, name: str) -> None:
         loader.load_state_dict({**state, "position": len(loader) + 1})
 
 
-@pytest.mark.parametrize("name", ["tar_shards", "hdf5"])
-def test_a_loader_state_saved_before_the_one_schema_still_resumes(data: dict, name: str) -> None:
-    full = epoch_keys(name, data[name], STOP_EPOCH)
-    # what Loader.state_dict() returned before the one schema, for a Loader stopped after 2 batches
-    old = {"epoch": STOP_EPOCH, "batches": 2, "batch_size": BATCH, "world_size": 1, "samples": 33, "seed": SEED}
-    loader = make_loader(name, data[name], num_workers=2)
-    loader.load_state_dict(through_json(old))
-    assert loader.state_dict() == saved_after(name, data[name], 2)
-    assert batch_keys(name, loader) == full[2:]
-    with pytest.raises(ConfigError, match="seed=12"):
-        loader.load_state_dict({**old, "seed": SEED + 1})
-
-
-def test_sampler_states_saved_before_the_one_schema_still_resume() -> None:
-    sampler = fd.EpochSampler(33, seed=4, rank=0, world_size=1)
-    sampler.load_state_dict({"epoch": 2, "consumed": 5})
-    fresh = fd.EpochSampler(33, seed=4, rank=0, world_size=1)
-    fresh.set_epoch(2)
-    assert list(sampler) == list(fresh)[5:]
-    chunks = ChunkBatchSampler(list(range(0, 33, 5)), 33, 4, seed=5, rank=0, world_size=1)
-    chunks.load_state_dict({"epoch": 2, "consumed": 8})
-    fresh_chunks = ChunkBatchSampler(list(range(0, 33, 5)), 33, 4, seed=5, rank=0, world_size=1)
-    fresh_chunks.set_epoch(2)
-    assert list(chunks) == list(fresh_chunks)[2:]
+def test_a_state_without_the_schema_is_refused_naming_what_to_pass(data: dict) -> None:
+    # no compatibility with unversioned states: fastdata was never released with them
+    loader = make_loader("tar_shards", data["tar_shards"], num_workers=0)
+    for old in ({"epoch": 1, "batches": 2, "batch_size": BATCH}, {"epoch": 2, "consumed": 5}):
+        with pytest.raises(ConfigError, match=r"not a resume state.*'version'"):
+            loader.load_state_dict(old)
+        with pytest.raises(ConfigError, match="not a resume state"):
+            EpochSampler(33, seed=4, rank=0, world_size=1).load_state_dict(old)
 
 
 def test_a_state_that_does_not_fit_is_refused_naming_why(data: dict) -> None:
-    sampler = fd.EpochSampler(33, seed=4, rank=0, world_size=1)
+    sampler = EpochSampler(33, seed=4, rank=0, world_size=1)
     state = sampler.state_dict(consumed=4)
     with pytest.raises(ConfigError, match="saved with size=33, this EpochSampler has size=34"):
-        fd.EpochSampler(34, seed=4, rank=0, world_size=1).load_state_dict(state)
+        EpochSampler(34, seed=4, rank=0, world_size=1).load_state_dict(state)
     chunks = ChunkBatchSampler(list(range(0, 33, 5)), 33, 4, seed=5, rank=0, world_size=1)
     with pytest.raises(ConfigError, match="batch_size=4, this ChunkBatchSampler has batch_size=8"):
         ChunkBatchSampler(list(range(0, 33, 5)), 33, 8, seed=5, rank=0, world_size=1).load_state_dict(
@@ -327,7 +306,7 @@ def test_loader_checks_a_map_style_setup(data: dict) -> None:
     ds = make_dataset("indexed_tar", data["indexed_tar"])
     with pytest.raises(ConfigError, match="batch_size"):
         fd.Loader(ds)
-    with pytest.raises(ConfigError, match=r"use fastdata\.EpochSampler"):
+    with pytest.raises(ConfigError, match=r"use fastdata\.loading\.EpochSampler"):
         fd.Loader(ds, batch_size=BATCH, sampler=SequentialSampler(ds))
     with pytest.raises(ConfigError, match="sampler you built"):
         fd.Loader(ds, batch_size=BATCH, sampler=ds.sampler(), shuffle=False)
@@ -353,7 +332,7 @@ def test_loader_runs_the_users_worker_init_after_fastdatas(data: dict) -> None:
 
 
 def test_epoch_sampler_state_follows_its_iteration() -> None:
-    sampler = fd.EpochSampler(10, seed=4, rank=0, world_size=1)
+    sampler = EpochSampler(10, seed=4, rank=0, world_size=1)
     sampler.set_epoch(2)
     it = iter(sampler)
     head = [next(it) for _ in range(3)]
@@ -361,7 +340,7 @@ def test_epoch_sampler_state_follows_its_iteration() -> None:
     plan = {"size": 10, "world_size": 1, "seed": 4}
     assert state == {"version": 1, "epoch": 2, "unit": "samples", "position": 3, "plan": plan}
     assert sampler.state_dict(consumed=1)["position"] == 1
-    other = fd.EpochSampler(10, seed=4, rank=0, world_size=1)
+    other = EpochSampler(10, seed=4, rank=0, world_size=1)
     other.load_state_dict(state)
     assert other.state_dict() == state  # before it is iterated, it reports what it will resume from
     assert head + list(other) == list(sampler)

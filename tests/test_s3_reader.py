@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import fastdata as fd
+from fastdata.core._shared import SharedState
 from fastdata.core.errors import ConfigError, SourceNotFound
-from fastdata.core.shared import SharedState
-from fastdata.formats.tar import ShardIndex, scan
-from fastdata.storage import open_reader, s3_client
-from fastdata.storage.local import LocalReader
-from fastdata.storage.s3 import COUNTERS, ObjectChanged, S3Config, S3Reader, Stats
+from fastdata.formats.tar._reader import ShardIndex, scan
+from fastdata.storage import open_reader
+from fastdata.storage._local import LocalReader
+from fastdata.storage.s3 import _client as s3_client
+from fastdata.storage.s3._reader import COUNTERS, ObjectChanged, S3Config, S3Reader, Stats
 from tests.datagen import make_shards
 from tests.s3_server import MotoServer, upload_files
 

@@ -23,9 +23,9 @@ from botocore.exceptions import (
 import fastdata as fd
 from fastdata.cli import main
 from fastdata.core.errors import BadSampleWarning, ConfigError, FastdataError, TooManyBadSamples
-from fastdata.storage.s3 import S3Reader
-from fastdata.storage.s3_client import S3Config
-from fastdata.storage.s3_fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable, translate
+from fastdata.storage.s3._client import S3Config
+from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable, translate
+from fastdata.storage.s3._reader import S3Reader
 from tests.datagen import make_shards
 from tests.fault_proxy import FaultProxy
 from tests.s3_server import CREDENTIALS, REGION, MotoServer, upload_files

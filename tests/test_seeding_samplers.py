@@ -73,7 +73,7 @@ def check(make: Callable[[], Any], context: str) -> None:
 
 
 # spawn for one map-style and the iterable backend: every backend keeps its pass log in the same shared
-# state (fastdata.datasets.base), pickled into spawned workers alike; a spawned worker costs seconds here
+# state (fastdata.datasets._base), pickled into spawned workers alike; a spawned worker costs seconds here
 EVERY = pytest.mark.parametrize("context", ["fork"])
 BOTH = pytest.mark.parametrize("context", ["fork", "spawn"])
 

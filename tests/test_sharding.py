@@ -8,8 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fastdata.core.errors import ConfigError, PlanError
-from fastdata.core.sharding import (
+from fastdata.core._sharding import (
     EXACT_ORDER_MAX,
     WindowShuffle,
     epoch_order,
@@ -22,6 +21,7 @@ from fastdata.core.sharding import (
     split_counts,
     worker_ranges,
 )
+from fastdata.core.errors import ConfigError, PlanError
 
 
 @pytest.mark.parametrize("n", [1, 7, 10, 33, 100])

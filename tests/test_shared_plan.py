@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import torch
 
-from fastdata.core.shared import SharedPlan, SharedState
-from fastdata.loading.sampler import EpochSampler
+from fastdata.core._shared import SharedPlan, SharedState
+from fastdata.loading._sampler import EpochSampler
 
 
 def test_following_runs_come_from_the_published_order() -> None:
@@ -54,7 +54,7 @@ def test_an_epoch_sampler_publishes_each_iteration_s_whole_order() -> None:
     first = list(sampler)
     assert plan.epoch == 0 and plan.following(0, first[:2], 2, 4) == first[2:10]
     shared.epoch = 1
-    sampler.load_state_dict({"epoch": 1, "consumed": 4})  # a resumed epoch still publishes all of it
+    sampler.load_state_dict({**sampler.state_dict(consumed=4), "epoch": 1})  # a resumed epoch still publishes all of it
     rest = list(sampler)
     assert (
         plan.epoch == 1 and plan.following(1, sampler.indices()[:2].tolist(), 2, 1) == sampler.indices()[2:4].tolist()

@@ -1,4 +1,4 @@
-"""Reused batch slots (fastdata.loading.slots, transport.SlotCollate) through real DataLoader workers:
+"""Reused batch slots (fastdata.loading.transport._slots, transport.SlotCollate) through real DataLoader workers:
 batches equal default_collate's for every dtype and container, slots are reused once batches are dropped,
 a kept batch is never overwritten (unless hold= says so), copy=True and bytes_as="packed", the CPU path
 never touches CUDA, and a killed worker or an early stop neither hangs nor leaks /dev/shm."""
@@ -18,9 +18,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from fastdata.loading import slots
-from fastdata.loading.slot_layout import PackedBytes
-from fastdata.loading.transport import SlotCollate, slot_dataloader
+from fastdata.loading.transport import _slots as slots
+from fastdata.loading.transport._collate import SlotCollate, slot_dataloader
+from fastdata.loading.transport._layout import PackedBytes
 
 Pair = namedtuple("Pair", ["left", "right"])
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,8 +197,8 @@ _SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
 from tests.test_slots import Rich, load, expected, without_pid, same
-from fastdata.loading import slots
-from fastdata.loading.transport import SlotCollate
+from fastdata.loading.transport import _slots as slots
+from fastdata.loading.transport._collate import SlotCollate
 
 
 def main(mode, context):
@@ -276,7 +276,7 @@ def direct(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_slot_pool_lets_the_dataset_read_straight_into_the_next_slot() -> None:
-    from fastdata.loading.slots import SlotPool
+    from fastdata.loading.transport._slots import SlotPool
 
     slots.reset_counts()
     ds = Columns(SlotPool())
@@ -287,8 +287,8 @@ def test_a_slot_pool_lets_the_dataset_read_straight_into_the_next_slot() -> None
         want = torch.arange(8 * j, 8 * j + 8)
         assert torch.equal(b["label"], want) and torch.equal(b["image"][:, 0, 0, 0], want.to(torch.uint8))
     # in place: the worker's arrays lay in the slot, so packing wrote nothing for them
-    from fastdata.loading import slot_layout
-    from fastdata.loading.slots import WorkerRing
+    from fastdata.loading.transport import _layout as slot_layout
+    from fastdata.loading.transport._slots import WorkerRing
 
     ring = WorkerRing(2, 1 << 20)
     ring.pack({"x": torch.zeros(1000)}, 0.0, ("bytes", False, False, None))  # sizes the slots
@@ -309,7 +309,7 @@ def test_packed_bytes_also_come_from_batches_that_took_the_pipe() -> None:
 
 
 def test_slot_collate_for_turns_default_collate_into_stacking_in_the_slot() -> None:
-    from fastdata.loading.transport import batch_as_is, slot_collate_for
+    from fastdata.loading.transport._collate import batch_as_is, slot_collate_for
 
     assert slot_collate_for(default_collate).collate_fn is None  # slot_default_collate in the worker
     assert slot_collate_for(None, prebatched=True).collate_fn is batch_as_is

@@ -1,5 +1,5 @@
 """``on_error="skip"`` never raises for bad samples and never yields None: a batch of only bad samples, and
-``ds[i]`` of a bad one, get a substitute (fastdata/datasets/substitute.py), through real DataLoader workers.
+``ds[i]`` of a bad one, get a substitute (fastdata/datasets/_substitute.py), through real DataLoader workers.
 
 Every check counts: the substitute is the documented sample, counted in ``substituted``; the bad samples
 are counted in ``skipped`` once each (never again by the search that steps over them); ranks keep equal

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 import fastdata as fd
 from fastdata.convert import convert
 from fastdata.core.errors import BadSampleWarning
-from fastdata.inspection.tar import inspect_tar
+from fastdata.inspection._tar import inspect_tar
 from tests.datagen import jpeg_bytes, make_image_folder, write_tar
 from tests.tar_datagen import END, headers, member, patch, pax_header, samples, tar_bytes, within
 

@@ -30,11 +30,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fastdata.core.errors import FastdataError
-from fastdata.datasets.tar_source import load_index, sidecar_index
-from fastdata.formats.tar import ShardIndex, read_samples, scan, split_key
-from fastdata.formats.tar_index import SidecarMismatch
-from fastdata.formats.tar_writer import TarShardWriter
-from fastdata.storage.local import LocalReader
+from fastdata.datasets._tar_source import load_index, sidecar_index
+from fastdata.formats.tar._index import SidecarMismatch
+from fastdata.formats.tar._reader import ShardIndex, read_samples, scan, split_key
+from fastdata.formats.tar._writer import TarShardWriter
+from fastdata.storage._local import LocalReader
 from tests.tar_datagen import fix_checksum, tar_bytes, within
 
 LIMIT_S = 5.0  # far more than any scan of these few-KB shards takes
@@ -293,7 +293,7 @@ def test_mutated_sidecars_are_refused_or_describe_the_shard_exactly(
 
 class _Unmapped:
     """A local shard read without its memory map, as an S3 shard is read: a sidecar is then checked as its
-    members are read (:mod:`fastdata.formats.tar_check_reads`), not whole when it is loaded."""
+    members are read (:mod:`fastdata.formats.tar._checked_reads`), not whole when it is loaded."""
 
     def __init__(self, reader: LocalReader) -> None:
         self.url, self.size, self._reader = reader.url, reader.size, reader

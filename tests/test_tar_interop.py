@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.convert import convert
-from fastdata.formats.tar_writer import TarShardWriter
-from fastdata.inspection.tar import inspect_tar
+from fastdata.formats.tar._writer import TarShardWriter
+from fastdata.inspection._tar import inspect_tar
 from tests.datagen import jpeg_bytes, make_image_folder
 
 EXTS = ("jpg", "cls", "json")

@@ -22,7 +22,7 @@ def test_manifest_counts_are_used_without_opening_shards(tmp_path: Path) -> None
     # the manifest says how many samples the missing shard had: each is counted when skipped
     ds = fd.TarShardDataset(shards, on_error="skip")
     assert len(ds) == 10
-    with pytest.warns(fd.errors.BadSampleWarning, match="no such file"):
+    with pytest.warns(fd.BadSampleWarning, match="no such file"):
         keys = [s["__key__"] for s in ds]
     assert keys == [f"s{i:06d}" for i in range(5)] and ds.skipped == 5
     with pytest.raises(SourceNotFound, match=r"train-000001\.tar: no such file"):

@@ -16,8 +16,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.formats.tar import ShardIndex
-from fastdata.formats.tar_writer import TarShardWriter
+from fastdata.formats.tar._reader import ShardIndex
+from fastdata.formats.tar._writer import TarShardWriter
 
 N = 10
 

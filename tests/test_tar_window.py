@@ -1,4 +1,4 @@
-"""TarShardDataset's shuffle windows (fastdata.datasets.tar_window): bounded by bytes as well as by count,
+"""TarShardDataset's shuffle windows (fastdata.datasets._epoch_reader): bounded by bytes as well as by count,
 samples decoded only as they leave the window, per-sample workers that read whole shards, every sample
 once per epoch in per-sample mode too; on S3, each shard's bytes fetched about once."""
 
@@ -15,8 +15,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.datasets.tar_window import EgressWarning, WindowWarning, worker_span
-from fastdata.formats.decode import make_decoder
+from fastdata.datasets._epoch_reader import EgressWarning, WindowWarning, worker_span
+from fastdata.formats._decode import make_decoder
 from tests.datagen import make_shards
 from tests.s3_server import MotoServer, upload_files
 from tests.worker_probe import printing, tag_worker
@@ -92,8 +92,8 @@ def test_per_sample_mode_reads_every_sample_once_and_whole_shards_per_worker(
 def remote(s3_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
     """8 shards of 20 samples (~20 KB each) on S3 with their sidecars and manifest, as fastdata convert
     writes them; returns the brace pattern and the shards' bytes."""
-    from fastdata.formats.tar import scan
-    from fastdata.storage.local import LocalReader
+    from fastdata.formats.tar._reader import scan
+    from fastdata.storage._local import LocalReader
 
     folder = tmp_path_factory.mktemp("remote")
     paths = make_shards(folder, shards=8, per_shard=20, seed=7)

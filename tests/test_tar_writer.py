@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from fastdata.core.errors import SourceNotFound, SourceUnreadable
-from fastdata.formats.tar import ShardIndex, scan
-from fastdata.formats.tar_writer import TarShardWriter
-from fastdata.storage.local import LocalReader
+from fastdata.formats.tar._reader import ShardIndex, scan
+from fastdata.formats.tar._writer import TarShardWriter
+from fastdata.storage._local import LocalReader
 
 LONG_PREFIXED = "d" * 90 + "/" + "e" * 60  # over 100 bytes, splits into ustar's prefix + name
 LONG_PAX = "p" * 150  # no split fits: a PAX path record
@@ -157,7 +157,7 @@ def _planned(tmp_path: Path) -> list[tuple[str, str, Path, bytes]]:
 
 @pytest.mark.parametrize("buffer_size", [2048, 4 << 20])
 def test_add_files_writes_what_add_file_writes_and_the_index_a_scan_finds(tmp_path: Path, buffer_size: int) -> None:
-    from fastdata.formats.tar_writer import FileMember
+    from fastdata.formats.tar._writer import FileMember
 
     files = _planned(tmp_path)
     one, batch = tmp_path / "one.tar", tmp_path / "batch.tar"
@@ -179,7 +179,7 @@ def test_add_files_writes_what_add_file_writes_and_the_index_a_scan_finds(tmp_pa
 
 @pytest.mark.parametrize("buffer_size", [2048, 4 << 20])
 def test_add_files_leaves_out_a_file_gone_grown_or_shrunk_whole_or_names_it(tmp_path: Path, buffer_size: int) -> None:
-    from fastdata.formats.tar_writer import FileMember
+    from fastdata.formats.tar._writer import FileMember
 
     files = _planned(tmp_path)
     members = [FileMember(k, e, str(p), len(d), 0) for k, e, p, d in files]

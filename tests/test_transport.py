@@ -1,4 +1,4 @@
-"""SharedMemoryCollate (the earlier name of SlotCollate): batches through reused shared-memory slots arrive
+"""SlotCollate given to a plain DataLoader (or as a dataset's collate_fn): batches through reused slots arrive
 equal to batches through the pipe, in order, under fork and spawn, and fall back to the pipe when the
 slots' budget is too small for a batch."""
 
@@ -11,8 +11,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.loading import slots
-from fastdata.loading.transport import SharedMemoryCollate
+from fastdata.loading.transport import SlotCollate
+from fastdata.loading.transport import _slots as slots
 from tests.datagen import make_shards
 
 
@@ -33,7 +33,7 @@ def batches(shards: list[str], collate: Any, num_workers: int, context: str = "f
 def test_batches_through_shared_memory_equal_batches_through_the_pipe(shards: list[str]) -> None:
     plain = batches(shards, None, 2)
     slots.reset_counts()
-    shared = batches(shards, SharedMemoryCollate(), 2)
+    shared = batches(shards, SlotCollate(), 2)
     assert shared == plain and len(plain) == 20
     assert all(type(v) is bytes for b in shared for v in b["bin"])
     assert slots.stats()["slots"] == 20, "not every batch came through a slot"
@@ -42,7 +42,7 @@ def test_batches_through_shared_memory_equal_batches_through_the_pipe(shards: li
 def test_a_budget_too_small_for_a_batch_falls_back_to_the_pipe(shards: list[str]) -> None:
     # 8 bin members of 10..2000 bytes: most batches need more than 1 KiB of slot, none fits in 1 KiB
     slots.reset_counts()
-    got = batches(shards, SharedMemoryCollate(capacity=1024, wait_s=0.01), 1)  # warns in the worker
+    got = batches(shards, SlotCollate(max_bytes=1024, wait_s=0.01), 1)  # warns in the worker
     assert got == batches(shards, None, 0)
     assert slots.stats()["pipe"] == 20 and slots.stats()["slots"] == 0
 
@@ -62,9 +62,9 @@ def test_map_style_and_the_main_process(shards: list[str], tmp_path: Path) -> No
             )
         )
 
-    assert load(2, SharedMemoryCollate()) == load(0, SharedMemoryCollate()) == load(0, None)
+    assert load(2, SlotCollate()) == load(0, SlotCollate()) == load(0, None)
 
 
 @pytest.mark.slow
 def test_spawned_workers(shards: list[str]) -> None:
-    assert batches(shards, SharedMemoryCollate(), 2, "spawn") == batches(shards, None, 0)
+    assert batches(shards, SlotCollate(), 2, "spawn") == batches(shards, None, 0)

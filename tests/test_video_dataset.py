@@ -17,7 +17,7 @@ from torch.utils.data._utils.collate import default_collate
 import fastdata as fd
 from fastdata.core.errors import BadSampleWarning, ConfigError, SourceNotFound
 from fastdata.formats.video import VideoMeta, VideoTooShort, VideoUnreadable
-from fastdata.formats.video.pyav_reader import PyAVReader
+from fastdata.formats.video._pyav import PyAVReader
 from tests.conformance import Backend, Conformance
 from tests.videogen import make_videos, read_stamp
 

@@ -25,11 +25,11 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
+from fastdata.core._handles import open_files
 from fastdata.core.errors import BadSampleWarning
-from fastdata.core.handles import open_files
 from fastdata.formats.video import DecodeTimeout
-from fastdata.formats.video.pyav_reader import PyAVReader
-from fastdata.formats.video.watchdog import stuck_calls
+from fastdata.formats.video._pyav import PyAVReader
+from fastdata.formats.video._watchdog import stuck_calls
 from tests.test_video_readers import DECODERS, _available, need
 from tests.videogen import damage, make_videos, read_stamp
 
@@ -287,7 +287,7 @@ ULIMIT_SCRIPT = """
 import json, resource, sys, warnings
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))
-import fastdata, fastdata.datasets.video
+import fastdata, fastdata.datasets._video
 libs = sorted(m for m in ("av", "decord", "cv2", "torchcodec") if m in sys.modules)
 from torch.utils.data import DataLoader
 paths = sys.argv[2:]

@@ -13,7 +13,7 @@ import pytest
 
 import fastdata as fd
 from fastdata.core.errors import ConfigError
-from fastdata.loading.video_sampler import ClipBatchSampler, stream_cuts, stream_order
+from fastdata.loading._video_sampler import ClipBatchSampler, stream_cuts, stream_order
 from tests.videogen import make_videos, read_stamp
 
 # 23 videos of 8 clips, one of 5 and one without clips: 194 clips

@@ -13,7 +13,7 @@ import sys
 # run from a checkout without installing: make the package beside this folder importable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fastdata.convert.command import add_arguments, run
+from fastdata.convert._command import add_arguments, run
 from fastdata.core.errors import FastdataError
 
 

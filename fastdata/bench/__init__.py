@@ -9,45 +9,72 @@
     print(rec.text())        # the label (cpu, storage, main-process, ipc, fork, worker-init,
                              # shuffle-fill, memory, step, uncertain, unknown) and its evidence
 
-Modules: :mod:`~fastdata.bench.measure` (``sweep``: run the grid), :mod:`~fastdata.bench.loop` (one
-configuration), :mod:`~fastdata.bench.probes` (the envelope around each batch, and the system probe
-over the library's :mod:`fastdata.loading.probes`), :mod:`~fastdata.core.stages` (the hook datasets
-call), :mod:`~fastdata.bench.cores` (usable and physical cores, memory), :mod:`~fastdata.bench.advise`
-(``recommend``, per-rank advice) and :mod:`~fastdata.bench.diagnose` (the sweep's headline over the
-library's label rules, :mod:`fastdata.loading.diagnosis`), :mod:`~fastdata.bench.report` (table, JSON,
-plot), :mod:`~fastdata.bench.profile` (``--profile``: py-spy), :mod:`~fastdata.bench.backends` (one
-module per data format for ``fastdata bench``). The modules are
-not named after the functions ``sweep`` and ``recommend``, so that importing a module never hides the
-function of the same name on this package.
+Private modules: ``_sweep`` (``sweep``: run the grid), ``_loop`` (one configuration, measured through the
+library's probe, :mod:`fastdata.loading.observe`), ``_result`` (a configuration and its windows),
+``_advise`` (``recommend``, per-rank advice), ``_diagnose`` (what only a sweep sees, over the library's
+label rules), ``_report`` (table, JSON, plot), ``_profile`` (``--profile``: py-spy), ``_command`` (the
+CLI), ``_demo`` (``--demo``), and :mod:`~fastdata.bench.backends` (one module per data format for
+``fastdata bench SPEC``). The test datasets of ``_synthetic`` (items that wait, compute, start slowly ...)
+are public: ``fastdata bench fastdata.bench:IOWaitDataset`` measures one.
 
-This package's ``__init__`` imports nothing: datasets import :mod:`fastdata.core.stages` on their
-hot path, and the rest loads on first use.
+This ``__init__`` imports nothing: datasets import :mod:`fastdata.core.stages` on their hot path, and the
+rest loads on first use.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.bench.advise import Recommendation, recommend
-    from fastdata.bench.measure import sweep
-    from fastdata.bench.result import Config, Point, SweepResult
+    from fastdata.bench._advise import Recommendation, recommend
+    from fastdata.bench._loop import Timing
+    from fastdata.bench._profile import record as profile
+    from fastdata.bench._result import Config, Point, SweepResult
+    from fastdata.bench._sweep import sweep
+    from fastdata.bench._synthetic import (
+        CheapDataset,
+        CPUDataset,
+        HeavyBatchDataset,
+        HoldMemoryDataset,
+        IOWaitDataset,
+        SlowStartDataset,
+    )
 
-_LAZY = {
-    "sweep": "fastdata.bench.measure",
-    "recommend": "fastdata.bench.advise",
-    "Recommendation": "fastdata.bench.advise",
-    "Config": "fastdata.bench.result",
-    "Point": "fastdata.bench.result",
-    "SweepResult": "fastdata.bench.result",
-}
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "sweep": "._sweep",
+        "recommend": "._advise",
+        "Recommendation": "._advise",
+        "Config": "._result",
+        "Point": "._result",
+        "SweepResult": "._result",
+        "Timing": "._loop",
+        "profile": "._profile:record",
+        "CPUDataset": "._synthetic",
+        "CheapDataset": "._synthetic",
+        "HeavyBatchDataset": "._synthetic",
+        "HoldMemoryDataset": "._synthetic",
+        "IOWaitDataset": "._synthetic",
+        "SlowStartDataset": "._synthetic",
+    },
+)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'fastdata.bench' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
-
-
-__all__ = ["Config", "Point", "Recommendation", "SweepResult", "recommend", "sweep"]
+__all__ = [
+    "CPUDataset",
+    "CheapDataset",
+    "Config",
+    "HeavyBatchDataset",
+    "HoldMemoryDataset",
+    "IOWaitDataset",
+    "Point",
+    "Recommendation",
+    "SlowStartDataset",
+    "SweepResult",
+    "Timing",
+    "profile",
+    "recommend",
+    "sweep",
+]

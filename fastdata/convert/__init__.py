@@ -17,12 +17,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from fastdata.convert.corpus import Corpus, scan_corpus
-from fastdata.convert.driver import Engine
+from fastdata.convert._corpus import Corpus, scan_corpus
+from fastdata.convert._driver import Engine
+from fastdata.core._lazy import lazy_exports
 from fastdata.core.errors import ConfigError, check_choice
 from fastdata.storage import scheme
+
+if TYPE_CHECKING:
+    from fastdata.convert._upload import ShardUploader
+
+# the uploader needs boto3: imported when asked for
+__getattr__, __dir__ = lazy_exports(__name__, {"ShardUploader": "._upload"})
 
 Format = Literal["tar", "hdf5"]
 
@@ -62,7 +69,7 @@ def convert(
             or ``s3://bucket/prefix/`` laid out the same way (listed once; objects read by the tasks).
         out: the output folder; must be empty or new, or hold an interrupted run of the same conversion.
             Or, for tar, ``s3://bucket/prefix``: shards are written to a local staging folder and uploaded
-            as each is finished, the manifest last (see :mod:`fastdata.convert.remote`); the prefix must
+            as each is finished, the manifest last (see :mod:`fastdata.convert._remote`); the prefix must
             hold nothing else.
         format ("tar" | "hdf5"): Defaults to "tar".
         shard_size (int | str | None): most bytes per shard or part, like ``"256MB"`` or ``"1GiB"`` (a
@@ -84,13 +91,13 @@ def convert(
         staging (str | PathLike | None): s3:// output: the local folder to stage shards in (a subfolder
             named after ``out`` is used, and deleted once the conversion is complete). Defaults to
             ``$FASTDATA_CACHE_DIR/convert-staging`` (``~/.cache/fastdata/convert-staging``).
-        storage_options (dict | None): s3:// output: :class:`~fastdata.storage.s3_client.S3Config`
+        storage_options (dict | None): s3:// output: :class:`~fastdata.storage.s3._client.S3Config`
             fields (``endpoint_url``, ``profile_name``, credentials, ``max_attempts`` ...). Defaults to the
             standard AWS chain (``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` ...).
         source_options (dict | None): s3:// source: the same fields. Defaults to ``storage_options``
             when the output is on S3 too, else the AWS chain.
         engine ("local" | "ray"): where the shard tasks run: this machine (``workers`` processes), or
-            a Ray cluster (tar only; see :mod:`fastdata.convert.ray_engine`). Defaults to "local".
+            a Ray cluster (tar only; see :mod:`fastdata.convert._ray_engine`). Defaults to "local".
         address (str | None): ``engine="ray"``: the cluster to connect to (``ray.init(address=...)``).
             Defaults to ``$RAY_ADDRESS``, else a cluster running on this machine, else a new local one.
         on_shard (Callable[[dict], None] | None): called in this process with each finished shard's
@@ -120,7 +127,7 @@ def convert(
         if scheme(out) or staging is not None or storage_options:
             raise ConfigError(
                 f"{out}: format='hdf5' writes local files; convert into a local folder, then "
-                "upload the files (fastdata.storage.s3.upload_file)"
+                "upload the files (fastdata.storage.s3._reader.upload_file)"
             )
         if shuffle:
             raise ConfigError("shuffle applies to format='tar' only: HDF5 rows are always shuffled (seeded by seed)")
@@ -128,12 +135,12 @@ def convert(
             raise ConfigError("engine='ray' converts to tar shards; use format='tar', or engine='local' for HDF5")
         corpus = _scan_checked(src, skip_bad, source_options, progress)
         try:
-            from fastdata.convert.hdf5 import convert_hdf5  # imported on use: it needs h5py
+            from fastdata.convert._hdf5 import convert_hdf5  # imported on use: it needs h5py
         except ModuleNotFoundError as e:
-            if e.name == "fastdata.convert.hdf5":
+            if e.name == "fastdata.convert._hdf5":
                 raise ConfigError("format='hdf5' is not part of this version of fastdata; use format='tar'") from None
             raise ImportError(f"format='hdf5' needs {e.name}; install it with pip install 'fastdata[hdf5]'") from e
-        from fastdata.convert.plan import parse_size
+        from fastdata.convert._plan import parse_size
 
         manifest: dict[str, Any] = convert_hdf5(
             corpus,
@@ -154,8 +161,8 @@ def convert(
         return manifest
     if decode or size is not None:
         raise ConfigError("decode and size apply to format='hdf5' only; tar shards keep the files' bytes")
-    from fastdata.convert.plan import parse_size
-    from fastdata.convert.tar import convert_tar
+    from fastdata.convert._plan import parse_size
+    from fastdata.convert._tar import convert_tar
 
     corpus = _scan(src, source_options, progress)
     return convert_tar(
@@ -181,7 +188,7 @@ def convert(
 
 def _scan(src: str, source_options: dict[str, Any] | None, progress: bool = True) -> Corpus:
     if scheme(src) == "s3":
-        from fastdata.convert.s3_corpus import scan_s3
+        from fastdata.convert._s3_corpus import scan_s3
 
         # the listing's bar appears once a second page is needed (a small prefix lists in one request)
         return scan_s3(src, source_options, progress=None if progress else False)
@@ -193,7 +200,7 @@ def _scan(src: str, source_options: dict[str, Any] | None, progress: bool = True
 
 
 def _scan_checked(src: str, skip_bad: bool, source_options: dict[str, Any] | None, progress: bool) -> Corpus:
-    from fastdata.convert.tar import CorpusProblems
+    from fastdata.convert._tar import CorpusProblems
 
     corpus = _scan(src, source_options, progress)
     if corpus.problems and not skip_bad:
@@ -201,4 +208,4 @@ def _scan_checked(src: str, skip_bad: bool, source_options: dict[str, Any] | Non
     return corpus
 
 
-__all__ = ["Corpus", "Engine", "Format", "convert", "scan_corpus"]
+__all__ = ["Corpus", "Engine", "Format", "ShardUploader", "convert", "scan_corpus"]

@@ -9,8 +9,29 @@ for an ``s3://`` prefix also its object count and bytes. ``--write-manifest`` wr
 and ``.idx`` sidecars for shards made by other tools (webdataset's ``ShardWriter``, ``tar``), so
 fastdata plans epochs without scanning them.
 
-Laid out like :mod:`fastdata.convert`: :mod:`~fastdata.inspection.report` (what one file holds),
-one inspector per format (:mod:`~fastdata.inspection.tar`, :mod:`~fastdata.inspection.media` for HDF5
-and video), chosen by suffix in :mod:`~fastdata.inspection.registry`; :mod:`~fastdata.inspection.paths`
-walks files, folders and prefixes and checks manifests; :mod:`~fastdata.inspection.command` is the CLI.
-"""
+Laid out like :mod:`fastdata.convert`: ``_report`` (what one file holds), one inspector per format
+(``_tar``, ``_media`` for HDF5 and video), chosen in ``_registry``; ``_paths`` walks files, folders and
+prefixes and checks manifests; ``_command`` is the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastdata.core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fastdata.inspection._paths import inspect_paths, write_manifest
+    from fastdata.inspection._registry import register_inspector
+    from fastdata.inspection._report import FileReport
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "inspect_paths": "._paths",
+        "write_manifest": "._paths",
+        "register_inspector": "._registry",
+        "FileReport": "._report",
+    },
+)
+
+__all__ = ["FileReport", "inspect_paths", "register_inspector", "write_manifest"]

@@ -1,0 +1,56 @@
+"""Between a dataset and the training loop, blind to storage and formats: :class:`Loader` (resumable at any
+batch with any worker count), the one DataLoader builder (:func:`build_dataloader`, by a :class:`ReadPlan`),
+the rank-aware samplers, and the declared protocol of a fastdata dataset (``_protocol``). Sub-packages:
+:mod:`~fastdata.loading.transport` (batches through reused shared-memory slots),
+:mod:`~fastdata.loading.threads` (loader threads and the hybrid) and :mod:`~fastdata.loading.observe`
+(the probe, the window, the diagnosis, the monitor and ``num_workers="auto"``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastdata.core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fastdata.loading._builder import ReadPlan, Transport, build_dataloader
+    from fastdata.loading._checks import Workers
+    from fastdata.loading._chunk_sampler import ChunkBatchSampler
+    from fastdata.loading._loader import DEFAULT_TRANSPORT, Loader, as_is
+    from fastdata.loading._protocol import BatchingDataset, Dataset, MapDataset
+    from fastdata.loading._sampler import EpochSampler
+    from fastdata.loading._video_sampler import ClipBatchSampler
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ReadPlan": "._builder",
+        "Transport": "._builder",
+        "build_dataloader": "._builder",
+        "ChunkBatchSampler": "._chunk_sampler",
+        "Workers": "._checks",
+        "DEFAULT_TRANSPORT": "._loader",
+        "Loader": "._loader",
+        "as_is": "._loader",
+        "BatchingDataset": "._protocol",
+        "Dataset": "._protocol",
+        "MapDataset": "._protocol",
+        "EpochSampler": "._sampler",
+        "ClipBatchSampler": "._video_sampler",
+    },
+)
+
+__all__ = [
+    "DEFAULT_TRANSPORT",
+    "BatchingDataset",
+    "ChunkBatchSampler",
+    "ClipBatchSampler",
+    "Dataset",
+    "EpochSampler",
+    "Loader",
+    "MapDataset",
+    "ReadPlan",
+    "Transport",
+    "Workers",
+    "as_is",
+    "build_dataloader",
+]

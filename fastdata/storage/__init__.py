@@ -31,9 +31,9 @@ class Reader(Protocol):
 
 # scheme -> (module, class, the extra to install when the import fails)
 _BACKENDS = {
-    "": ("fastdata.storage.local", "LocalReader", None),
-    "file": ("fastdata.storage.local", "LocalReader", None),
-    "s3": ("fastdata.storage.s3", "S3Reader", "s3"),
+    "": ("fastdata.storage._local", "LocalReader", None),
+    "file": ("fastdata.storage._local", "LocalReader", None),
+    "s3": ("fastdata.storage.s3._reader", "S3Reader", "s3"),
 }
 
 
@@ -84,3 +84,6 @@ def expand_urls(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]])
     if not urls:
         raise SourceNotFound(f"{spec!r}: no files given")
     return urls
+
+
+__all__ = ["Reader", "backend", "expand_urls", "open_reader", "scheme"]

@@ -1,7 +1,7 @@
-"""Backends of ``fastdata bench``: one module per data format, found without a central list.
+"""Backends of ``fastdata bench``: one private module per data format, listed in :data:`MODULES`.
 
-Adding a backend is adding a file ``fastdata/bench/backends/<name>.py`` (or, from another package, an
-entry point in the group ``fastdata.bench_backends`` naming such a module). The module provides::
+Adding a backend is adding a file ``fastdata/bench/backends/_<name>.py`` and its name to :data:`MODULES`.
+The module provides::
 
     NAME: str                  # optional; defaults to the module's name. What --format takes.
     PRIORITY: int              # optional; lower is asked first by auto-detection. Defaults to 50.
@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.metadata
 import importlib.util
 import inspect
-import pkgutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +53,8 @@ from typing import Any
 
 from fastdata.core.errors import ConfigError
 
-ENTRY_POINTS = "fastdata.bench_backends"
+MODULES = ("_tar", "_hdf5", "_video", "_s3")
+"""The backend modules of this package (each is asked in its ``PRIORITY`` order, not this one)."""
 
 
 class DemoUnavailable(ConfigError):
@@ -181,7 +180,7 @@ class Backend:
 
 
 def _load(module: str) -> Backend:
-    short = module.rsplit(".", 1)[-1]
+    short = module.rsplit(".", 1)[-1].lstrip("_")
     try:
         mod = importlib.import_module(module)
     except ImportError as e:
@@ -195,16 +194,9 @@ def _load(module: str) -> Backend:
 
 
 def backends() -> list[Backend]:
-    """Every backend: the modules of this package, then those registered by entry points; by priority."""
-    found: dict[str, Backend] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("_"):
-            b = _load(f"{__name__}.{info.name}")
-            found.setdefault(b.name, b)
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
-        b = _load(ep.value)
-        found.setdefault(ep.name, b)
-    return sorted(found.values(), key=lambda b: (b.priority, b.name))
+    """Every backend of :data:`MODULES`, by priority."""
+    found = [_load(f"{__name__}.{name}") for name in MODULES]
+    return sorted(found, key=lambda b: (b.priority, b.name))
 
 
 def get(name: str) -> Backend:
@@ -227,7 +219,7 @@ def detect(spec: str) -> Backend:
 
 
 __all__ = [
-    "ENTRY_POINTS",
+    "MODULES",
     "Backend",
     "DemoData",
     "DemoUnavailable",

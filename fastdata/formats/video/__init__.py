@@ -20,7 +20,7 @@ import importlib
 from typing import Literal, get_args
 
 from fastdata.core.errors import ConfigError
-from fastdata.formats.video.base import (
+from fastdata.formats.video._base import (
     DecodeTimeout,
     FramesMissing,
     Size,
@@ -41,10 +41,10 @@ VIDEO_EXTENSIONS = frozenset(
 
 # name -> (module, class, the extra that installs its library)
 _DECODERS: dict[str, tuple[str, str, str]] = {
-    "pyav": ("fastdata.formats.video.pyav_reader", "PyAVReader", "video"),
-    "decord": ("fastdata.formats.video.decord_reader", "DecordReader", "video"),
-    "opencv": ("fastdata.formats.video.opencv_reader", "OpenCVReader", "video"),
-    "torchcodec": ("fastdata.formats.video.torchcodec_reader", "TorchCodecReader", "torchcodec"),
+    "pyav": ("fastdata.formats.video._pyav", "PyAVReader", "video"),
+    "decord": ("fastdata.formats.video._decord", "DecordReader", "video"),
+    "opencv": ("fastdata.formats.video._opencv", "OpenCVReader", "video"),
+    "torchcodec": ("fastdata.formats.video._torchcodec", "TorchCodecReader", "torchcodec"),
 }
 
 

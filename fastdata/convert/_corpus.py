@@ -1,0 +1,210 @@
+"""Finding the files of a small-file corpus: an ImageFolder tree (one folder per class) or a flat
+folder. Shared by every conversion target (tar shards, HDF5). A corpus in object storage
+(``s3://bucket/prefix/``) is listed by :mod:`fastdata.convert._s3_corpus` into the same :class:`Corpus`.
+
+Problems are collected, not raised one at a time, so the user sees all of them at once: unreadable
+files, broken links, links that would convert a file twice, empty class folders. The converter decides
+whether they stop it.
+
+Symbolic links: every real file is converted once. A link whose target lies inside the corpus (a file,
+a class folder, or a folder above the link: a loop) is not followed, whichever way it points: its
+target is converted where it lies, under its own label, and the link is listed as a problem. A link
+leading outside the corpus is followed, and its files get the label of the folder holding the link;
+two links leading to one real file convert it once, and the second is listed as a problem.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from fastdata.core.errors import ConfigError, SourceNotFound
+
+
+class Item(NamedTuple):
+    """One file of the corpus (a tuple: cheap to make, tens of thousands at a time).
+
+    Attributes:
+        path (str): absolute path (or ``s3://`` URL).
+        relpath (str): path below the corpus root, with ``/`` separators.
+        label (int): class number, or -1 in a flat folder.
+        size (int): bytes.
+        mtime (int): modification time in whole seconds (stored in tar headers).
+    """
+
+    path: str
+    relpath: str
+    label: int
+    size: int
+    mtime: int = 0
+
+
+@dataclass
+class Corpus:
+    """The files to convert, in a deterministic order (sorted by relative path).
+
+    Attributes:
+        root (str): the corpus folder (or ``s3://bucket/prefix/``).
+        items (list[Item]): readable files.
+        classes (list[str]): class names (folder names), label ``k`` is ``classes[k]``; empty when flat.
+        problems (list[str]): one line per file or folder that could not be used, naming it and why.
+        ignored (int): hidden files (``.DS_Store`` ...) left out on purpose.
+        storage_options (dict | None): for an ``s3://`` corpus, how to reach it (S3Config fields).
+    """
+
+    root: str
+    items: list[Item] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    ignored: int = 0
+    storage_options: dict[str, object] | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(i.size for i in self.items)
+
+    def class_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.classes, 0)
+        for item in self.items:
+            if item.label >= 0:
+                counts[self.classes[item.label]] += 1
+        return counts
+
+
+def scan_corpus(src: str | os.PathLike[str]) -> Corpus:
+    """List the corpus at ``src``.
+
+    A folder whose entries are all folders is an ImageFolder tree: each sub-folder is a class (sorted
+    by name; files below it at any depth get its label). A folder of files is flat (no labels).
+
+    Raises:
+        SourceNotFound: ``src`` does not exist or is not a folder.
+        ConfigError: ``src`` mixes files and class folders at its top level, or holds no file at all.
+    """
+    root = Path(src)
+    if not root.is_dir():
+        raise SourceNotFound(f"{src}: no such folder; give the root of an ImageFolder tree or a folder of files")
+    walker = _Walker(Corpus(str(root.resolve())))
+    corpus = walker.corpus
+    top = sorted(os.scandir(root), key=lambda e: e.name)
+    visible = [e for e in top if not e.name.startswith(".")]
+    corpus.ignored += len(top) - len(visible)
+    folders = [e for e in visible if e.is_dir(follow_symlinks=True)]
+    files = [e for e in visible if not e.is_dir(follow_symlinks=True)]
+    if folders and files:
+        raise ConfigError(
+            f"{src}: holds both files ({files[0].name}, ...) and class folders ({folders[0].name}, ...); "
+            "move the files into a class folder, or convert a folder of files only"
+        )
+    if folders:
+        corpus.classes = [e.name for e in folders]
+        for label, entry in enumerate(folders):
+            before = len(corpus.items)
+            if walker.followable(entry):
+                walker.walk(entry.path, label, entry.name)
+            if len(corpus.items) == before:
+                corpus.problems.append(
+                    f"{entry.path}: class folder has no readable file; "
+                    f"class {entry.name!r} keeps label {label} but gets no samples"
+                )
+    else:
+        walker.walk(str(root), -1, "")
+    if not corpus.items:
+        first = f" ({len(corpus.problems)} problems, first: {corpus.problems[0]})" if corpus.problems else ""
+        raise ConfigError(f"{src}: no readable file found{first}")
+    corpus.items.sort(key=lambda i: i.relpath)
+    return corpus
+
+
+class _Walker:
+    def __init__(self, corpus: Corpus) -> None:
+        self.corpus = corpus
+        self.root = os.path.realpath(corpus.root)
+        self.seen_dirs: set[tuple[int, int]] = set()  # folders listed (a loop outside the corpus ends here)
+        self.linked: dict[str, str] = {}  # real path of a file reached through a link -> the first path
+        self.euid = os.geteuid()
+        self.groups = {os.getegid(), *os.getgroups()}
+
+    def readable(self, st: os.stat_result) -> bool:
+        """The mode bits allow us to read the file (one ``access`` call per file cost as much as the
+        stat itself; ACLs are not looked at: a file that fails to open later is still named, or skipped)."""
+        if self.euid == 0:
+            return True
+        mode = st.st_mode
+        if st.st_uid == self.euid:
+            return bool(mode & stat.S_IRUSR)
+        if st.st_gid in self.groups:
+            return bool(mode & stat.S_IRGRP)
+        return bool(mode & stat.S_IROTH)
+
+    def _inside(self, real: str) -> bool:
+        return real == self.root or real.startswith(self.root + os.sep)
+
+    def followable(self, entry: os.DirEntry[str]) -> bool:
+        """False (and a problem listed) for a link into the corpus or a second link to one real file."""
+        if not entry.is_symlink():
+            return True
+        real = os.path.realpath(entry.path)
+        problems = self.corpus.problems
+        if not Path(real).exists():
+            return True  # a broken link: the stat that follows names it
+        if self._inside(real):
+            where = os.path.relpath(real, self.root).replace(os.sep, "/")
+            loop = os.path.realpath(os.path.dirname(entry.path)).startswith(real)
+            problems.append(
+                f"{entry.path}: {'symlink loop: leads back to' if loop else 'symlink to'} "
+                f"{'the corpus root' if where == '.' else repr(where)} inside the corpus; not followed "
+                "(what it leads to is converted once, where it lies, under its own label): remove the "
+                "link, or pass --skip-bad"
+            )
+            return False
+        first = self.linked.setdefault(real, entry.path)
+        if first != entry.path:
+            problems.append(f"{entry.path}: leads to the same file or folder as {first}; converted once, from there")
+            return False
+        return True
+
+    def walk(self, folder: str, label: int, rel: str) -> None:
+        # plain strings and DirEntry.stat(), not Path objects and os.path.relpath: listing dominated the
+        # conversion of small files (0.6 s for 10k files, as long as 'tar cf' takes for all of them)
+        corpus = self.corpus
+        try:
+            st = os.stat(folder)
+            key = (st.st_dev, st.st_ino)
+            if key in self.seen_dirs:
+                corpus.problems.append(f"{folder}: symlink loop (leads back to a folder already listed); skipped")
+                return
+            self.seen_dirs.add(key)
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            corpus.problems.append(f"{folder}: cannot list folder ({e.strerror})")
+            return
+        absolute = os.path.abspath(folder)
+        items, problems = corpus.items, corpus.problems
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                corpus.ignored += 1
+                continue
+            linked = entry.is_symlink()
+            if linked and not self.followable(entry):
+                continue
+            try:
+                st = entry.stat()  # follows links
+            except OSError as e:
+                problems.append(f"{entry.path}: cannot be read ({'broken link' if linked else e.strerror})")
+                continue
+            child_rel = f"{rel}/{name}" if rel else name
+            mode = st.st_mode
+            if stat.S_ISREG(mode):
+                if not self.readable(st):
+                    problems.append(f"{entry.path}: cannot be read (permission denied)")
+                    continue
+                items.append(Item(f"{absolute}/{name}", child_rel, label, st.st_size, int(st.st_mtime)))
+            elif stat.S_ISDIR(mode):
+                self.walk(entry.path, label, child_rel)
+            else:
+                problems.append(f"{entry.path}: not a regular file; skipped")

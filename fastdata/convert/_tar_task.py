@@ -1,0 +1,229 @@
+"""Writing one planned tar shard: the unit of work that every engine (this process, worker processes,
+Ray tasks) runs, so that each writes the same bytes.
+
+A shard of local files goes through :meth:`~fastdata.formats.tar._writer.TarShardWriter.add_files` in
+batches (headers built per batch, each file read straight into the output buffer); a shard of ``s3://``
+objects is fetched by a pool of threads (the process's pooled client; botocore's retries, and reads
+resumed where a body broke off) and added in plan order. The shard is published (fsync, sidecar index,
+rename), then its record is saved: on an executor when one is given, so that the next shard is being
+written meanwhile.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from fastdata.convert._plan import LABEL_EXT, Entry
+from fastdata.convert._resume import ConversionState
+from fastdata.core.errors import FastdataError
+from fastdata.formats.tar._writer import FileMember, ShardResult, TarShardWriter
+
+Progress = Callable[[int, int], None]  # (files, bytes) done since the last call
+BATCH = 256  # files per add_files call: headers built together, progress reported after each
+
+
+@dataclass(frozen=True)
+class TarTask:
+    """How to write the shards of one conversion (picklable: it travels to worker processes and Ray
+    tasks; the shards' entries travel separately, one shard at a time).
+
+    Attributes:
+        out (str): the folder shards are written into (the output, or a staging folder).
+        labelled (bool): add a ``.cls`` member to every sample.
+        skip_bad (bool): leave out files that cannot be read, listing them in the record.
+        fsync (bool): flush each shard to disk before it is recorded.
+        save_records (bool): save each shard's record into ``out``'s resume state.
+        source_options (dict | None): for an ``s3://`` corpus, the S3Config fields to read it with.
+        upload (str | None): ``s3://bucket/prefix/`` to upload each finished shard to from the task
+            itself (Ray with an ``s3://`` output); ``out`` is then ignored and a temporary folder on
+            the task's machine is used.
+        upload_options (dict | None): the S3Config fields for ``upload``.
+    """
+
+    out: str
+    labelled: bool
+    skip_bad: bool
+    fsync: bool
+    save_records: bool = True
+    source_options: dict[str, Any] | None = None
+    upload: str | None = None
+    upload_options: dict[str, Any] | None = None
+
+    def write(
+        self, name: str, entries: list[Entry], progress: Progress | None = None, finisher: Executor | None = None
+    ) -> Future[dict[str, Any]]:
+        """Write shard ``name``; the returned future holds its record once it is published (and saved).
+
+        The data is written when this returns; with ``finisher`` the fsync, rename and record happen
+        there, else before this returns.
+
+        Raises:
+            SourceNotFound, SourceUnreadable: a file cannot be read (unless ``skip_bad``); nothing is
+                left behind then. OSError: a write failed (a full disk ...), the same.
+        """
+        if self.upload is not None:
+            done: Future[dict[str, Any]] = Future()
+            done.set_result(self._write_and_upload(name, entries, progress))
+            return done
+        return self._write(self.out, name, entries, progress, finisher)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _write(
+        self, out: str, name: str, entries: list[Entry], progress: Progress | None, finisher: Executor | None
+    ) -> Future[dict[str, Any]]:
+        labels: Counter[int] = Counter()
+        skipped: list[str] = []
+        writer = TarShardWriter(os.path.join(out, name), fsync=self.fsync)
+        try:
+            if self.source_options is None:
+                bad = self._add_local(writer, entries, skipped, progress)
+            else:
+                bad = self._add_s3(writer, entries, skipped, progress)
+            kept = [e for k, e in enumerate(entries) if k not in bad]
+            if self.labelled:
+                labels.update(e.label for e in kept)
+            renamed = {e.key: e.src_ext for e in kept if e.src_ext != e.ext}
+            then = _Record(self, name, labels, skipped, renamed)
+            if finisher is None:
+                done: Future[dict[str, Any]] = Future()
+                done.set_result(then(writer.close()))
+                return done
+            closing = writer.close_later(finisher)  # the finisher runs one call at a time, in order
+            return finisher.submit(lambda: then(closing.result()))
+        except BaseException:
+            writer.abort()
+            raise
+
+    def _add_local(
+        self, writer: TarShardWriter, entries: list[Entry], skipped: list[str], progress: Progress | None
+    ) -> set[int]:
+        bad: set[int] = set()
+        label_bytes = _label_bytes(entries) if self.labelled else []
+        for lo in range(0, len(entries), BATCH):
+            batch = entries[lo : lo + BATCH]
+            files = [FileMember(e.key, e.ext, e.path, e.size, e.mtime) for e in batch]
+            extras = [((LABEL_EXT, label_bytes[e.label]),) for e in batch] if self.labelled else None
+
+            def skip(i: int, error: FastdataError, lo: int = lo) -> None:
+                if not self.skip_bad:
+                    raise error
+                skipped.append(str(error))
+                bad.add(lo + i)
+
+            writer.add_files(files, extras=extras, skip=skip)
+            if progress is not None:
+                progress(len(batch), sum(e.size for e in batch))
+        return bad
+
+    def _add_s3(
+        self, writer: TarShardWriter, entries: list[Entry], skipped: list[str], progress: Progress | None
+    ) -> set[int]:
+        from fastdata.storage.s3._client import S3Config, Stats
+        from fastdata.storage.s3._fetch import get
+
+        config = S3Config.from_options(None, **(self.source_options or {}))
+        stats = Stats()
+        label_bytes = _label_bytes(entries) if self.labelled else []
+        bad: set[int] = set()
+        threads = config.threads
+        pending: collections.deque[Future[Any]] = collections.deque()
+        files = nbytes = 0
+        with ThreadPoolExecutor(threads, thread_name_prefix="fastdata-convert-get") as pool:
+            try:
+                ahead = iter(entries)
+                for e in ahead:  # keep 2 x threads GETs in flight, in plan order
+                    pending.append(pool.submit(get, config, stats, e.path, size=e.size))
+                    if len(pending) >= 2 * threads:
+                        break
+                for k, e in enumerate(entries):
+                    fut = pending.popleft()
+                    nxt = next(ahead, None)
+                    if nxt is not None:
+                        pending.append(pool.submit(get, config, stats, nxt.path, size=nxt.size))
+                    try:
+                        data = fut.result().data
+                    except (FastdataError, OSError) as error:
+                        if not self.skip_bad:
+                            raise
+                        skipped.append(f"{e.path}: {error}" if e.path not in str(error) else str(error))
+                        bad.add(k)
+                        continue
+                    writer.add_bytes(e.key, e.ext, data, mtime=e.mtime)
+                    if self.labelled:
+                        writer.add_bytes(e.key, LABEL_EXT, label_bytes[e.label])
+                    files, nbytes = files + 1, nbytes + e.size
+                    if progress is not None and files == 64:
+                        progress(files, nbytes)
+                        files = nbytes = 0
+            finally:
+                for fut in pending:
+                    fut.cancel()
+        if progress is not None:
+            progress(files + len(bad), nbytes)
+        return bad
+
+    def _write_and_upload(self, name: str, entries: list[Entry], progress: Progress | None) -> dict[str, Any]:
+        from fastdata.storage.s3._client import S3Config, Stats
+        from fastdata.storage.s3._upload import upload_file
+
+        assert self.upload is not None
+        config = S3Config.from_options(None, **(self.upload_options or {}))
+        stats = Stats()
+        folder = tempfile.mkdtemp(prefix="fastdata-convert-")
+        try:
+            record = self._write(folder, name, entries, progress, None).result()
+            for file, digest in ((name, record["sha256"]), (name + ".idx", record["idx_sha256"])):
+                upload_file(
+                    os.path.join(folder, file),
+                    self.upload + file,
+                    config=config,
+                    stats=stats,
+                    sha256=digest,
+                    skip_existing=True,
+                )
+            record["uploaded"] = True
+            return record
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass
+class _Record:
+    """Turns a published shard into its record (and saves it), on whichever thread finishes the shard."""
+
+    task: TarTask
+    name: str
+    labels: Counter[int]
+    skipped: list[str]
+    renamed: dict[str, str]
+
+    def __call__(self, result: ShardResult) -> dict[str, Any]:
+        index = result.index.to_bytes()  # the bytes the writer stored as the sidecar: an upload checks them
+        record = {
+            "name": self.name,
+            "samples": result.samples,
+            "bytes": result.bytes,
+            "sha256": result.sha256,
+            "idx_bytes": len(index),
+            "idx_sha256": hashlib.sha256(index).hexdigest(),
+            "labels": {str(k): v for k, v in sorted(self.labels.items())},
+            "skipped": self.skipped,
+        }
+        if self.renamed:
+            record["renamed"] = self.renamed
+        if self.task.save_records and self.task.upload is None:
+            ConversionState(os.path.dirname(result.path), self.task.fsync).save_record(record)
+        return record
+
+
+def _label_bytes(entries: list[Entry]) -> list[bytes]:
+    return [str(i).encode() for i in range(max((e.label for e in entries), default=0) + 1)]

@@ -1,0 +1,150 @@
+"""``IndexedTarDataset``: random access into tar shards through their per-shard indexes."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from fastdata.core._pipeline import SKIP
+from fastdata.core.errors import OnError
+from fastdata.datasets._base import MapDatasetBase
+from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
+from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
+from fastdata.storage import expand_urls
+
+
+class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
+    """Map-style access to the samples of WebDataset-format tar shards.
+
+    Index ``i`` runs across shards in the order given. Works with any ``Sampler`` (use
+    :meth:`sampler` for a rank-aware, resumable one). Readers are opened lazily in each worker and kept
+    in a bounded LRU (``max_open``), so thousands of shards never exhaust file descriptors.
+
+    Under ``on_error="skip"``, a bad sample is left out of its batch (through ``__getitems__``, which
+    the DataLoader uses when batching) and counted in :attr:`skipped`. A batch of only bad samples
+    becomes a batch of one substitute, and ``ds[i]`` of a bad sample returns it (never None): the next
+    good sample after the batch's last index (after ``i``) in index order, wrapping to 0, counted in
+    :attr:`substituted` (see :mod:`fastdata.datasets._substitute`).
+
+    Args:
+        urls (str | list[str]): shard paths or URLs (brace ranges and globs expand).
+        decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
+        transform (Callable | None): applied to each decoded sample dict.
+        on_error ("raise" | "skip"): Defaults to "raise".
+        seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
+        rank, world_size (int | None): Default to the detected ones.
+        max_open (int | None): readers open at once per process. Defaults to
+            :func:`fastdata.core._handles.default_max_open`.
+        storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
+            fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
+            environment's settings (``AWS_ENDPOINT_URL``, profiles).
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        decode: DecodeMode | Decoder | Callable[[Sample], Sample] = "raw",
+        transform: Callable[[Sample], Any] | None = None,
+        on_error: OnError = "raise",
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        max_open: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        shard_urls = expand_urls(urls)
+        self._init_base(
+            seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
+        )
+        self.source = TarSource(
+            shard_urls,
+            policy=self._policy,
+            decoder=make_decoder(decode),
+            transform=transform,
+            max_open=max_open,
+            storage_options=storage_options,
+            stats=self._shared,
+        )
+        self._starts = [0, *accumulate(self.source.counts)]
+
+    @property
+    def urls(self) -> list[str]:
+        return self.source.urls
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """``(shard number, sample number in that shard)`` of dataset index ``i``."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {n} samples")
+        i %= n
+        shard = bisect.bisect_right(self._starts, i) - 1
+        return shard, i - self._starts[shard]
+
+    def __getitem__(self, i: int) -> Any:
+        self.follow_epoch()
+        shard, local = self.locate(i)
+        got = self.source.read(shard, [local])
+        return got[0] if got else self._stand_in([i % len(self)], self._good, [self.urls[shard]])[1]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch)."""
+        self.follow_epoch()
+        out: list[Any] = []
+        run: list[int] = []
+        run_shard = -1
+        for i in indices:
+            shard, local = self.locate(i)
+            if shard != run_shard and run:
+                out.extend(self.source.read(run_shard, run))
+                run = []
+            run_shard = shard
+            run.append(local)
+        if run:
+            out.extend(self.source.read(run_shard, run))
+        if not out and indices:  # all bad: a batch of one substitute, so that the rank keeps its batch count
+            bad = [i % len(self) for i in indices]
+            shards = [self.urls[s] for s in dict.fromkeys(self.locate(i)[0] for i in bad)]
+            return [self._stand_in(bad, self._good, shards)[1]]
+        return out
+
+    def _good(self, indices: list[int]) -> list[tuple[int, Any]]:
+        """``(index, sample)`` of the good samples among ``indices``, in order (a substitute search)."""
+        out: list[tuple[int, Any]] = []
+        runs: list[tuple[int, list[int], list[int]]] = []  # (shard, samples in it, their indices)
+        for i in indices:
+            shard, local = self.locate(i)
+            if not runs or runs[-1][0] != shard:
+                runs.append((shard, [], []))
+            runs[-1][1].append(local)
+            runs[-1][2].append(i)
+        pipeline = self.source.pipeline
+        for shard, which, idx in runs:
+            kept: list[int] = []
+            got = self.source.read(shard, which, decode=False, kept=kept)
+            raw = dict(zip(kept, got))
+            for local, i in zip(which, idx):
+                if local in raw:
+                    sample, _ = pipeline(raw[local])
+                    if sample is not SKIP:
+                        out.append((i, sample))
+        return out
+
+    def warm(self) -> None:
+        """Open this worker's first shard reader before the first batch is asked for."""
+        if self.urls:
+            self.source.index(self.urls[0])
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __repr__(self) -> str:
+        return f"IndexedTarDataset({len(self.urls)} shards, {len(self)} samples)"

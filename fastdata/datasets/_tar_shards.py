@@ -1,0 +1,417 @@
+"""``TarShardDataset``: WebDataset-format tar shards, streamed by every worker of every rank."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain
+from typing import Any
+
+import numpy as np
+from torch.utils.data import IterableDataset
+
+from fastdata.core import _process as process
+from fastdata.core._pipeline import SKIP
+from fastdata.core._resume import ResumeState, load_state
+from fastdata.core._sharding import Remainder, WindowShuffle, epoch_order, rank_span, split_counts, worker_ranges
+from fastdata.core._shared import EGRESS_FLAG
+from fastdata.core._world import World
+from fastdata.core.errors import ConfigError, OnError, PlanError, check_choice, check_positive
+from fastdata.datasets._base import DatasetBase
+from fastdata.datasets._epoch_reader import (
+    DEFAULT_WINDOW,
+    DEFAULT_WINDOW_BYTES,
+    LOCAL_CHUNK,
+    Ahead,
+    EgressWarning,
+    EpochReader,
+    WindowWarning,
+    by_window,
+    window_order,
+    window_size,
+    worker_span,
+)
+from fastdata.datasets._substitute import find_substitute
+from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
+from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
+from fastdata.loading.transport._collate import batch_default_collate
+from fastdata.storage import expand_urls, scheme
+
+
+class TarShardDataset(DatasetBase, IterableDataset[Any]):
+    """Samples of WebDataset-format tar shards, each exactly once per epoch across ranks and workers.
+
+    Every rank reads an equal, contiguous part of the epoch (shards in a seeded order, then samples);
+    samples are shuffled within windows of ``shuffle_window`` samples and at most ``shuffle_bytes`` of
+    shard bytes; each worker reads its own part. A window's samples are read undecoded and each is decoded
+    as it leaves the window, so a worker holds at most one window of raw bytes (remote shards: a window
+    fetched shard by shard in few ranged GETs, the next one fetched while the second half of the current one
+    is used) and a batch of decoded samples. See :mod:`fastdata.datasets._epoch_reader`. Shards are indexed (from
+    ``manifest.json`` and ``.idx`` files written by ``fastdata convert``, or by scanning their headers), so
+    shards may be fewer than workers and any worker can start mid-shard.
+
+    With ``batch_size``, the dataset yields whole batches (use ``DataLoader(ds, batch_size=None)``): each
+    rank then sees the same batches in the same order for any ``num_workers``, a skipped bad sample
+    makes one batch smaller instead of shifting all later ones (a batch of only bad samples becomes a
+    batch of one substitute: the next good sample after it in this rank's plan order, counted in
+    :attr:`substituted`; see :mod:`fastdata.datasets._substitute`), and ``state_dict``/``load_state_dict``
+    resume mid-epoch exactly: through :class:`fastdata.Loader` with any ``num_workers``, or through
+    torchdata's ``StatefulDataLoader`` with the same ``num_workers`` (see docs/distributed.md).
+
+    Args:
+        urls (str | list[str]): shard paths or URLs; brace ranges (``train-{000000..000099}.tar``) and
+            globs expand.
+        shuffle (bool): new shard order and sample order every epoch, from (seed, epoch). Defaults to False.
+        seed (int): Defaults to 0.
+        shuffle_window (int | None): samples shuffled together (a window of the rank's part of the epoch,
+            per-sample mode: of each worker's part). Defaults to None: 4096.
+        shuffle_bytes (int | None): the most shard bytes a window may span, in bytes: the window is cut to
+            ``shuffle_bytes`` divided by the shards' bytes per sample (the largest mean of any shard).
+            None: no bound but ``shuffle_window``. Defaults to 64 MiB.
+        batch_size (int | None): yield batches of this size, collated by ``collate_fn``. Defaults to None
+            (yield samples; the order then depends on ``num_workers``). On remote shards, each of ``n``
+            workers fetches the windows that hold its batches: ``min(n, window / batch_size)`` times the
+            shards' bytes per epoch (warned); per-sample mode fetches them once.
+        collate_fn (Callable | None): Defaults to ``torch.utils.data.default_collate`` (precisely
+            :func:`fastdata.loading.transport._collate.batch_default_collate`, which is ``default_collate`` except
+            that in a worker whose batches go through reused slots it stacks straight into the slot).
+        drop_last (bool): with ``batch_size``, drop the rank's last, smaller batch. Defaults to False.
+        decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
+        transform (Callable | None): applied to each decoded sample dict.
+        on_error ("raise" | "skip"): bad-input policy. Defaults to "raise".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core._sharding.Remainder`. Defaults to "drop".
+        rank, world_size (int | None): Default to the detected ones.
+        max_open (int | None): shard readers open at once per worker. Defaults to
+            :func:`fastdata.core._handles.default_max_open`.
+        storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
+            fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
+            environment's settings (``AWS_ENDPOINT_URL``, profiles).
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        shuffle_window: int | None = None,
+        shuffle_bytes: int | None = DEFAULT_WINDOW_BYTES,
+        batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        drop_last: bool = False,
+        decode: DecodeMode | Decoder | Callable[[Sample], Sample] = "raw",
+        transform: Callable[[Sample], Any] | None = None,
+        on_error: OnError = "raise",
+        remainder: Remainder = "drop",
+        rank: int | None = None,
+        world_size: int | None = None,
+        max_open: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if shuffle_window is not None:
+            check_positive("shuffle_window", shuffle_window)
+        if shuffle_bytes is not None:
+            check_positive("shuffle_bytes", shuffle_bytes)
+        if batch_size is not None:
+            check_positive("batch_size", batch_size)
+        check_choice("remainder", remainder, Remainder)
+        shard_urls = expand_urls(urls)
+        self._init_base(
+            seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
+        )
+        self.shuffle, self.shuffle_window = shuffle, shuffle_window or DEFAULT_WINDOW
+        self.shuffle_bytes = shuffle_bytes
+        self.batch_size, self.drop_last, self.remainder = batch_size, drop_last, remainder
+        self.collate_fn = collate_fn or batch_default_collate
+        self.remote = any(scheme(u) for u in shard_urls)
+        options = dict(storage_options or {})
+        if self.remote:
+            # windows are fetched whole when they are needed: nothing to guess ahead of that
+            options.setdefault("follow_streams", False)
+        self.source = TarSource(
+            shard_urls,
+            policy=self._policy,
+            decoder=make_decoder(decode),
+            transform=transform,
+            max_open=max_open,
+            storage_options=options,
+            stats=self._shared,
+            dealt=batch_size is not None,
+            streaming=True,
+        )
+        self.total = sum(self.source.counts)
+        # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote
+        # shard's part of a window is fetched whole)
+        self._reads = window_size(self.shuffle_window, shuffle_bytes, self.source.counts, self.source.sizes)
+        self.window = self._reads if shuffle else 1
+        """Samples shuffled together: ``shuffle_window``, cut to ``shuffle_bytes`` (1 without shuffling)."""
+        if shuffle and shuffle_window is not None and self.window < shuffle_window:
+            warnings.warn(
+                f"TarShardDataset: shuffle_window={shuffle_window} is cut to {self.window} samples, which span "
+                f"shuffle_bytes={shuffle_bytes} bytes of these shards; raise shuffle_bytes (memory per worker) "
+                "for a wider shuffle",
+                WindowWarning,
+                stacklevel=2,
+            )
+        self._span = rank_span(self.total, self.rank, self.world_size, remainder)
+        # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
+        fewest = rank_span(self.total, self.world_size - 1, self.world_size, remainder)[1]
+        if self.batch_size is not None and drop_last and fewest < self.batch_size:
+            raise PlanError(
+                f"rank {self.world_size - 1} reads {fewest} samples per epoch, fewer than batch_size="
+                f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
+                "fewer ranks, or drop_last=False"
+            )
+        # (epoch, batches, worker, num_workers): where the next pass starts; worker None = the whole rank
+        self._resume: tuple[int, int, int | None, int | None] | None = None
+        # (pid, epoch, next batch, worker, num_workers) of this process's latest pass, for state_dict()
+        self._progress: tuple[int, int, int, int, int] | None = None
+
+    @property
+    def urls(self) -> list[str]:
+        return self.source.urls
+
+    def __len__(self) -> int:
+        """Samples per epoch on this rank, or batches when ``batch_size`` is set."""
+        n = self._span[1]
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        # Not a generator: the resume position is taken now, when the DataLoader (or its worker) asks
+        # for the iterator, so it applies to exactly one pass.
+        self.begin_pass()
+        world = self.worker_world()
+        start, length = self._span
+        if self.batch_size is not None and self.drop_last:
+            length -= length % self.batch_size
+        order = epoch_order(len(self.urls), shuffle=self.shuffle, seed=self.seed, epoch=world.epoch)
+        epoch = EpochReader(self.source, start, length, split_counts(self.source.counts, order), order)
+        if self.batch_size is None:
+            return self._samples(world, epoch)
+        first, stride, worker = self._first_batch(world)
+        shuffled = WindowShuffle(length, self.window, seed=self.seed, epoch=world.epoch, rank=self.rank)
+        self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers)
+        if self.remote:
+            self._warn_egress(world)
+        return self._batches(world, epoch, shuffled, first, stride, worker)
+
+    def _first_batch(self, world: World) -> tuple[int, int, int]:
+        """``(first batch, stride, worker slot)`` of this worker's pass, from a pending resume."""
+        resume = self._resume
+        if resume is None or resume[0] != world.epoch:
+            return world.worker, world.num_workers, world.worker
+        self._resume = None
+        _, batches, saved_worker, saved_workers = resume
+        if saved_worker is None:  # a rank-level position: deal batches from ``batches`` on afresh
+            return batches + world.worker, world.num_workers, world.worker
+        if (saved_worker, saved_workers) != (world.worker, world.num_workers):
+            raise ConfigError(
+                f"this state was saved by worker {saved_worker} of {saved_workers} and is being "
+                f"loaded in worker {world.worker} of {world.num_workers}; a per-worker state "
+                "(from StatefulDataLoader) needs the same num_workers, or resume through "
+                "fastdata.Loader, which allows any"
+            )
+        return batches, world.num_workers, 0
+
+    def _samples(self, world: World, epoch: EpochReader) -> Iterator[Any]:
+        """Per-sample mode: this worker's contiguous range, a window at a time, each sample decoded as it
+        leaves its window (see :mod:`fastdata.datasets._epoch_reader`)."""
+        within = epoch.offsets[1:-1] - epoch.start  # where shards start, in this rank's part
+        within = within[(within > 0) & (within < epoch.length)]
+        lo, hi = worker_span(epoch.length, world.worker, world.num_workers, within)
+        windows = (self._window(w, min(hi, w + self._reads), world.epoch) for w in range(lo, hi, self._reads))
+        if not self.remote:
+            try:
+                for positions in windows:
+                    for c in range(0, len(positions), LOCAL_CHUNK):
+                        chunk = positions[c : c + LOCAL_CHUNK]
+                        yield from epoch.finish(epoch.raw(chunk), chunk)
+            finally:
+                self.source.close()
+            return
+        ahead = Ahead(epoch.raw, windows)
+        try:
+            for positions, raw in ahead:
+                half = len(positions) // 2
+                for n, sample in enumerate(epoch.finish(raw, positions)):
+                    if n == half:
+                        ahead.fetch_next()
+                    yield sample
+        finally:
+            ahead.close()
+            self.source.close()
+
+    def _window(self, lo: int, hi: int, epoch: int) -> np.ndarray:
+        """Positions ``lo .. hi-1`` in the order they are read (shuffled when shuffling)."""
+        if self.window <= 1:
+            return np.arange(lo, hi, dtype=np.int64)
+        return window_order(lo, hi, seed=self.seed, epoch=epoch, rank=self.rank)
+
+    def _batches(
+        self, world: World, epoch: EpochReader, shuffled: WindowShuffle, first: int, stride: int, worker: int
+    ) -> Iterator[Any]:
+        unit = self.batch_size
+        assert unit is not None
+        # batch ``first + j * stride`` is this worker's j-th: worker_ranges deals units from ``first``
+        # to slot ``worker`` of ``stride`` (slot 0 when ``first`` is already this worker's own)
+        base = (first - worker) * unit
+        ranges = worker_ranges(epoch.length, worker=worker, num_workers=stride, unit=unit, start=base)
+        mine = ((lo, hi, shuffled.positions(lo, hi)) for lo, hi in ranges)
+        ahead = None
+        try:
+            if not self.remote:
+                for lo, hi, positions in mine:
+                    batch = epoch.decoded(positions)
+                    if not batch:
+                        batch = [self._stand_in_batch(epoch, shuffled, lo, hi, positions)]
+                    yield self._batch(world, (lo, hi, stride), batch)
+                return
+            # remote: this worker's batches that start in one window are fetched together, shard by shard;
+            # unshuffled batches dealt to several workers, one by one (fetched together, the runs of the other
+            # workers' batches between them would be fetched too)
+            together = self._reads if self.shuffle or stride == 1 else unit
+            ahead = Ahead(epoch.raw_group, by_window(mine, together))
+            pipeline = self.source.pipeline
+            for group, raw in ahead:
+                for n, (lo, hi, positions) in enumerate(group):
+                    if n == len(group) // 2:
+                        ahead.fetch_next()
+                    samples = [raw.pop(p) for p in positions.tolist() if p in raw]
+                    batch = pipeline.batch(samples)
+                    if not batch:
+                        ahead.settle()  # the window thread reads through the same readers: let it finish
+                        batch = [self._stand_in_batch(epoch, shuffled, lo, hi, positions)]
+                    yield self._batch(world, (lo, hi, stride), batch)
+        finally:
+            if ahead is not None:
+                ahead.close()
+            self.source.close()
+
+    def _batch(self, world: World, where: tuple[int, int, int], batch: list[Any]) -> Any:
+        """The collated ``batch`` of positions ``lo .. hi-1`` (``where``: lo, hi, stride); notes the position
+        reached first."""
+        lo, _, stride = where
+        unit = self.batch_size
+        assert unit is not None
+        # counted before the yield, so that a state taken right after this batch resumes past it
+        self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
+        return self.collate_fn(batch)
+
+    def _stand_in_batch(
+        self, epoch: EpochReader, shuffled: WindowShuffle, lo: int, hi: int, positions: np.ndarray
+    ) -> Any:
+        """The substitute for batch ``lo .. hi-1``, whose samples were all bad: leaving the batch out would
+        give this rank fewer batches than the others (a hang at the next collective) and shift every later
+        batch (a wrong resume). The next good sample after it in this rank's plan order: the span
+        positions ``hi, hi+1 ...``, wrapping to ``0 .. lo-1`` (see :mod:`fastdata.datasets._substitute`)."""
+        unit = self.batch_size
+        assert unit is not None
+        shards = epoch.shards_at(positions)
+        pipeline = self.source.pipeline
+
+        def good(slots: list[int]) -> list[tuple[int, Any]]:
+            where = np.concatenate([shuffled.positions(s, s + 1) for s in slots])
+            raw = epoch.raw(where)
+            for slot, p in zip(slots, where.tolist()):
+                if p in raw:
+                    sample, _ = pipeline(raw[p])
+                    if sample is not SKIP:
+                        return [(slot, sample)]  # the first good one: the rest need no decoding
+            return []
+
+        return find_substitute(
+            good,
+            chain(range(hi, epoch.length), range(lo)),
+            shared=self._shared,
+            owner=repr(self),
+            bad=f"every sample of batch {lo // unit} ({hi - lo} samples, from {', '.join(shards)})",
+            order="this rank's plan order",
+            unit="position",
+            sources=shards,
+        )[1]
+
+    def _warn_egress(self, world: World) -> None:
+        """Batched mode on remote shards: every worker reads the windows that hold its batches, so with
+        ``n`` workers and windows of ``k`` batches each byte is fetched ``min(n, k)`` times; say so once."""
+        unit = self.batch_size
+        assert unit is not None
+        times = min(world.num_workers, -(-self.window // unit))
+        if times > 1 and world.worker == 0 and self._shared.once(EGRESS_FLAG):
+            warnings.warn(
+                f"{self!r}: with {world.num_workers} workers, each fetches the windows of "
+                f"{self.window} samples that hold its batches of {unit}: about {times}x the shards' bytes "
+                "are fetched per epoch. To fetch each byte once, read per sample (batch_size=None, the "
+                "DataLoader batching), or shuffle within batches (shuffle_window=batch_size), or use fewer "
+                "workers",
+                EgressWarning,
+                stacklevel=3,
+            )
+
+    def _epoch_randomness(self) -> str | None:
+        return "the order of shards and samples (shuffle=True)" if self.shuffle else None
+
+    def _plan(self) -> dict[str, int]:
+        plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed}
+        if self.batch_size is not None:
+            plan["batch_size"] = self.batch_size
+        return plan
+
+    def state_dict(self, batches: int | None = None) -> dict[str, Any]:
+        """Where to resume: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting the batches of
+        the current epoch the rank has consumed.
+
+        Args:
+            batches (int | None): batches of this epoch the rank has consumed (what
+                :class:`fastdata.Loader` passes). Defaults to this process's own position: in the main
+                process (no workers), the batches it has yielded; in a DataLoader worker, that worker's next
+                batch (``worker``/``num_workers`` set), which is what ``torchdata``'s ``StatefulDataLoader``
+                collects from each worker.
+        """
+        plan = self._plan()
+        if batches is not None:
+            return ResumeState(self.epoch, batches, "batches", plan).to_dict()
+        if self._resume is not None and self._resume[0] == self.epoch:
+            epoch, batches, worker, workers = self._resume
+        elif self._progress is not None and self._progress[:2] == (process.pid(), self.epoch):
+            _, epoch, batches, worker, workers = self._progress
+            if workers == 1:
+                worker = None
+        else:
+            return ResumeState(self.epoch, 0, "batches", plan).to_dict()
+        if worker is None:
+            workers = None
+        return ResumeState(epoch, batches, "batches", plan, worker, workers).to_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next pass over the state's epoch start after the batches it counts.
+
+        Needs ``batch_size`` (so that a batch means the same samples for any number of workers). A state
+        with ``worker``/``num_workers`` (one worker's, as ``StatefulDataLoader`` saves) resumes that worker
+        and needs the same ``num_workers``; one without resumes the whole rank, with any ``num_workers``.
+
+        Raises:
+            ConfigError: when the state lies outside this rank's epoch, was saved for another plan (batch
+                size, dataset size, world size, seed), or resumes mid-epoch without ``batch_size``.
+        """
+        s = load_state(
+            state, into="TarShardDataset", unit="batches", plan=self._plan(), length=len(self), per_worker=True
+        )
+        if s.position and self.batch_size is None:
+            raise ConfigError(
+                "resuming mid-epoch needs TarShardDataset(batch_size=...), so that the "
+                "order of batches does not depend on num_workers"
+            )
+        self.set_epoch(s.epoch)
+        self._resume = (s.epoch, s.position, s.worker, s.num_workers)
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"TarShardDataset({len(self.urls)} shards, {self.total} samples, rank {self.rank}/"
+            f"{self.world_size}, shuffle={self.shuffle}, batch_size={self.batch_size})"
+        )

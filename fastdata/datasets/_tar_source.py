@@ -1,0 +1,350 @@
+"""The shards of a tar dataset, and reading samples from them in one process (shared by the
+iterable :class:`~fastdata.TarShardDataset` and the map-style :class:`~fastdata.IndexedTarDataset`)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tqdm import tqdm
+
+from fastdata.core import stages
+from fastdata.core._handles import HandleCache
+from fastdata.core._pipeline import SamplePipeline
+from fastdata.core._world import current_worker
+from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable
+from fastdata.formats._manifest import shard_listing
+from fastdata.formats.tar._checks import check_on_read, check_once
+from fastdata.formats.tar._gzip import GzipShard, is_gzip, refusal
+from fastdata.formats.tar._index import SidecarMismatch
+from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, scan
+from fastdata.storage import Reader, open_reader, scheme
+from fastdata.storage._local import file_identity
+
+Sample = dict[str, Any]
+# Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
+INDEX_CACHE_SHARDS = 64
+
+
+def remote_counters(urls: list[str]) -> tuple[str, ...]:
+    """Names of the counters the readers of ``urls`` keep (S3 requests, retries ...), if any is remote."""
+    if not any(scheme(u) == "s3" for u in urls):
+        return ()
+    from fastdata.storage.s3._client import COUNTERS
+
+    return tuple(COUNTERS)
+
+
+def sidecar_index(
+    url: str,
+    reader: Reader,
+    opener: Callable[[str], Reader] = open_reader,
+    *,
+    planned: int | None = None,
+    end: bool = False,
+) -> ShardIndex | None:
+    """The shard's sidecar index (``URL.idx``) when there is one and it matches the shard; None (warned,
+    for a damaged or mismatched one) when the shard must be scanned.
+
+    A local shard's sidecar is checked whole against the shard's headers
+    (:func:`~fastdata.formats.tar._checks.check_once`). A remote shard's is checked as far as its layout
+    shows, and each member as it is read (:func:`~fastdata.formats.tar._checks.check_on_read`: reads of
+    the index may raise :class:`~fastdata.formats.tar._index.SidecarMismatch`); it is refused when it
+    lists another number of samples than ``planned`` (from a manifest), and with ``end`` its end of the
+    archive is checked now (for a sample count that plans an epoch).
+    """
+    try:
+        side = opener(index_url(url))
+    except (SourceNotFound, SourceUnreadable):
+        return None
+    try:
+        data = side.read(0, side.size)
+        index = ShardIndex.from_bytes(url, data)
+    except Exception as e:  # noqa: BLE001 - a damaged sidecar is rebuilt, never trusted
+        warnings.warn(f"{index_url(url)}: unreadable index ({e}); scanning the shard instead", stacklevel=3)
+        return None
+    finally:
+        side.close()
+    if hasattr(reader, "buffer"):
+        problem = check_once(index, reader, data)
+    elif planned is not None and planned != len(index):
+        problem = f"lists {len(index)} samples, the dataset's manifest {planned}"
+    else:
+        problem = check_on_read(index, reader, end=end)
+    if problem is not None:
+        _refused(url, problem)
+        return None
+    index.identity = getattr(reader, "identity", None)
+    return index
+
+
+def _refused(url: str, problem: str, stacklevel: int = 4) -> None:
+    """Warn that the shard's sidecar is not used, why, and the fix."""
+    warnings.warn(
+        f"{index_url(url)}: {problem}; scanning the shard instead (rewrite the sidecar with "
+        "'fastdata inspect --write-manifest', or delete it)",
+        stacklevel=stacklevel,
+    )
+
+
+def load_index(url: str, reader: Reader, opener: Callable[[str], Reader] = open_reader) -> ShardIndex:
+    """The shard's sidecar index if it matches the shard (:func:`sidecar_index`), else a fresh scan."""
+    return sidecar_index(url, reader, opener) or scan(reader)
+
+
+class TarSource:
+    """Shards, their sample counts, and per-process readers and indexes.
+
+    Args:
+        urls (list[str]): the shards.
+        policy (ErrorPolicy): what to do with bad samples and missing shards.
+        decoder, transform: applied to each sample, in that order (see ``SamplePipeline``).
+        max_open (int | None): readers open at once per process; see :class:`~fastdata.core._handles.HandleCache`.
+        storage_options (dict | None): passed to the reader of remote URLs (for ``s3://``: the fields
+            of :class:`~fastdata.storage.s3._client.S3Config` such as ``endpoint_url``, and the
+            ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
+        stats: where remote readers count requests and retries (the dataset's shared state).
+
+    Attributes:
+        counts (list[int]): samples per shard. sizes (list[int]): bytes per shard, -1 where unknown (from a
+            manifest, the shard's index or, for local files, the file).
+        dealt (bool): the dataset deals batches to its DataLoader workers in turn, so each worker reads
+            every n-th stretch of a shard (a hint for remote read-ahead). Defaults to False.
+        streaming (bool): the dataset reads its part of each shard in one pass, so gzip-compressed
+            shards are read (decompressed in memory, see :mod:`fastdata.formats.tar._gzip`); without,
+            they are refused. Defaults to False.
+    """
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        policy: ErrorPolicy,
+        decoder: Callable[[Sample], Sample] | None,
+        transform: Callable[[Sample], Any] | None,
+        max_open: int | None,
+        storage_options: dict[str, Any] | None = None,
+        stats: Any = None,
+        dealt: bool = False,
+        streaming: bool = False,
+    ) -> None:
+        self.urls = urls
+        self.policy = policy
+        self.pipeline = SamplePipeline(decoder, transform, policy)
+        self._options = dict(storage_options or {})
+        self._stats = stats
+        self._dealt = dealt
+        self._streaming = streaming
+        self._checked_epoch: int | None = None  # the epoch whose start this process last checked shards for
+        self._noted: set[str] = set()  # what this process warned about: "ignored", shards that changed
+        self._gzip: set[str] = set()  # shards found to be gzip-compressed (read decompressed)
+        self._distrusted: set[str] = set()  # shards whose sidecar a read found wrong: scanned from now on
+        self._clients: set[Any] = set()  # client settings of the remote readers this process opened
+        self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
+        self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # bytes of each shard, where known (manifest, index, local file)
+        self.counts = self._count_samples()
+        self.sizes = [self._sizes.get(u, -1) for u in self.urls]
+        self._planned = dict(zip(urls, self.counts))
+        self.close()  # the parent keeps no reader or connection open into the DataLoader's fork
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_indexes"] = OrderedDict()  # rebuilt in the worker: cheaper than pickling them
+        state["_clients"] = set()
+        return state
+
+    def open(self, url: str, **hints: Any) -> Reader:
+        """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options;
+        ``hints`` are the remote reader's access-pattern options (see :meth:`_open_shard`)."""
+        if not scheme(url):
+            return open_reader(url)
+        reader = open_reader(url, stats=self._stats, **hints, **self._options)
+        config = getattr(reader, "config", None)
+        if config is not None:
+            self._clients.add(config)
+        return reader
+
+    def _open_shard(self, url: str) -> Reader:
+        """A shard's reader. A remote one is told what comes next: the sidecar index (fetched together
+        with the shard's first bytes) and, when batches are dealt to workers, every n-th stretch.
+        A shard found to be gzip-compressed (see :meth:`index`) is decompressed; a shard that is not the
+        file its cached index was made from loses that index."""
+        if not scheme(url):
+            reader = open_reader(url)
+        else:
+            hints: dict[str, Any] = {
+                "companion": index_url(url),
+                "expected_stride": current_worker()[1] if self._dealt else 1,
+            }
+            if self._sizes.get(url, -1) > 0:
+                hints["size"] = self._sizes[url]  # known: the reader opens without a request of its own
+            reader = self.open(url, **hints)
+        if url in self._gzip:
+            reader = GzipShard(reader)
+        index = self._indexes.get(url)
+        if index is not None and index.identity != getattr(reader, "identity", None):
+            del self._indexes[url]  # replaced on disk since it was indexed: index it again
+        return reader
+
+    def _count_samples(self) -> list[int]:
+        """Samples per shard: from a manifest beside the shards, else from each shard's index."""
+        listed = shard_listing(self.urls, self.open)
+        known = {u: n for u, (n, _) in listed.items()}
+        self._sizes = {u: b for u, (_, b) in listed.items() if b >= 0}
+        for url in self.urls:
+            if url not in self._sizes and not scheme(url):
+                try:
+                    self._sizes[url] = os.path.getsize(url)
+                except OSError:
+                    pass  # a missing shard: reported when it is read
+        todo = [u for u in self.urls if u not in known]
+        for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50, leave=False):
+            try:
+                # the count plans every epoch: a remote sidecar's end of the archive is checked now (a
+                # sidecar that leaves the last samples out would drop them from the plan)
+                index = self.index(url, end=True)
+                known[url] = len(index)
+                self._sizes.setdefault(url, index.size)
+            except (SourceNotFound, SourceUnreadable) as e:
+                # without a manifest, a missing shard's sample count is unknown: it cannot be planned
+                self.policy.handle(e)
+                known[url] = 0
+            finally:
+                self._readers.discard(url)
+        return [known[u] for u in self.urls]
+
+    def index(self, url: str, *, end: bool = False) -> ShardIndex:
+        """The index of shard ``url``, from this process's cache, its sidecar, or a scan; ``end``: a
+        remote sidecar's end of the archive is checked now, not when its last member is read."""
+        index = self._indexes.get(url)
+        if index is None:
+            reader = self._readers.get(url)
+            index = None
+            if url not in self._distrusted:
+                index = sidecar_index(url, reader, self.open, planned=getattr(self, "_planned", {}).get(url), end=end)
+            if index is None:
+                index = self._scan(url, reader)
+            self._indexes[url] = index
+            if len(self._indexes) > INDEX_CACHE_SHARDS:
+                self._indexes.popitem(last=False)
+            self._note(url, index)
+        else:
+            self._indexes.move_to_end(url)
+        return index
+
+    def _scan(self, url: str, reader: Reader) -> ShardIndex:
+        """Index the shard by scanning it. The gzip sniff runs here only: a sidecar that matches the
+        shard says it is a plain tar, and the sniff's small read would fetch a remote shard's first
+        megabytes (a read-ahead window) in every worker."""
+        if url not in self._gzip and is_gzip(reader):
+            if not self._streaming:
+                raise refusal(url)
+            self._gzip.add(url)
+            self._readers.discard(url)
+            reader = self._readers.get(url)  # reopened, decompressed
+        return scan(reader)
+
+    def _distrust(self, url: str, mismatch: SidecarMismatch) -> None:
+        """A read found the shard's sidecar wrong (nothing it pointed at was returned): warn, and scan
+        the shard from now on in this process."""
+        _refused(url, mismatch.problem, stacklevel=4)
+        self._distrusted.add(url)
+        self._indexes.pop(url, None)
+
+    def _note(self, url: str, index: ShardIndex) -> None:
+        """Warn (once per process) about what a fresh index shows: members that belong to no sample,
+        and a shard whose sample count changed since the epoch was planned."""
+        if index.ignored and "ignored" not in self._noted:
+            self._noted.add("ignored")
+            warnings.warn(
+                f"fastdata: {url}: {index.ignored} member(s) without an extension (a README?) belong to no "
+                "sample and are left out (WebDataset names are KEY.EXT); 'fastdata inspect' counts them in "
+                "every shard",
+                stacklevel=3,
+            )
+        planned = getattr(self, "_planned", {}).get(url)
+        if planned is not None and planned != len(index) and index.tail_error is None and url not in self._noted:
+            self._noted.add(url)
+            why, fix = "the shard was replaced?", "build the dataset again to read it all"
+            if url in self._distrusted:
+                why = "its sidecar did not match it"
+                fix = (
+                    "rewrite the sidecar and manifest ('fastdata inspect --write-manifest') and build the dataset again"
+                )
+            warnings.warn(
+                f"fastdata: {url}: has {len(index)} samples now, {planned} when the dataset was built ({why}); "
+                f"the epoch keeps the planned count: {fix}",
+                stacklevel=3,
+            )
+
+    def _check_identities(self) -> None:
+        """At the start of an epoch: forget the index (and reader) of every local shard that is no
+        longer the file it was indexed from (replaced or rewritten since)."""
+        epoch = self._stats.epoch if self._stats is not None else 0
+        if epoch == self._checked_epoch:
+            return
+        self._checked_epoch = epoch
+        for url, index in list(self._indexes.items()):
+            if index.identity is not None and file_identity(url) != index.identity:
+                del self._indexes[url]
+                self._readers.discard(url)
+
+    def read(
+        self, shard: int, which: Sequence[int], *, decode: bool = True, kept: list[int] | None = None
+    ) -> list[Any]:
+        """Samples ``which`` of shard number ``shard``, decoded and transformed (``decode=False``: raw, for
+        :attr:`pipeline` later); bad ones handled by the policy (raised, or counted and left out). The
+        numbers of the samples read (all of ``which`` but the bad ones) are appended to ``kept``."""
+        t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
+        url = self.urls[shard]
+        self._check_identities()
+        while True:
+            try:
+                reader = self._readers.get(url)
+                index = self.index(url)
+            except (SourceNotFound, SourceUnreadable, SourceUnavailable) as e:
+                for _ in which:
+                    self.policy.handle(e)
+                return []
+            if not index.bad and (not which or max(which) < len(index.keys)):
+                good: Sequence[int] = which  # the common case: a sound shard, no per-sample check
+            else:
+                good = [i for i in which if index.error_at(i) is None]
+            try:
+                samples: list[Any] = read_samples(reader, index, good)
+            except SidecarMismatch as e:  # a remote sidecar, checked as it is read, was wrong: scan, read again
+                self._distrust(url, e)
+                continue
+            except SourceUnavailable as e:  # the store stopped answering mid-shard (after every retry)
+                self._handle_bad(index, which, good)
+                for _ in good:
+                    self.policy.handle(e)
+                return []
+            break
+        self._handle_bad(index, which, good)
+        if kept is not None:
+            kept.extend(good)
+        t = stages.lap("fetch", t, len(samples))
+        return self.pipeline.batch(samples, t) if decode else samples
+
+    def _handle_bad(self, index: ShardIndex, which: Sequence[int], good: Sequence[int]) -> None:
+        """Hand the policy the problem of each of ``which`` left out of ``good``."""
+        if len(good) != len(which):
+            for i in which:
+                problem = index.error_at(i)
+                if problem is not None:
+                    self.policy.handle(problem)
+
+    def close(self) -> None:
+        """Close every reader this process opened, and the pooled connections of its S3 client."""
+        self._readers.close()
+        if self._clients:
+            from fastdata.storage.s3._client import release
+
+            for config in self._clients:
+                release(config)
+            self._clients.clear()

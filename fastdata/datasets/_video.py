@@ -1,0 +1,438 @@
+"""``VideoClipDataset``: map-style access to fixed-length clips of many videos."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from fastdata.core import _process as process
+from fastdata.core import stages
+from fastdata.core._pipeline import SKIP, SamplePipeline
+from fastdata.core._seeding import derive_seed, stagger
+from fastdata.core._sharding import Remainder
+from fastdata.core._world import current_worker
+from fastdata.core.errors import (
+    BadSample,
+    ConfigError,
+    OnError,
+    SourceNotFound,
+    SourceUnreadable,
+    check_choice,
+    is_collecting,
+)
+from fastdata.datasets._base import MapDatasetBase
+from fastdata.datasets._video_plan import ClipSampling, ClipStarts
+from fastdata.formats.video import VIDEO_EXTENSIONS, DecoderName, VideoMeta, VideoReader, reader_class
+from fastdata.formats.video._base import DecodeTimeout, Size, VideoTooShort
+from fastdata.formats.video._meta_cache import VideoIndex, default_index_file
+from fastdata.formats.video._pool import ReaderPool
+from fastdata.loading._video_sampler import ClipBatchSampler
+from fastdata.storage import expand_urls, scheme
+
+
+def expand_video_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Local video paths from paths, globs, brace ranges and folders (searched recursively for files
+    with a video extension, in sorted order)."""
+    out: list[str] = []
+    for path in expand_urls(paths):
+        if scheme(path):
+            raise ConfigError(
+                f"{path}: VideoClipDataset reads local files only (the decoders open paths); "
+                "copy the videos to local disk, or pack clips into tar shards"
+            )
+        if os.path.isdir(path):
+            found = sorted(str(p) for p in Path(path).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS)
+            if not found:
+                raise SourceNotFound(f"{path}: the folder holds no video files ({', '.join(sorted(VIDEO_EXTENSIONS))})")
+            out.extend(found)
+        else:
+            out.append(path)
+    return out
+
+
+class _OpenStagger:
+    """A seeded random pause before each reader opens, so workers do not open files in lockstep."""
+
+    def __init__(self, seed: int, rank: int, low: float, high: float) -> None:
+        self.seed, self.rank, self.low, self.high = seed, rank, low, high
+        self._rng: random.Random | None = None
+        self._pid = -1
+
+    def __call__(self) -> None:
+        if self._pid != process.pid():
+            worker, num_workers = current_worker()
+            self._pid = process.pid()
+            self._rng = random.Random(derive_seed(self.seed, self.rank, worker, 0x0BE7)) if num_workers > 1 else None
+        if self._rng is not None:
+            time.sleep(self._rng.uniform(self.low, self.high))
+
+
+class VideoClipDataset(MapDatasetBase, Dataset[Any]):
+    """Clips of ``clip_len`` frames from many videos, map-style over (video, clip) pairs.
+
+    Each sample is a dict::
+
+        {"clip": uint8 tensor [T, H, W, 3] (RGB), "video": int (position in paths), "path": str,
+         "frames": int64 tensor [T] (frame numbers in the video), "fps": float}
+
+    passed through ``transform`` if given. At construction every video is probed once (frame count,
+    frame rate, size; the results are cached in an index file so the next start opens only new or
+    changed videos). In each worker, readers open on first use and stay open in a bounded LRU
+    (``max_open`` per worker); a reader created in the parent (``ds[0]`` before the DataLoader starts)
+    is never used or closed by a forked worker. Every open and read runs under a watchdog: one that
+    takes longer than ``decode_timeout`` is abandoned and treated as bad input.
+
+    Bad input (missing, empty, truncated or damaged files, not a video, a video shorter than one clip,
+    frames the container announces but does not hold) raises an error naming the file under
+    ``on_error="raise"``; under ``"skip"`` the clip (or, at construction, the whole video) is left out,
+    counted in :attr:`skipped`, and warned about once per file. A batch of only bad clips (with
+    ``batch_size=1``, every bad clip) becomes a batch of one substitute, and ``ds[i]`` of a bad clip returns
+    it (never None): the next good clip after the batch's last index (after ``i``) in index order, wrapping
+    to 0, counted in :attr:`substituted` (see :mod:`fastdata.datasets._substitute`).
+
+    Args:
+        paths (str | PathLike | list): video files, globs, brace ranges, or folders (searched
+            recursively for video files).
+        clip_len (int): frames per clip. Defaults to 16.
+        frame_stride (int): take every ``frame_stride``-th frame; a clip spans
+            ``(clip_len - 1) * frame_stride + 1`` frames. Defaults to 1.
+        clips_per_video (int | "all"): clips per video. An int ``k`` gives ``k`` clips per video, placed
+            by ``clip_sampling``; ``"all"`` gives every clip start ``clip_step`` frames apart.
+            Defaults to 1.
+        clip_step (int | None): frames between clip starts under ``"all"``. Defaults to
+            ``clip_len * frame_stride``: clips do not overlap, and each continues the frame grid of the
+            one before.
+        clip_sampling ("random" | "uniform" | "random-replace"): with an int ``clips_per_video``: new random
+            starts every epoch, distinct within a video as far as its length allows; evenly spaced fixed
+            starts (for evaluation); or random starts drawn independently per clip (two may coincide).
+            See :data:`fastdata.datasets._video_plan.ClipSampling`. Defaults to "random".
+        size ((height, width) | None): resize frames to this size (needed to batch videos of different
+            sizes). Defaults to None.
+        decoder ("pyav" | "decord" | "opencv" | "torchcodec" | VideoReader subclass): see
+            :mod:`fastdata.formats.video`. Defaults to "pyav" (the fastest here; see docs/video.md).
+        stagger ((float, float)): each worker process waits a delay drawn from [low, high) seconds,
+            seeded by (seed, rank, worker), before its first read, so workers do not all open files at
+            the same instant. Only when there is more than one reader (workers x ranks). Defaults to
+            (0.0, 0.05).
+        stagger_each_open (bool): also wait such a delay before opening each new file. Defaults to False.
+        max_open (int | None): readers open at once per process. None: derived from ``ulimit -n``.
+            Defaults to 8.
+        decode_threads (int): FFmpeg threads per reader. Defaults to 1.
+        decode_timeout (float | None): seconds one open or read may take before it is abandoned.
+            None disables the watchdog. Defaults to 60.
+        on_error ("raise" | "skip"): Defaults to "raise".
+        transform (Callable[[dict], Any] | None): applied to each sample dict in the worker.
+        index_cache (bool | str | PathLike): where to keep the probe results: True for the user's cache
+            folder (``$FASTDATA_CACHE_DIR`` or ``~/.cache/fastdata``), a file path (e.g. beside the
+            videos), or False for nowhere. Defaults to True.
+        seed (int): seeds :meth:`sampler`, random clip starts and ``stagger``. Defaults to 0.
+        rank, world_size (int | None): Default to the detected ones.
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        clip_len: int = 16,
+        frame_stride: int = 1,
+        clips_per_video: int | Literal["all"] = 1,
+        clip_step: int | None = None,
+        clip_sampling: ClipSampling = "random",
+        size: Size | None = None,
+        decoder: DecoderName | type[VideoReader] = "pyav",
+        stagger: tuple[float, float] = (0.0, 0.05),
+        stagger_each_open: bool = False,
+        max_open: int | None = 8,
+        decode_threads: int = 1,
+        decode_timeout: float | None = 60.0,
+        on_error: OnError = "raise",
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        index_cache: bool | str | os.PathLike[str] = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        _check_options(
+            clip_len,
+            frame_stride,
+            clips_per_video,
+            clip_step,
+            clip_sampling,
+            size,
+            stagger,
+            max_open,
+            decode_threads,
+            decode_timeout,
+        )
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=("timeouts", "reads"))
+        # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
+        self.pipeline = SamplePipeline(None, transform, self._policy)
+        self.paths = expand_video_paths(paths)
+        self.clip_len, self.frame_stride = clip_len, frame_stride
+        self.span = (clip_len - 1) * frame_stride + 1
+        self.clips_per_video = clips_per_video
+        self.clip_step = clip_step or clip_len * frame_stride
+        self.clip_sampling = clip_sampling
+        self._clip_starts = ClipStarts(seed, clips_per_video, self.clip_step, clip_sampling)
+        self.stagger = stagger
+        decoder_key = decoder if isinstance(decoder, str) else f"{decoder.__module__}.{decoder.__qualname__}"
+        reader_class(decoder)  # an unknown name or a missing library fails now, not in a worker
+        self.decoder = decoder
+        self.pool = ReaderPool(
+            decoder,
+            threads=decode_threads,
+            size=size,
+            max_open=max_open,
+            timeout=decode_timeout,
+            before_open=_OpenStagger(seed, self.rank, *stagger) if stagger_each_open and stagger[1] > 0 else None,
+        )
+        self.metas = self._index(index_cache, decoder_key)
+        self._starts = [0, *accumulate(self._clip_count(m) for m in self.metas)]
+        if not len(self):
+            raise BadSample(
+                f"none of the {len(self.paths)} videos holds a clip of {self.span} frames (see the warnings above)",
+                self.paths[0],
+            )
+        self._stagger_pid = -1
+        self.stagger_delay = 0.0  # the delay this process waited before its first read, seconds
+
+    @property
+    def transform(self) -> Callable[[dict[str, Any]], Any] | None:
+        """The user's function applied to each clip's sample dict (may be replaced)."""
+        return self.pipeline.transform
+
+    @transform.setter
+    def transform(self, transform: Callable[[dict[str, Any]], Any] | None) -> None:
+        self.pipeline.transform = transform
+
+    # -- construction ----------------------------------------------------------------------------
+
+    def _index(self, index_cache: bool | str | os.PathLike[str], decoder_key: str) -> list[VideoMeta | None]:
+        if index_cache is True:
+            file: Path | None = default_index_file(self.paths, decoder_key)
+        else:
+            file = Path(index_cache) if index_cache else None
+        self.index = VideoIndex(file, decoder_key)
+        try:
+            outcomes = self.index.build(self.paths, self.pool.probe)
+        finally:
+            self.pool.close()  # no reader left open in the parent before a fork
+        metas: list[VideoMeta | None] = []
+        for path in self.paths:
+            outcome = outcomes[path]
+            if isinstance(outcome, VideoMeta):
+                if self._clip_count(outcome):
+                    metas.append(outcome)
+                    continue
+                outcome = VideoTooShort(
+                    f"{path}: {outcome.frames} frames, fewer than one clip spans ((clip_len - 1) * frame_stride "
+                    f"+ 1 = {self.span}); lower clip_len or frame_stride, or leave the video out",
+                    path,
+                )
+            if isinstance(outcome, DecodeTimeout):
+                self._shared.add("timeouts")
+            self._policy.handle(outcome)  # raises under "raise"; counts one skip per video under "skip"
+            metas.append(None)
+        self.pool.metas = {p: m for p, m in zip(self.paths, metas) if m is not None}
+        return metas
+
+    def _clip_count(self, meta: VideoMeta | None) -> int:
+        if meta is None or meta.frames < self.span:
+            return 0
+        if self.clips_per_video == "all":
+            return (meta.frames - self.span) // self.clip_step + 1
+        return int(self.clips_per_video)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """``(video number, clip number in that video)`` of dataset index ``i``."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {n} clips")
+        i %= n
+        video = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return video, i - self._starts[video]
+
+    def clip_start(self, video: int, clip: int) -> int:
+        """The first frame of clip ``clip`` of video ``video`` in the current epoch."""
+        meta = self.metas[video]
+        assert meta is not None
+        return self._clip_starts.start(self.epoch, video, clip, meta.frames - self.span)
+
+    def frames_of(self, i: int) -> tuple[int, list[int]]:
+        """``(video number, frame numbers)`` of dataset index ``i`` in the current epoch."""
+        video, clip = self.locate(i)
+        start = self.clip_start(video, clip)
+        return video, list(range(start, start + self.span, self.frame_stride))
+
+    def _epoch_randomness(self) -> str | None:
+        return f"the choice of clip starts (clip_sampling={self.clip_sampling!r})" if self._clip_starts.random else None
+
+    def _begin(self, reads: int = 0) -> None:
+        self.follow_epoch()
+        if reads:
+            self._count_reads(reads)
+        if self._stagger_pid != process.pid():
+            self._stagger_pid = process.pid()
+            world = self.worker_world()
+            if world.total_workers > 1:
+                self.stagger_delay = stagger(world, *self.stagger)
+
+    def _read(self, indices: Sequence[int], *, count: bool = True) -> list[Any]:
+        """The clips ``indices``, each finished or :data:`SKIP` (bad: handled by the policy). ``count``: count
+        them as reads (a substitute search's are not: they are not part of the epoch's plan)."""
+        self._begin(len(indices) if count else 0)
+        plan = [self.frames_of(i) for i in indices]
+        out: list[Any] = [SKIP] * len(plan)
+        pipeline = self.pipeline
+        # video by video, clips in frame order: a reader moving forward through a file need not seek
+        order = sorted(range(len(plan)), key=lambda k: (plan[k][0], plan[k][1][0]))
+        for n, k in enumerate(order):
+            video, frames = plan[k]
+            path = self.paths[video]
+            after = plan[order[n + 1]] if n + 1 < len(order) else None
+            reads_on = after is not None and after[0] == video and after[1][0] > frames[-1]
+            try:
+                clip = self.pool.read(path, frames, pause=not reads_on)
+            except (BadSample, SourceNotFound, SourceUnreadable) as e:
+                if isinstance(e, DecodeTimeout) and not is_collecting():  # a substitute search's: not counted
+                    self._shared.add("timeouts")
+                self._policy.handle(e)
+                continue
+            sample = {
+                "clip": torch.from_numpy(clip),
+                "video": video,
+                "path": path,
+                "frames": torch.tensor(frames, dtype=torch.int64),
+                "fps": self.metas[video].fps,  # type: ignore[union-attr]
+            }
+            out[k], _ = pipeline(sample, stages.clock())  # 0.0 unless `fastdata bench` probes
+        return out
+
+    def __getitem__(self, i: int) -> Any:
+        got = self._read([i])[0]
+        return got if got is not SKIP else self._substitute([i])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch), and a batch
+        of only bad ones is a batch of one substitute."""
+        got = [s for s in self._read(indices) if s is not SKIP]
+        if not got and indices:
+            return [self._substitute(indices)]
+        return got
+
+    def _substitute(self, indices: Sequence[int]) -> Any:
+        """The substitute for the bad clips ``indices`` (see :meth:`DatasetBase._stand_in`)."""
+        bad = [i % len(self) for i in indices]
+        sources = [self.paths[v] for v in dict.fromkeys(self.locate(i)[0] for i in bad)]
+
+        def good(candidates: list[int]) -> list[tuple[int, Any]]:
+            return [(j, s) for j, s in zip(candidates, self._read(candidates, count=False)) if s is not SKIP]
+
+        return self._stand_in(bad, good, sources)[1]
+
+    def clip_sampler(
+        self,
+        batch_size: int,
+        *,
+        num_workers: int = 1,
+        run: int | None = None,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        remainder: Remainder = "drop",
+    ) -> ClipBatchSampler:
+        """A rank-aware, resumable :class:`~fastdata.loading._video_sampler.ClipBatchSampler` that follows this
+        dataset's ``set_epoch``: batches laid out so that each of ``num_workers`` DataLoader workers reads
+        its videos forward, one after the other, while the workers read different files. Pass it as
+        ``fd.Loader(ds, batch_sampler=ds.clip_sampler(64, num_workers=4), num_workers=4)``.
+
+        Args:
+            batch_size (int): clips per batch (a multiple of ``run``).
+            num_workers (int): the workers the layout is made for (any count reads the same batches; this
+                one reads them with the fewest seeks). Defaults to 1.
+            run (int | None): clips of one video in a row in a batch: each batch draws from
+                ``batch_size / run`` videos, and a worker keeps as many open (keep ``max_open`` at least that).
+                Defaults to 2 (1 for an odd ``batch_size``).
+            shuffle, drop_last, remainder: as for :meth:`sampler`.
+        """
+        counts = np.diff(self._starts)
+
+        def clip_starts() -> list[int]:  # this epoch's first frame of every clip, by dataset index
+            return [self.clip_start(v, c) for v, k in enumerate(counts) for c in range(int(k))]
+
+        return ClipBatchSampler(
+            self._starts[:-1],
+            len(self),
+            batch_size,
+            clip_starts=clip_starts,
+            lanes=num_workers,
+            run=run,
+            shuffle=shuffle,
+            seed=self.seed,
+            drop_last=drop_last,
+            remainder=remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
+        )
+
+    def warm(self) -> None:
+        """Called by ``worker_init_fn``: wait this worker's stagger delay before the first batch."""
+        self._begin()
+
+    @property
+    def open_readers(self) -> int:
+        """Readers open now in this process (at most ``max_open``)."""
+        return self.pool.open_count
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"VideoClipDataset({len(self.paths)} videos, {len(self)} clips of {self.clip_len} frames, "
+            f"stride {self.frame_stride}, decoder={self.decoder!r})"
+        )
+
+
+def _check_options(
+    clip_len: int,
+    frame_stride: int,
+    clips_per_video: int | str,
+    clip_step: int | None,
+    clip_sampling: str,
+    size: Size | None,
+    stagger: tuple[float, float],
+    max_open: int | None,
+    decode_threads: int,
+    decode_timeout: float | None,
+) -> None:
+    for name, value in (("clip_len", clip_len), ("frame_stride", frame_stride), ("decode_threads", decode_threads)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name}={value!r} must be an int >= 1")
+    if clips_per_video != "all" and (not isinstance(clips_per_video, int) or clips_per_video < 1):
+        raise ConfigError(f"clips_per_video={clips_per_video!r} must be an int >= 1 or 'all'")
+    if clip_step is not None and (not isinstance(clip_step, int) or clip_step < 1):
+        raise ConfigError(f"clip_step={clip_step!r} must be an int >= 1 or None")
+    check_choice("clip_sampling", clip_sampling, ClipSampling)
+    if size is not None and (len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size)):
+        raise ConfigError(f"size={size!r} must be (height, width) in pixels, or None")
+    if len(stagger) != 2 or not 0 <= stagger[0] <= stagger[1]:
+        raise ConfigError(f"stagger={stagger!r} must be (low, high) seconds with 0 <= low <= high")
+    if max_open is not None and max_open < 1:
+        raise ConfigError(f"max_open={max_open!r} must be >= 1 or None")
+    if decode_timeout is not None and not decode_timeout > 0:
+        raise ConfigError(f"decode_timeout={decode_timeout!r} must be > 0 seconds, or None to disable the watchdog")

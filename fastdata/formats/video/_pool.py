@@ -1,0 +1,187 @@
+"""Per-process video readers: opened on first use through the watchdog, kept in a bounded LRU.
+
+The rules of :mod:`fastdata.core._handles` apply: nothing is opened before it is needed, nothing opened in
+one process is used in another, pickling drops every reader, and at most ``max_open`` readers (so
+file descriptors) are open per process. Forks get three guards:
+
+* just before any fork, each pool closes its idle readers, in the parent, where that is safe: a
+  forked worker then inherits no reader, no descriptor of a video file, and no decoder state (a user
+  who looked at ``ds[0]`` before starting the DataLoader leaves nothing behind);
+* a reader that was busy at that moment (read from another thread) is inherited, and the child
+  abandons it: never uses it, never closes it (decord hangs in a forked child that does either);
+* a reader held by anything else (one that failed, whose exception's traceback holds it; one in a
+  reference cycle) is never finalised in the child either (:func:`fastdata.formats.video._base.native`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fastdata.core import _process as process
+from fastdata.core import stages
+from fastdata.core._handles import HandleCache
+from fastdata.core.errors import BadSample
+from fastdata.formats.video import reader_class
+from fastdata.formats.video._base import DecodeTimeout, Size, VideoMeta, VideoReader
+from fastdata.formats.video._watchdog import Watchdog
+
+_STUCK_ATTR = "_fastdata_stuck"
+# Readers given up on by the watchdog: another thread may still be inside them, so they are kept
+# referenced (never closed or destroyed) for the life of the process.
+_stuck_readers: list[VideoReader] = []
+
+
+def _close_reader(reader: VideoReader) -> None:
+    if getattr(reader, _STUCK_ATTR, False):
+        _stuck_readers.append(reader)
+    else:
+        reader.close()
+
+
+def _get_frames(reader: VideoReader, frames: Sequence[int], pause: bool) -> np.ndarray:
+    try:
+        return reader.get_frames(frames)
+    finally:
+        if pause:
+            reader.pause()
+
+
+_pools: weakref.WeakSet[ReaderPool] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for pool in list(_pools):
+        pool.close_idle()
+
+
+def _after_fork_in_child() -> None:
+    # a pool busy in another thread of the parent was copied with its lock held, by a thread the
+    # child does not have: the child starts with a free lock (and abandons that pool's readers)
+    for pool in list(_pools):
+        pool._busy = threading.Lock()
+
+
+process.at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+class ReaderPool:
+    """Open readers of one dataset's videos, per process.
+
+    Args:
+        decoder (str | type[VideoReader]): decoder name or class.
+        threads (int): decoder threads per reader.
+        size ((height, width) | None): resize frames to this size.
+        max_open (int | None): readers open at once per process.
+        timeout (float | None): watchdog limit per open or read, seconds; None: no watchdog.
+        metas (dict[str, VideoMeta]): what the probe found per path, handed to the readers.
+        before_open (Callable[[], object] | None): called before each reader is opened (stagger).
+    """
+
+    def __init__(
+        self,
+        decoder: str | type[VideoReader],
+        *,
+        threads: int,
+        size: Size | None,
+        max_open: int | None,
+        timeout: float | None,
+        metas: dict[str, VideoMeta] | None = None,
+        before_open: Callable[[], object] | None = None,
+    ) -> None:
+        self.decoder = decoder
+        self.threads, self.size, self.timeout = threads, size, timeout
+        self.metas = metas or {}
+        self.before_open = before_open
+        self._readers: HandleCache[str, VideoReader] = HandleCache(
+            self._open, _close_reader, max_open=max_open, close_inherited=False
+        )
+        self.watchdog = Watchdog(timeout)
+        self._busy = threading.Lock()  # held while this process reads; see close_idle
+        _pools.add(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_busy"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._busy = threading.Lock()
+        _pools.add(self)
+
+    @property
+    def open_count(self) -> int:
+        """Readers open now in this process."""
+        return len(self._readers)
+
+    def _open(self, path: str) -> VideoReader:
+        cls = reader_class(self.decoder)
+        if self.before_open is not None:
+            self.before_open()
+        return self.watchdog.call(
+            cls,
+            path,
+            threads=self.threads,
+            size=self.size,
+            meta=self.metas.get(path),
+            what="opening the video",
+            source=path,
+        )
+
+    def probe(self, path: str) -> VideoMeta:
+        """The file's :class:`VideoMeta`, found by opening it under the watchdog (then closing it)."""
+        cls = reader_class(self.decoder)
+        with self._busy:
+            return self.watchdog.call(cls.probe, path, threads=self.threads, what="probing the video", source=path)
+
+    def read(self, path: str, frames: Sequence[int], *, pause: bool = True) -> np.ndarray:
+        """Frames ``frames`` of ``path`` as ``uint8 [T, H, W, 3]``.
+
+        Args:
+            pause (bool): no read of this file follows right away (let the reader stop background
+                work); False when the caller reads on from where this read ends. Defaults to True.
+
+        Raises:
+            SourceNotFound, VideoUnreadable, FramesMissing, DecodeFailed, DecodeTimeout: bad input,
+                for the dataset's error policy.
+        """
+        with self._busy:
+            t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
+            reader = self._readers.get(path)
+            t = stages.lap("fetch", t)  # opening the file and its container, when not open yet
+            try:
+                clip = self.watchdog.call(
+                    _get_frames,
+                    reader,
+                    frames,
+                    pause,
+                    source=path,
+                    what=f"decoding frames {min(frames)}..{max(frames)}",
+                )
+                stages.lap("decode", t)  # demuxing and decoding (the packets' bytes come from a local file)
+                return clip
+            except DecodeTimeout:
+                setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it
+                self._readers.discard(path)
+                raise
+            except BadSample:
+                self._readers.discard(path)  # reopen fresh next time: decoder state after an error is unknown
+                raise
+
+    def close_idle(self) -> None:
+        """:meth:`close`, unless a read is in progress in another thread (then leave everything)."""
+        if self._busy.acquire(blocking=False):
+            try:
+                self.close()
+            finally:
+                self._busy.release()
+
+    def close(self) -> None:
+        """Close this process's readers. Idempotent. (Watchdog helper threads stay, idle, for the life
+        of the process: see :mod:`~fastdata.formats.video._watchdog`.)"""
+        self._readers.close()

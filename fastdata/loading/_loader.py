@@ -1,0 +1,433 @@
+"""``Loader``: the DataLoader a fastdata dataset needs, which can stop mid-epoch and resume exactly.
+
+It builds the ``torch.utils.data.DataLoader`` with :func:`fastdata.loading._builder.build_dataloader` (an
+iterable dataset batches itself, so ``batch_size=None``; a map-style one is read through its rank-aware
+``.sampler()``, or through a resumable batch sampler such as ``HDF5Dataset.chunk_sampler()``), sets the
+epoch, counts the batches handed out, and saves that count as a :class:`~fastdata.core._resume.ResumeState`.
+
+Why a count of batches is enough: for both kinds the rank's sequence of batches depends only on
+(seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.core._sharding`), and
+the DataLoader hands batches out in that order. So ``(epoch, batches consumed)`` names the exact point to
+resume from, in a new process, with any number of workers. The state is the same on every rank (all
+ranks consume the same number of batches per step), so saving rank 0's is enough.
+
+Who reads: worker processes (``num_workers``; batches handed over through reused shared-memory slots by
+default, ``transport="slots"``, see :mod:`fastdata.loading.transport._collate`; ``threads_per_worker`` threads in
+each, :mod:`fastdata.loading.threads._hybrid`), or ``workers="threads"``: threads of this process, each standing
+for one worker (:mod:`fastdata.loading.threads._loader`). The batches, their order and the resume state are
+the same in every mode, so a state saved in one resumes in another.
+
+We write this small wrapper because ``torchdata``'s ``StatefulDataLoader`` (which fastdata's datasets
+and samplers also work with) keeps one state per worker and refuses a different ``num_workers`` on resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from fastdata.core._resume import ResumeState, load_state
+from fastdata.core._sharding import Remainder, rank_span
+from fastdata.core.errors import ConfigError, PlanError, check_positive
+from fastdata.loading._builder import Transport, build_dataloader, fastdata_worker_init
+from fastdata.loading._checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
+from fastdata.loading._plan import ReadPlan, as_is
+from fastdata.loading._protocol import Dataset, RankSampler
+from fastdata.loading.observe._autotune import AutoTune, Setting
+from fastdata.loading.observe._report import Stats
+from fastdata.loading.observe._session import Session, loader_session
+from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
+from fastdata.loading.transport import _slots as slots
+
+DEFAULT_TRANSPORT: Transport = "slots"
+"""The transport ``fd.Loader`` uses with worker processes unless told otherwise (see docs/performance.md
+for the measurements behind it)."""
+
+# DataLoader options the Loader decides itself, and why a user may not pass them.
+_OWNED = {
+    "shuffle": "pass shuffle= to Loader (map-style) or to the dataset (iterable)",
+}
+
+
+class Loader:
+    """Iterate a fastdata dataset through a ``DataLoader``, and resume mid-epoch from a saved state.
+
+    Example::
+
+        loader = fd.Loader(ds, batch_size=64, num_workers=4)
+        if checkpoint:
+            loader.load_state_dict(checkpoint["loader"])
+        for epoch in range(loader.epoch, epochs):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                ...
+                checkpoint = {"loader": loader.state_dict(), ...}
+
+    Args:
+        dataset: a fastdata dataset (:class:`fastdata.loading._protocol.Dataset`). Iterable ones
+            (``TarShardDataset``) must be built with ``batch_size``; map-style ones need a ``sampler()``
+            method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
+        batch_size (int | None): samples per batch. Required for map-style datasets (unless
+            ``batch_sampler`` is given); for iterable ones it defaults to the dataset's and must equal it.
+        num_workers (int | "auto"): DataLoader worker processes, or threads with ``workers="threads"``.
+            ``"auto"`` (worker processes only) starts from as many as the cores and memory allow, measures, and
+            moves them (and, with ``prefetch_factor="auto"``, the prefetch) at batch boundaries, restarting the
+            workers with the epoch continuing exactly (see :mod:`fastdata.loading.observe._autotune` and
+            docs/monitor.md). Defaults to 0 (read in the training process).
+        workers ("processes" | "threads"): who reads (:data:`Workers`): worker processes, or threads of
+            this process, for work that releases the GIL (file and S3 reads, PIL/OpenCV/PyAV decode). The
+            batches, their order and resuming are the same either way. Defaults to "processes".
+        threads_per_worker (int): with worker processes: threads in each that fetch and decode (the
+            hybrid, :mod:`fastdata.loading.threads._hybrid`). Defaults to 1.
+        transport ("slots" | "stock" | None): how worker processes hand batches over
+            (:data:`~fastdata.loading._builder.Transport`): reused shared-memory slots, or the DataLoader's
+            own way. Defaults to None: :data:`DEFAULT_TRANSPORT`.
+        shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
+            dataset, set it on the dataset (it must agree if given here).
+        remainder ("drop" | "pad" | "uneven" | None): how an epoch that does not split evenly over ranks
+            is handled, see :data:`fastdata.core._sharding.Remainder`. Map-style: passed to ``sampler()``,
+            defaults to "drop". Iterable: set it on the dataset (it must agree if given here).
+        drop_last (bool | None): drop the rank's last, smaller batch. Map-style: defaults to False.
+            Iterable: set it on the dataset (it must agree if given here).
+        sampler: map-style only: a sampler with ``set_epoch``, ``state_dict`` and ``load_state_dict``
+            (an :class:`~fastdata.loading.EpochSampler`) to use instead of ``dataset.sampler()``.
+        batch_sampler: map-style only: a resumable sampler of whole batches,
+            ``HDF5Dataset.chunk_sampler(batch_size, ...)`` (a
+            :class:`~fastdata.loading._chunk_sampler.ChunkBatchSampler`); it sets the batch size, the order
+            and ``drop_last``.
+        worker_init_fn (Callable | None): run in each worker process after :data:`fastdata.worker_init_fn`,
+            which the Loader always installs. Not with threads. Defaults to None.
+        monitor (bool | Callable | str | PathLike | Monitor | None): report while training
+            (:class:`~fastdata.loading.observe._report.Stats`, every 10 s by default): True, a log line (logger
+            ``fastdata.monitor``); a function, called with each report; a path, a JSON-lines file; or an
+            :class:`~fastdata.loading.observe._report.Monitor`. :meth:`stats` returns the latest. Defaults to None.
+        autotune (AutoTune | None): how ``"auto"`` moves (bounds, window, interval, margin). Defaults to None:
+            ``AutoTune()``.
+        **dataloader_kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
+            ``prefetch_factor`` (a count, or ``"auto"`` with worker processes), ``multiprocessing_context``,
+            ``timeout``, ``collate_fn`` for map-style ...).
+            ``in_order=False`` is refused: batches out of order cannot be resumed exactly. With threads,
+            ``pin_memory``, ``prefetch_factor`` and ``collate_fn`` apply; the options of processes are refused.
+
+    Raises:
+        ConfigError: for a combination that cannot resume exactly, at construction.
+        PlanError: when a rank would get no batch at all (``drop_last`` with fewer samples than a batch).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        batch_size: int | None = None,
+        num_workers: int | Literal["auto"] = 0,
+        shuffle: bool | None = None,
+        remainder: Remainder | None = None,
+        drop_last: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        worker_init_fn: Any = None,
+        workers: Workers = "processes",
+        threads_per_worker: int = 1,
+        transport: Transport | None = None,
+        monitor: Any = None,
+        autotune: AutoTune | None = None,
+        **dataloader_kwargs: Any,
+    ) -> None:
+        check_mode(workers, num_workers, threads_per_worker, transport, worker_init_fn, dataloader_kwargs)
+        self.workers: Workers = workers
+        self.threads_per_worker = threads_per_worker
+        self.transport: Transport = transport or DEFAULT_TRANSPORT
+        for name, why in _OWNED.items():
+            if name in dataloader_kwargs:
+                raise ConfigError(f"Loader sets the DataLoader's {name} itself: {why}")
+        if dataloader_kwargs.get("in_order", True) is False:
+            raise ConfigError(
+                "in_order=False hands batches out as workers finish them, so a count of consumed "
+                "batches no longer names a point to resume from; leave in_order at True"
+            )
+        if not isinstance(dataset, Dataset):
+            raise ConfigError(
+                f"Loader needs a fastdata dataset (rank, world_size, seed, epoch, set_epoch, worker_world, "
+                f"close: see fastdata.loading._protocol.Dataset), not {type(dataset)}"
+            )
+        self.dataset: Any = dataset  # a Dataset, and a MapDataset or a BatchingDataset (checked below)
+        # --- monitor and autotune (fastdata.loading.observe._session): the session (None without either) and the
+        # user's DataLoader options; self._kwargs (below) are the current setting's: those, the probes'
+        # hooks and the prefetch ---
+        self._session: Session | None
+        self._session, self._user_kwargs = loader_session(
+            num_workers, monitor, autotune, dataloader_kwargs, threads=workers == "threads"
+        )
+        session = self._session
+        self.num_workers = session.setting.workers if session and session.tuner else int(num_workers)
+        self.iterable = isinstance(dataset, IterableDataset)
+        # the sampler the Loader resumes through (map-style), and whether it hands out whole batches
+        self.sampler: Any = None
+        self._batch_sampler = False
+        if self.iterable:
+            if batch_sampler is not None:
+                raise ConfigError(f"{type(dataset).__name__} is iterable and batches itself: pass no batch_sampler")
+            self.batch_size = check_iterable(
+                dataset, batch_size, shuffle, remainder, drop_last, sampler, dataloader_kwargs
+            )
+        elif batch_sampler is not None:
+            self.batch_size = check_batch_sampler(batch_sampler, batch_size, shuffle, remainder, drop_last, sampler)
+            self.sampler, self._batch_sampler = batch_sampler, True
+        else:
+            if batch_size is None:
+                raise ConfigError("Loader needs batch_size= for a map-style dataset (or a batch_sampler=)")
+            check_positive("batch_size", batch_size)
+            self.batch_size = batch_size
+            self.sampler = make_sampler(dataset, sampler, shuffle, remainder)
+        self._drop_last = bool(drop_last)
+        self._collate_fn = self._user_kwargs.pop("collate_fn", None)  # part of the read plan
+        self._worker_init = fastdata_worker_init(worker_init_fn)
+        self._kwargs = self._user_kwargs
+        if self._session is not None:
+            self._kwargs = self._session.kwargs_for(self._user_kwargs, self._session.setting)
+        self._dataloader: DataLoader[Any] | None = None
+        self._threads: ThreadLoader | None = None
+        self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
+        self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
+        if len(self) == 0 or self._starves_a_rank():
+            raise PlanError(
+                f"a rank reads fewer samples per epoch than batch_size={self.batch_size}, so "
+                "drop_last=True leaves it no batch; use a smaller batch_size, fewer ranks, or "
+                "drop_last=False"
+            )
+
+    def _starves_a_rank(self) -> bool:
+        """Whether ``drop_last`` leaves the rank that reads the fewest samples (the last one, under
+        ``remainder="uneven"``) without a batch: judged alike on every rank, so all of them refuse it."""
+        sampler = self.sampler
+        drop_last = sampler.drop_last if self._batch_sampler else self._drop_last
+        if self.iterable or not drop_last or not isinstance(sampler, RankSampler):
+            return False
+        ws = sampler.world_size
+        return rank_span(sampler.n, ws - 1, ws, sampler.remainder)[1] < self.batch_size
+
+    def _read_plan(self) -> ReadPlan:
+        """How the dataset is read: what ``build_dataloader`` and ``ThreadLoader`` both take."""
+        if self.iterable:
+            return ReadPlan(collate_fn=self._collate_fn)
+        if self._batch_sampler:
+            return ReadPlan(batch_sampler=self.sampler, collate_fn=self._collate_fn)
+        return ReadPlan(self.batch_size, self.sampler, drop_last=self._drop_last, collate_fn=self._collate_fn)
+
+    @property
+    def dataloader(self) -> DataLoader[Any]:
+        """The ``torch.utils.data.DataLoader`` underneath (built on first use), with worker processes.
+
+        Raises:
+            ConfigError: with ``workers="threads"``, which reads through :attr:`thread_loader` instead.
+        """
+        if self.workers == "threads":
+            raise ConfigError(
+                'workers="threads" reads through a ThreadLoader, not a DataLoader: see Loader.thread_loader'
+            )
+        if self._dataloader is None:
+            self._dataloader = build_dataloader(
+                self.dataset,
+                self._read_plan(),
+                num_workers=self.num_workers,
+                worker_init_fn=self._worker_init,
+                transport=self.transport,
+                threads_per_worker=self.threads_per_worker,
+                **self._kwargs,
+            )
+        return self._dataloader
+
+    @property
+    def thread_loader(self) -> ThreadLoader:
+        """With ``workers="threads"``: the :class:`~fastdata.loading.threads._loader.ThreadLoader` underneath.
+
+        Raises:
+            ConfigError: with worker processes, which read through :attr:`dataloader`.
+        """
+        if self.workers != "threads":
+            raise ConfigError("this Loader reads through worker processes: see Loader.dataloader")
+        if self._threads is None:
+            self._threads = thread_loader_for(self.dataset, self.num_workers, self._read_plan(), **self._kwargs)
+        return self._threads
+
+    def _source(self) -> Any:
+        return self.thread_loader if self.workers == "threads" else self.dataloader
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch (shared with the dataset and its sampler)."""
+        return int(self.dataset.epoch)
+
+    @property
+    def consumed(self) -> int:
+        """Batches of the current epoch handed out so far (or loaded by :meth:`load_state_dict`)."""
+        return self._batches_done()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch``: a new order on every rank. Keeps a loaded state if it is for ``epoch``."""
+        self.dataset.set_epoch(epoch)
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch)
+        if self._pending is not None and self._pending[0] != epoch:
+            self._pending = None
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank: the same on every rank, unless ``remainder="uneven"``."""
+        return len(self.dataset) if self.iterable else len(self._source())
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = self.epoch
+        start = 0
+        if self._pending is not None and self._pending[0] == epoch:
+            start = self._pending[1]
+        self._pending = None
+        if self._session is not None:  # --- monitor and autotune: a change waiting for this pass ---
+            change = self._session.pass_starts()
+            if change is not None:
+                self._configure(change.after)
+        return self._count(self._open(epoch, start), epoch, start)
+
+    def _open(self, epoch: int, start: int) -> Iterator[Any]:
+        """The DataLoader's (or threads') iterator over epoch ``epoch``, after its first ``start`` batches."""
+        if self.iterable:
+            self.dataset.load_state_dict(ResumeState(epoch, start, "batches").to_dict())
+        else:
+            # set for every pass, so that the dataset knows the pass is this epoch's (its workers seed their
+            # streams from it: see fastdata.core._seeding), whatever sampler the Loader reads through
+            self.dataset.set_epoch(epoch)
+            # the sampler counts samples; the last batch may be short: k batches are at most the whole epoch
+            samples = self.sampler.samples if self._batch_sampler else len(self.sampler)
+            consumed = min(start * self.batch_size, samples)
+            self.sampler.load_state_dict(ResumeState(epoch, consumed, "samples").to_dict())
+        self._position = (epoch, start)
+        batches = iter(self._source())
+        if self.iterable:
+            # the workers (or threads) took their copy of the resume position when the iterator started
+            # them (the main process, without workers, when it took the iterator); ours must not apply to a
+            # later pass
+            self.dataset.load_state_dict(ResumeState(epoch, 0, "batches").to_dict())
+        return batches
+
+    def _count(self, batches: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
+        done = start
+        if self._session is not None:  # --- monitor and autotune: count, report, restart where told ---
+            reopen = self._reopen if self._session.tuner is not None else None
+            batches = self._session.run(batches, epoch, start, len(self), reopen)
+        for batch in batches:
+            done += 1
+            self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
+            yield batch
+
+    # --- monitor and autotune (fastdata.loading.observe._session) ---
+
+    def _configure(self, setting: Setting) -> None:
+        """Build the next DataLoader with ``setting`` (the autotuner's); the old one's workers have stopped
+        (or stop as it is dropped), so their slots are let go of at once."""
+        assert self._session is not None
+        self.num_workers = setting.workers
+        self._kwargs = self._session.kwargs_for(self._user_kwargs, setting)
+        self._drop_dataloader()
+
+    def _reopen(self, epoch: int, done: int, setting: Setting) -> Iterator[Any]:
+        """A new DataLoader with ``setting``, continuing epoch ``epoch`` after ``done`` batches (the old
+        one's iterator was shut down): the resume a saved state gets, mid-pass."""
+        self._configure(setting)
+        return self._open(epoch, done)
+
+    def stats(self) -> Stats | None:
+        """The monitor's latest report (:class:`~fastdata.loading.observe._report.Stats`), or None without
+        ``monitor=`` or ``num_workers="auto"``, or before the first batch."""
+        return self._session.stats() if self._session is not None else None
+
+    @property
+    def changes(self) -> list[Any]:
+        """The changes ``num_workers="auto"`` made, oldest first (:class:`~fastdata.loading.observe.Change`)."""
+        return self._session.changes if self._session is not None else []
+
+    # --- end of monitor and autotune ---
+
+    def _batches_done(self) -> int:
+        epoch = self.epoch
+        if self._pending is not None and self._pending[0] == epoch:
+            return self._pending[1]
+        if self._position[0] == epoch:
+            return self._position[1]
+        return 0
+
+    def _plan(self) -> dict[str, int]:
+        """What this rank's batches depend on, besides the epoch: a state saved under another plan
+        names other samples."""
+        ds = self.dataset
+        plan = {
+            "batch_size": self.batch_size,
+            "world_size": int(ds.world_size),
+            "size": int(ds.total if self.iterable else len(ds)),
+            "seed": int(ds.seed),
+        }
+        if self._batch_sampler:  # what else its batches depend on (a clip sampler's layout ...)
+            plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
+        return plan
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where to resume: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting the batches of
+        the current epoch handed out, with the plan they were consumed under.
+
+        The batch count is the batches handed out by this Loader in the current epoch, so save the state
+        after the training step of the last batch. It is the same on every rank (except near the end of an
+        epoch with ``remainder="uneven"``, where each rank should keep its own).
+        """
+        return ResumeState(self.epoch, self._batches_done(), "batches", self._plan()).to_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next pass over the state's epoch start after its batches.
+
+        Sets the epoch to the state's. Any ``num_workers`` works. Restarts persistent workers.
+
+        Raises:
+            ConfigError: when the state was saved with another batch size, world size, seed or dataset
+                size (it would name other samples), or lies outside the epoch.
+        """
+        s = load_state(state, into="Loader", unit="batches", plan=self._plan(), length=len(self))
+        self.close()  # persistent workers hold a copy of the dataset from before this state
+        self.set_epoch(s.epoch)
+        self._pending = (s.epoch, s.position)
+
+    def close(self) -> None:
+        """Stop the workers (persistent ones too) or threads, let go of the slots of exited workers, and
+        close the dataset's handles. Idempotent; the Loader can be iterated again afterwards."""
+        self._drop_dataloader()
+        if self._threads is not None:
+            self._threads.close()  # each thread closes its dataset copy
+            self._threads = None
+        if self._session is not None:
+            self._session.close()
+        self.dataset.close()
+
+    def _drop_dataloader(self) -> None:
+        if self._dataloader is not None:
+            self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
+            slots.release()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = "iterable" if self.iterable else "map-style"
+        if self.workers == "threads":
+            mode = ", workers='threads'"
+        else:
+            mode = f", threads_per_worker={self.threads_per_worker}" if self.threads_per_worker > 1 else ""
+            mode += f", transport={self.transport!r}" if self.num_workers else ""
+        auto = " (auto)" if self._session is not None and self._session.tuner is not None else ""
+        return (
+            f"Loader({type(self.dataset).__name__} ({kind}), batch_size={self.batch_size}, "
+            f"num_workers={self.num_workers}{auto}{mode}, epoch={self.epoch})"
+        )
+
+
+__all__ = ["DEFAULT_TRANSPORT", "Loader", "Workers", "as_is"]

@@ -1,0 +1,140 @@
+"""What a fastdata dataset, and a resumable sampler, offer: the protocols the loading layer works through.
+
+:class:`fastdata.Loader`, :func:`fastdata.loading._builder.build_dataloader` and the benchmark harness take
+any object that has these members (``isinstance`` works on each: they are ``runtime_checkable``), so a
+dataset written outside fastdata can join by offering them. Split by what really differs:
+
+- :class:`Dataset`: every fastdata dataset (rank, world size, seed, the shared epoch, the calling
+  worker's world, ``close``);
+- :class:`MapDataset`: a map-style one, read through its rank-aware ``sampler()``;
+- :class:`BatchingDataset`: an iterable one that deals whole batches and resumes (``TarShardDataset``);
+- :class:`Collating`: a dataset with its own faster ``collate`` (``HDF5Dataset``);
+- :class:`Resumable`, :class:`ResumableSampler`, :class:`ResumableBatchSampler`: what can save and load
+  a :class:`~fastdata.core._resume.ResumeState`.
+
+The two members core calls itself (``worker_world``, ``warm``) are declared in :mod:`fastdata.core._protocol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from fastdata.core._protocol import Warmable, WorkerAware
+from fastdata.core._sharding import Remainder
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """Saves where it stands and resumes from it (a :class:`~fastdata.core._resume.ResumeState` as a dict)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ResumableSampler(Resumable, Protocol):
+    """A sampler that follows the epoch and resumes mid-epoch (:class:`fastdata.loading.EpochSampler`)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+@runtime_checkable
+class RankSampler(Protocol):
+    """A sampler that splits ``n`` indices over ranks by a remainder policy: the Loader can then tell
+    whether ``drop_last`` leaves some rank without a batch, before any rank starts."""
+
+    n: int
+    world_size: int
+    remainder: Remainder
+
+
+@runtime_checkable
+class ResumableBatchSampler(ResumableSampler, Protocol):
+    """A batch sampler that resumes (:class:`~fastdata.loading._chunk_sampler.ChunkBatchSampler`): it yields
+    lists of indices, ``batch_size`` at a time, and counts its position in samples (whole batches)."""
+
+    batch_size: int
+    drop_last: bool
+
+    @property
+    def samples(self) -> int:
+        """Indices this rank reads per epoch (before ``drop_last``)."""
+        ...
+
+
+@runtime_checkable
+class Dataset(WorkerAware, Protocol):
+    """What every fastdata dataset offers, map-style or iterable."""
+
+    rank: int
+    world_size: int
+    seed: int
+
+    @property
+    def epoch(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class MapDataset(Dataset, Protocol):
+    """A map-style fastdata dataset: random access, read in the order of its rank-aware ``sampler()``.
+
+    fastdata's also offer ``warm()`` (:class:`~fastdata.core._protocol.Warmable`), which
+    :data:`fastdata.worker_init_fn` calls in each worker.
+    """
+
+    def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> ResumableSampler: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
+@runtime_checkable
+class BatchingDataset(Dataset, Resumable, Protocol):
+    """An iterable fastdata dataset that plans its own epoch: with ``batch_size`` set it yields whole
+    batches, the same for any ``num_workers``, and resumes mid-epoch (``TarShardDataset(batch_size=...)``).
+
+    ``len()`` counts batches when ``batch_size`` is set; ``total`` counts the samples of the whole dataset.
+    """
+
+    batch_size: int | None
+    shuffle: bool
+    remainder: Remainder
+    drop_last: bool
+    total: int
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+@runtime_checkable
+class Collating(Protocol):
+    """A dataset with its own ``collate``, preferred over ``default_collate`` for the batches it is read in."""
+
+    def collate(self, samples: Sequence[Any]) -> Any: ...
+
+
+__all__ = [
+    "BatchingDataset",
+    "Collating",
+    "Dataset",
+    "MapDataset",
+    "RankSampler",
+    "Resumable",
+    "ResumableBatchSampler",
+    "ResumableSampler",
+    "Warmable",
+    "WorkerAware",
+]

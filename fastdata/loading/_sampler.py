@@ -1,0 +1,172 @@
+"""``EpochSampler``: the indices one rank reads in one epoch, for map-style datasets.
+
+Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.core._sharding`,
+the rank detected at construction, the epoch shared with the dataset (``dataset.set_epoch`` moves both),
+and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never depends on
+``num_workers``: the DataLoader hands this order to its workers and returns batches in it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from torch.utils.data import Sampler
+
+from fastdata.core import _process as process
+from fastdata.core._resume import ResumeState, load_state
+from fastdata.core._seeding import RepeatedEpochWarning, derive_seed
+from fastdata.core._sharding import EXACT_ORDER_MAX, Remainder, rank_index_blocks, rank_indices, rank_span
+from fastdata.core._shared import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
+from fastdata.core._world import current_rank
+
+
+class EpochSampler(SharedEpoch, Sampler[int]):
+    """Indices of a map-style dataset for this rank, shuffled per epoch.
+
+    Args:
+        n (int): samples in the dataset.
+        shuffle (bool): a new order every epoch, from (seed, epoch). Defaults to True.
+        seed (int): Defaults to 0.
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core._sharding.Remainder`. Defaults to "drop".
+        rank, world_size (int | None): Default to the detected ones (``torch.distributed``, ``RANK``).
+        shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
+        publish (Callable[[int, np.ndarray], None] | None): called with ``(epoch, order)`` at the start of
+            each iteration, with the epoch's whole order (before any resume skip): how a dataset's workers
+            learn what comes next (see :class:`fastdata.core._shared.SharedPlan`). Defaults to None.
+        owner (str | None): the dataset it orders, named in its warning when a new pass repeats a shuffled
+            epoch already read because the epoch was not set again. Defaults to None.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        remainder: Remainder = "drop",
+        rank: int | None = None,
+        world_size: int | None = None,
+        shared: SharedState | None = None,
+        publish: Callable[[int, Any], None] | None = None,
+        owner: str | None = None,
+    ) -> None:
+        detected = current_rank()
+        self.rank = detected[0] if rank is None else rank
+        self.world_size = detected[1] if world_size is None else world_size
+        self.n, self.shuffle, self.seed, self.remainder = n, shuffle, seed, remainder
+        _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
+        self._shared = shared if shared is not None else SharedState(())
+        self._publish = publish
+        self._owner = owner
+        self._passes = 0
+        self._resume: tuple[int, int] | None = None
+        self._position: list[int] | None = None
+
+    def indices(self) -> Any:
+        """This rank's indices for the current epoch (a numpy array)."""
+        return rank_indices(
+            self.n,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            remainder=self.remainder,
+        )
+
+    def __iter__(self) -> Iterator[int]:
+        lazy = self._publish is None and self.n > EXACT_ORDER_MAX
+        order = None if lazy else self.indices()
+        if self._publish is not None:
+            self._publish(self.epoch, order)
+        start = 0
+        if self._resume is not None and self._resume[0] == self.epoch:
+            start = self._resume[1]
+            self._resume = None
+        # [epoch, indices handed out]: what state_dict() reports when it is not told what was consumed
+        self._position = [self.epoch, start]
+        if order is not None:
+            return self._walk(order[start:].tolist(), self._position)
+        # a huge epoch: its order computed block by block as the loader takes it (see EXACT_ORDER_MAX)
+        blocks = rank_index_blocks(
+            self.n,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            remainder=self.remainder,
+            start=start,
+        )
+        return self._walk_blocks(blocks, self._position)
+
+    def _walk(self, indices: list[int], position: list[int]) -> Iterator[int]:
+        # the pass begins with its first index: an iterator made and dropped unread (torchdata makes one
+        # before it loads a state) is no pass
+        self._begin_pass()
+        yield from self._count(indices, position)
+
+    @staticmethod
+    def _count(indices: list[int], position: list[int]) -> Iterator[int]:
+        for i in indices:
+            position[1] += 1  # before the yield: a state taken right after next() counts this index
+            yield i
+
+    def _begin_pass(self) -> None:
+        """Log the pass in the shared state; warn once when it repeats a shuffled epoch (not set again)."""
+        self._passes += 1
+        began = self._shared.begin_pass(SAMPLER_LOG, derive_seed(process.pid(), id(self), self._passes))
+        if began.repeated and self.shuffle and self._shared.once(SAMPLER_REPEAT_FLAG):
+            of = f" of {self._owner}" if self._owner else ""
+            warnings.warn(
+                f"EpochSampler{of}: a new pass started at epoch {self.epoch}, which was read before, and the "
+                "epoch was not set again: the order is the same as in the last pass. Call "
+                "sampler.set_epoch(epoch) (or ds.set_epoch) at the start of every epoch, or iterate through "
+                "fastdata.Loader, which does it",
+                RepeatedEpochWarning,
+                stacklevel=3,
+            )
+
+    def _walk_blocks(self, blocks: Iterator[Any], position: list[int]) -> Iterator[int]:
+        self._begin_pass()  # once for the pass, not once per block
+        for block in blocks:
+            yield from self._count(block.tolist(), position)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _plan(self) -> dict[str, int]:
+        return {"size": self.n, "world_size": self.world_size, "seed": self.seed}
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """The position to resume from: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting
+        the samples of the current epoch already consumed.
+
+        Args:
+            consumed (int | None): indices of this epoch already consumed. Defaults to the number the
+                latest iteration has handed out, which is right when nothing reads ahead (no DataLoader
+                workers, or ``torchdata``'s ``StatefulDataLoader``, which snapshots this per batch); a
+                plain ``DataLoader`` with workers prefetches, so pass the count, or use
+                :class:`fastdata.Loader`.
+        """
+        if consumed is None:
+            if self._resume is not None and self._resume[0] == self.epoch:
+                consumed = self._resume[1]
+            elif self._position is not None and self._position[0] == self.epoch:
+                consumed = self._position[1]
+            else:
+                consumed = 0
+        return ResumeState(self.epoch, consumed, "samples", self._plan()).to_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next iteration of the state's epoch skip the samples it counts as consumed.
+
+        Raises:
+            ConfigError: when the state lies outside this rank's epoch, or was saved for another dataset
+                size, world size or seed.
+        """
+        s = load_state(state, into="EpochSampler", unit="samples", plan=self._plan(), length=self._length)
+        self.set_epoch(s.epoch)
+        self._resume = (s.epoch, s.position)

@@ -1,0 +1,236 @@
+"""The monitor's report (:class:`Stats`), how often it is made (:class:`Monitor`) and where it goes.
+
+A report covers the time since the previous one: the training loop's samples per second and data stall,
+the stage times in the producing processes, every process of the loader (CPU of all its threads, context
+switches voluntary and involuntary, threads, D state, PSS and USS, open files), the cores other programs
+used, the memory left, the diagnosis label with its evidence (:mod:`fastdata.loading.observe._diagnosis`), and the
+changes ``num_workers="auto"`` made, each with its reason. It goes to a callback, a log line (the
+``logging`` logger ``fastdata.monitor``, at INFO) or a JSON-lines file, one object a line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Union
+
+from fastdata.core.errors import ConfigError, check_positive
+
+LOGGER = "fastdata.monitor"
+
+Sink = Union[Callable[["Stats"], object], str, "os.PathLike[str]"]
+"""Where reports go: a function called with each :class:`Stats`, or the path of a JSON-lines file."""
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """How often the monitor reports, and where to. ``fd.Loader(monitor=True)`` is ``Monitor()``; a function
+    or a path passed as ``monitor=`` is ``Monitor(to=...)``.
+
+    Args:
+        to (Sink | Sequence[Sink] | None): a function called with each :class:`Stats`, a JSON-lines file's
+            path, or several of them. Defaults to None: a log line to the logger ``fastdata.monitor`` (INFO).
+        seconds (float | None): seconds of training per report. Defaults to 10.
+        every (int | None): batches per report (with ``seconds``: whichever comes first). Defaults to None.
+
+    Raises:
+        ConfigError: when neither ``seconds`` nor ``every`` is set, or one is not positive.
+    """
+
+    to: Sink | Sequence[Sink] | None = None
+    seconds: float | None = 10.0
+    every: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seconds is None and self.every is None:
+            raise ConfigError("Monitor needs seconds= or every= (batches): how often to report")
+        if self.seconds is not None:
+            check_positive("seconds", self.seconds)
+        if self.every is not None:
+            check_positive("every", self.every)
+
+
+def as_monitor(spec: object) -> Monitor | None:
+    """``monitor=`` as given to ``fd.Loader`` (True, a function, a path or a :class:`Monitor`) as a Monitor."""
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        return Monitor()
+    if isinstance(spec, Monitor):
+        return spec
+    if callable(spec) or isinstance(spec, (str, os.PathLike)):
+        return Monitor(to=spec)  # type: ignore[arg-type]
+    raise ConfigError(
+        f"monitor={spec!r}: pass True (a log line), a function (called with each report), the path of a "
+        "JSON-lines file, or fastdata.loading.observe.Monitor(to=..., seconds=..., every=...)"
+    )
+
+
+@dataclass
+class ProcessStats:
+    """One process of the loader over a report's window.
+
+    Attributes:
+        role (str): "main" or "worker K". pid (int).
+        cores (float): CPU-seconds per second, every thread. busy (float): running or waiting for a core.
+        voluntary, involuntary (int): context switches in the window: a thread gave its core up to wait,
+            or was pushed off it (many involuntary ones: more runnable threads than cores).
+        threads (int): threads alive. dstate (int): of them in D state (waiting for a disk) at the reading.
+        pss, uss (float): proportional and unique set size, bytes. fds (int): open file descriptors.
+    """
+
+    role: str
+    pid: int
+    cores: float
+    busy: float
+    voluntary: int
+    involuntary: int
+    threads: int
+    dstate: int
+    pss: float
+    uss: float
+    fds: int
+
+
+@dataclass
+class Stats:
+    """One report of the monitor (see the module docstring). Times in seconds, memory in bytes.
+
+    Attributes:
+        time (float): when it was made (Unix time). seconds (float): the window it covers.
+        epoch (int), position (int): where the training is: batches of the epoch handed out.
+        batches, samples (int): handed out in the window. samples_per_s (float): of the training loop.
+        stall (float): share of the loop's time spent waiting for the next batch.
+        wait_ms, step_ms (float): per batch: the wait for it, and the time until the next is asked for.
+        workers (int), prefetch_factor (int | None): the setting at the report's end.
+        auto (bool): ``num_workers="auto"`` moves them.
+        loader_threads (int): with ``workers="threads"``, the threads of the main process that make the
+            batches (``workers`` is then 0: the main process is the producer). Else 0.
+        stages (dict): per stage (fetch, decode, transform, collate): ``ms_per_sample`` and ``share`` of the
+            producers' time (None where the dataset does not time it).
+        processes (list[ProcessStats]): the main process, then each worker.
+        usable_cores (int), machine_cores (float), others_cores (float): cores we may use, busy on them,
+            and of those, used by other programs.
+        pss (float): the loader's processes together. memory_available (float): left to allocate.
+        label (str), evidence (list[str]), advice (list[str]): the diagnosis of the window.
+        changes (list[dict]): what "auto" changed in the window: when, from, to, why.
+    """
+
+    time: float
+    seconds: float
+    epoch: int
+    position: int
+    batches: int
+    samples: int
+    samples_per_s: float
+    stall: float
+    wait_ms: float
+    step_ms: float
+    workers: int
+    prefetch_factor: int | None
+    auto: bool
+    loader_threads: int = 0
+    stages: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    processes: list[ProcessStats] = field(default_factory=list)
+    usable_cores: int = 1
+    machine_cores: float = 0.0
+    others_cores: float = 0.0
+    pss: float = 0.0
+    memory_available: float = 0.0
+    label: str = "unknown"
+    evidence: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what a JSON-lines file gets)."""
+        return asdict(self)
+
+    def line(self) -> str:
+        """The report in one line (what the log gets)."""
+        main = self.processes[0] if self.processes else None
+        workers = self.processes[1:]
+        setting = "no workers" if not self.workers else f"{self.workers} workers (prefetch {self.prefetch_factor})"
+        if self.loader_threads:
+            setting = f"{self.loader_threads} loader threads"
+        parts = [
+            f"epoch {self.epoch} batch {self.position}: {self.samples_per_s:,.0f} samples/s, stall {self.stall:.0%} "
+            f"(wait {self.wait_ms:.1f} ms/batch, step {self.step_ms:.1f} ms)",
+            setting + (" [auto]" if self.auto else ""),
+        ]
+        if workers:
+            cpu = "+".join(f"{p.cores:.2f}" for p in workers)
+            vol, invol = sum(p.voluntary for p in workers), sum(p.involuntary for p in workers)
+            parts.append(f"workers {cpu} cores, switches {vol} vol/{invol} invol")
+        if main is not None:
+            parts.append(f"main {main.cores:.2f} cores, {main.threads} threads")
+        known = {s: v["ms_per_sample"] for s, v in self.stages.items() if v.get("ms_per_sample") is not None}
+        if known:
+            parts.append("per sample " + " ".join(f"{s} {ms:.2f} ms" for s, ms in known.items()))
+        dstate = sum(p.dstate for p in self.processes)
+        parts.append(
+            f"others {self.others_cores:.1f} of {self.usable_cores} cores; PSS {self.pss / 2**30:.2f} GiB, "
+            f"{self.memory_available / 2**30:.1f} GiB free" + (f"; {dstate} threads in D state" if dstate else "")
+        )
+        parts.append(f"{self.label}: {self.evidence[0]}" if self.evidence else self.label)
+        for c in self.changes:
+            parts.append(f"auto: {_setting_text(c['from'])} -> {_setting_text(c['to'])} ({c['at']}): {c['reason']}")
+        return "; ".join(parts)
+
+
+def _setting_text(s: dict[str, Any]) -> str:
+    w = s["workers"]
+    return "0 workers" if not w else f"{w} workers (prefetch {s['prefetch']})"
+
+
+class Sinks:
+    """Where a monitor's reports go (see :class:`Monitor`); JSON-lines files are opened on the first
+    report, appended to, flushed at every line, and closed by :meth:`close`."""
+
+    def __init__(self, to: Sink | Sequence[Sink] | None) -> None:
+        if to is None:
+            targets: list[Sink] = []
+        elif isinstance(to, (str, os.PathLike)) or callable(to):
+            targets = [to]
+        else:
+            targets = list(to)
+        for t in targets:
+            if not (callable(t) or isinstance(t, (str, os.PathLike))):
+                raise ConfigError(f"monitor target {t!r}: a function or the path of a JSON-lines file")
+        self.log = not targets
+        self.calls = [t for t in targets if callable(t)]
+        self.paths = [Path(t) for t in targets if isinstance(t, (str, os.PathLike))]
+        self._files: list[IO[str]] = []
+
+    def emit(self, stats: Stats) -> None:
+        if self.log:
+            logging.getLogger(LOGGER).info("%s", stats.line())
+        for fn in self.calls:
+            fn(stats)
+        if self.paths and not self._files:
+            for p in self.paths:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                self._files.append(p.open("a", encoding="utf-8"))
+        if self._files:
+            text = json.dumps(stats.to_dict()) + "\n"
+            for f in self._files:
+                f.write(text)
+                f.flush()
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        self._files = []
+
+
+def now() -> float:
+    """Unix time, for a report's ``time``."""
+    return time.time()
+
+
+__all__ = ["LOGGER", "Monitor", "ProcessStats", "Sink", "Sinks", "Stats", "as_monitor", "now"]
