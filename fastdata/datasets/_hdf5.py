@@ -134,6 +134,8 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
             first = first or self.infos[-1]
         self._fields: tuple[FieldInfo, ...] = next((i.fields for i in self.infos if i is not None), ())
         self._dicts = tuple(f.name for f in self._fields if f.kind == "compound")  # rows built as dicts
+        # variable-length rows (numbers, strings): collated as lists where they do not stack
+        self._ragged = tuple(f.name for f in self._fields if f.kind in ("object", "str"))
         self._starts = np.concatenate([[0], np.cumsum([i.length if i else 0 for i in self.infos])]).astype(np.int64)
         if field_decoder is not None:
             byte_fields = tuple(f.name for f in self._fields if f.kind == "bytes")
@@ -232,7 +234,9 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
         out = self._read(idx)
         if not out and len(idx):  # all bad: a batch of one substitute, so that the rank keeps its batch count
             j, sample = self._substitute(idx)
-            return SampleBatch((*self.fields, "__index__"), np.array([j], dtype=np.int64), None, [sample])
+            return SampleBatch(
+                (*self.fields, "__index__"), np.array([j], dtype=np.int64), None, [sample], ragged=self._ragged
+            )
         return out
 
     def _substitute(self, idx: np.ndarray) -> tuple[int, Any]:
@@ -273,8 +277,8 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
                     name: v[keep] if isinstance(v, np.ndarray) else [v[k] for k in keep.tolist()]
                     for name, v in read.items()
                 }
-                return SampleBatch(keys, idx[keep], None, rows=kept, dicts=self._dicts)
-            return SampleBatch(keys, idx, columns, rows=read, dicts=self._dicts)
+                return SampleBatch(keys, idx[keep], None, rows=kept, dicts=self._dicts, ragged=self._ragged)
+            return SampleBatch(keys, idx, columns, rows=read, dicts=self._dicts, ragged=self._ragged)
         good = np.flatnonzero(~bad)
         raw = build_samples(keys, idx, read, self._dicts, good.tolist())
         samples, kept_at = pipeline.batch_kept(raw, stages.lap("fetch", t, m))
@@ -284,7 +288,7 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
             bad[good[dropped]] = True
         # the whole-batch columns stand for the samples only when nothing but byte fields changed
         same = pipeline.transform is None and isinstance(pipeline.decoder, FieldDecoder) and not bad.any()
-        return SampleBatch(keys, idx[~bad], columns if same else None, samples)
+        return SampleBatch(keys, idx[~bad], columns if same else None, samples, ragged=self._ragged)
 
     def _read_file(
         self,

@@ -79,9 +79,12 @@ def _is_pil(v: Any) -> bool:
 def _name(sample: Any, j: int) -> str:
     """Sample ``j`` of the batch, by its key where it has one."""
     if isinstance(sample, Mapping):
-        for key in ("__key__", "__index__", "path"):
-            if key in sample:
-                return f"{sample[key]!r}"
+        if "__key__" in sample:
+            return f"{sample['__key__']!r}"
+        if "__index__" in sample:
+            return f"at index {sample['__index__']}"
+        if "path" in sample:
+            return f"{sample['path']!r}"
     return f"#{j} of the batch"
 
 
