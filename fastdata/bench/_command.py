@@ -244,6 +244,19 @@ def check_plot_support(args: argparse.Namespace) -> None:
             raise ConfigError("--plot needs matplotlib; install it with pip install 'fastdata[plot]'") from None
 
 
+def check_profile_support(args: argparse.Namespace) -> None:
+    """Fail before measuring, not after the whole sweep, when ``--profile`` cannot record: py-spy is not
+    installed, or it is asked for with ``--demo`` (which profiles nothing)."""
+    if not args.profile:
+        return
+    if args.demo:
+        raise ConfigError("--profile records one SPEC at its recommended setting: give a SPEC, not --demo")
+    from fastdata.bench._profile import INSTALL, py_spy_path
+
+    if py_spy_path() is None:
+        raise ConfigError(f"--profile needs py-spy, which is not installed: {INSTALL}")
+
+
 def check_outputs(args: argparse.Namespace) -> None:
     """Fail before measuring, not after, when an output cannot be written: the folders that ``--json`` and
     ``--plot`` write into, and the ``--profile`` folder, are created now when missing and must take a file
@@ -282,6 +295,7 @@ def _check_output(flag: str, path: Path, *, is_folder: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_plot_support(args)
+    check_profile_support(args)
     if args.demo:
         if args.spec:
             raise ConfigError("pass either SPEC or --demo, not both")
