@@ -104,3 +104,24 @@ def test_the_readme_example_runs_on_a_photo_folder_with_size(shards: str, tmp_pa
             seen += len(batch["__key__"])
     loader.close()
     assert seen == 24
+
+
+def test_bench_on_photo_shards_measures_a_pipeline_that_batches_and_says_which(
+    shards: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from fastdata.cli import main
+
+    out = tmp_path / "bench.json"
+    argv = ["bench", shards, "--workers", "0", "--quick", "--batch-size", "4", "--json", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.replace("\n", " ")
+    assert "measured: decode='torch' at size=(224, 224) (the images differ in size" in printed
+    result = json.loads(out.read_text())
+    settings = result["result"]["settings"]
+    assert settings["decode"].startswith("decode='torch' at size=(224, 224)")
+    assert main([*argv[:-2], "-o", "decode=torch"]) == 2  # asked for as stored: cannot batch, said at once
+    assert "the images differ in size" in capsys.readouterr().err
+    assert main([*argv[:-2], "-o", "size=32x48"]) == 0
+    assert "measured: decode='torch' at size=(32, 48) (-o size)" in capsys.readouterr().out.replace("\n", " ")
