@@ -84,10 +84,12 @@ def sample_counts(urls: list[str], opener: Callable[[str], Reader] = open_reader
 
 def is_folder(url: str) -> bool:
     """Whether ``url`` names a folder: a local directory, or an ``s3://`` prefix given with a trailing
-    slash."""
+    slash. A directory named like a data file (``x.tar``, ``a.h5``) is not: it stands where a file was
+    expected, and its reader says so (an unreadable source, skipped under ``on_error="skip"``)."""
     if scheme(url):
         return url.endswith("/")
-    return os.path.isdir(url)
+    named_like_a_file = url.lower().rstrip("/").endswith(tuple(s for kind in SUFFIXES.values() for s in kind))
+    return os.path.isdir(url) and not named_like_a_file
 
 
 def folder_sources(folder: str, kind: Kind, opener: Callable[[str], Reader] = open_reader) -> list[str]:
