@@ -54,13 +54,21 @@ def test_resizing_as_they_are_decoded_batches_every_photo_once(shards: str) -> N
     assert len(keys) == len(set(keys)) == 12
 
 
-def test_map_style_photos_through_worker_slots_name_the_cause(shards: str) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_map_style_photos_name_the_cause_in_the_main_process_and_through_worker_slots(
+    shards: str, workers: int
+) -> None:
     ds = fd.IndexedTarDataset(shards, decode="torch")
     with (
         pytest.raises(CannotBatch, match=r"cannot batch key '(jpg|png)'"),
-        fd.Loader(ds, batch_size=4, num_workers=2) as loader,
+        fd.Loader(ds, batch_size=4, num_workers=workers) as loader,
     ):
         _all(loader)
+    # a plain DataLoader built the fastdata way says the same (torch's own default_collate would not)
+    from fastdata.loading import ReadPlan, build_dataloader
+
+    with pytest.raises(CannotBatch, match=r"cannot batch key '(jpg|png)'"):
+        _all(build_dataloader(ds, ReadPlan(batch_size=4)))
 
 
 def test_pil_images_do_not_batch_and_the_error_says_what_does(shards: str) -> None:
