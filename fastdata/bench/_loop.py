@@ -264,6 +264,7 @@ class _Run:
         feed.on_epoch_end = lambda at: self._close()
         self._start = self._read()
         asked = counter.clocks()
+        counter.resume(asked)
         while True:
             item = feed.next()
             got = counter.clocks()
@@ -282,15 +283,18 @@ class _Run:
                 self.step_fn(batch)
             elif self.step_s > 0:
                 time.sleep(self.step_s)
-            asked = counter.clocks()
-            t = asked[0] - self.probe.t0
-            if t - self._start.seconds >= span:
+            now = counter.clocks()
+            t = now[0] - self.probe.t0
+            done = self.measured + (t - self._start.seconds) >= timing.seconds or now[0] >= limit
+            if done or t - self._start.seconds >= span:
+                counter.stepped(now)  # this window holds its last batch's step
                 self._close()
-                if _settled(self.windows, timing, span):
+                if done or _settled(self.windows, timing, span):
                     return
-            if self.measured + (t - self._start.seconds) >= timing.seconds or asked[0] >= limit:
-                self._close()
-                return
+                asked = counter.clocks()
+                counter.exclude(now, asked)  # reading the probe is the measurement's time, not the loop's
+            else:
+                asked = now
 
     def finish(self, startup: float, cores: int) -> Point:
         """The point of this configuration."""

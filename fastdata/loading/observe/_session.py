@@ -220,6 +220,7 @@ class Session:
                 if got[0] - probe.t0 >= due or reporter.due(got[0] - probe.t0, counter.batches):
                     self._tick(got[0] - probe.t0, length, done)
                     due = self._due()
+                    counter.exclude(got, counter.clocks())  # the probe's reading is not the training step
                 yield batch
         finally:
             counter.pass_ended()
