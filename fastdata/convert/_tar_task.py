@@ -207,7 +207,7 @@ class _Record:
     renamed: dict[str, str]
 
     def __call__(self, result: ShardResult) -> dict[str, Any]:
-        index = result.index.to_bytes()  # the bytes the writer stored as the sidecar: an upload checks them
+        index = result.index_bytes  # the bytes the writer stored as the sidecar: an upload checks them
         record = {
             "name": self.name,
             "samples": result.samples,
