@@ -29,6 +29,7 @@ no split fits), readable by Python's ``tarfile``, GNU tar and ``webdataset.WebDa
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 from collections.abc import Callable, Sequence
@@ -89,7 +90,7 @@ class ShardResult:
     bytes: int
     sha256: str
     index: ShardIndex
-    index_bytes: bytes = b""
+    index_bytes: builtins.bytes = b""  # the field above shadows the name in this class
 
 
 class TarShardWriter:
