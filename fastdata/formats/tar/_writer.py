@@ -7,8 +7,9 @@ the per-byte work and most of the per-member work:
 * :meth:`TarShardWriter.add_files` takes a batch of planned files (key, extension, path, size, mtime):
   their headers are built together (:func:`~fastdata.formats.tar._writer_headers.heads`), so a member costs an
   ``open``, one ``readv`` straight into the output buffer, a ``close`` and a few slice copies;
-* each filled buffer (1 MiB) is written and hashed (SHA-256) at once, while it is still in cache
-  (:class:`~fastdata.formats._hashed_output.HashedOutput` says why not on a thread of its own);
+* each filled buffer (1 MiB) is hashed (SHA-256) and written, on a thread of its own that overlaps the
+  reading of the next files when a core is free for it, else at once while it is still in cache
+  (:class:`~fastdata.formats._hashed_output.HashedOutput` says why);
 * a labelled sample's ``.cls`` member (header and block) is built with the batch's headers, in one array;
 * :meth:`TarShardWriter.close_later` hands the finished shard's ``fsync``, sidecar index and rename to
   an executor, so the next shard is written while the disk flushes the last one.
@@ -112,6 +113,9 @@ class TarShardWriter:
             and writing).
         publish (Callable[[str, str], None] | None): moves the finished temporary file to its final
             place, called as ``publish(tmp_path, path)``. Defaults to :func:`os.replace`.
+        hash_thread (bool): hash and write the filled buffers on a thread of their own, overlapping the
+            reading of the next files: worth it only with a core to spare (see
+            :mod:`fastdata.formats._hashed_output`). Defaults to False.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class TarShardWriter:
         fsync: bool = True,
         buffer_size: int = 1 << 20,
         publish: Callable[[str, str], None] | None = None,
+        hash_thread: bool = False,
     ) -> None:
         if buffer_size < 4 * BLOCK:
             raise ConfigError(f"buffer_size={buffer_size} must be at least {4 * BLOCK} bytes")
@@ -134,7 +139,7 @@ class TarShardWriter:
         self._publish = publish or os.replace
         self._size = buffer_size
         self._fd: int | None = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self._out = HashedOutput(self._fd, buffer_size)
+        self._out = HashedOutput(self._fd, buffer_size, background=hash_thread)
         self._mv = self._out.buffer()
         self._probe = memoryview(bytearray(1))  # one byte past a planned size: did the file grow?
         self._pos = 0  # bytes waiting in the buffer
