@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Conversion, side by side in one run: ``fastdata convert`` (1 and 2 workers, with and without fsync; the
-Ray engine on a local 2-CPU cluster) against ``tar cf``, ``tar cf`` then ``sha256sum`` (the same work as
-ours: an archive and its digest) and webdataset's ``ShardWriter`` on the same corpus of small JPEG-sized
-files in the page cache.
+"""Conversion, side by side in one run: ``fastdata convert`` (1 and 2 workers, with and without fsync; from
+the command line on a larger corpus, start-up included; the Ray engine on a local 2-CPU cluster) against
+``tar cf``, ``tar cf`` then ``sha256sum`` (the same work as ours: an archive and its digest) and
+webdataset's ``ShardWriter`` on the same corpus of small JPEG-sized files in the page cache.
 
     python benchmarks/bench_convert.py                          # ~10k ~35 KB JPEGs, 5 interleaved repeats
     python benchmarks/bench_convert.py --files 3000 --repeats 3 --parts local   # a quick look
     python benchmarks/bench_convert.py --parts copy             # readv + write vs copy_file_range here
+    python benchmarks/bench_convert.py --parts local,cli        # the issue's targets: --workers 2 and the CLI
 
 Every method runs once per repeat, interleaved (so a burst of load from elsewhere hits them alike), after
 ``os.sync()`` so none is throttled by another's dirty pages; figures are medians. MB/s counts the corpus's
@@ -87,7 +88,17 @@ def methods(src: Path, out: Path, shard_size: str, names: list[str]) -> dict[str
                 with open(path, "rb") as f:
                     sink.write({"__key__": Path(path).stem, "jpg": f.read(), "cls": label})
 
+    def cli(workers: int, fsync: bool) -> Callable[[], Any]:
+        def run() -> None:  # as a user runs it: a new interpreter, its imports, the progress bar (to a pipe)
+            command = [sys.executable, "-m", "fastdata", "convert", str(src), str(out), "--workers", str(workers)]
+            command += ["--shard-size", shard_size] + ([] if fsync else ["--no-fsync"])
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        return run
+
     every = {
+        "fastdata_cli_workers2": cli(2, False),
+        "fastdata_cli_workers2_fsync": cli(2, True),
         "fastdata_workers1": ours(1, False),
         "fastdata_workers2": ours(2, False),
         "fastdata_workers1_fsync": ours(1, True),
@@ -274,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard-size", default="32MB", help="small enough for more shards than workers")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--parts", default="local,ray,copy", help="comma list of: local, ray, copy")
+    p.add_argument("--parts", default="local,cli,ray,copy", help="comma list of: local, cli, ray, copy")
+    p.add_argument("--cli-files", type=int, default=20_000, help="files of the corpus the command line converts")
     p.add_argument("--out", default=None, help="JSON results (default: WORKDIR/bench_convert.json)")
     args = p.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -304,6 +316,15 @@ def main(argv: list[str] | None = None) -> int:
         figures, digests = measure(src, work, args.shard_size, args.repeats, names)
         result["ray"] = figures
         result["ray_sha256_equal_to_local"] = digests["fastdata_ray2"] == digests["fastdata_workers2"]
+    if "cli" in parts:  # the command line on a larger corpus: start-up (imports) included
+        cli_src = work / f"corpus-{args.cli_files}"
+        make_corpus(cli_src, args.cli_files, args.classes, args.seed)
+        names = ["tar_cf", "fastdata_cli_workers2", "fastdata_workers2", "fastdata_cli_workers2_fsync"]
+        result["cli"], _ = measure(cli_src, work, args.shard_size, args.repeats, names)
+        result["cli_corpus"] = {
+            "files": args.cli_files,
+            "bytes": sum(os.path.getsize(f) for f, _ in corpus_files(cli_src)),
+        }
     if "copy" in parts:
         result["copy_probe"] = copy_probe(work)
     if "local" in parts:
@@ -330,6 +351,11 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         s["fastdata_workers2_vs_shardwriter"] = round(
             c["fastdata_workers2"]["mb_per_s"] / c["webdataset_shardwriter"]["mb_per_s"], 2
         )
+    cli = result.get("cli", {})
+    for name in ("fastdata_cli_workers2", "fastdata_cli_workers2_fsync", "fastdata_workers2"):
+        if name in cli and "vs_tar_cf" in cli[name]:
+            s[f"cli_corpus_{name}_vs_tar_cf"] = round(cli[name]["vs_tar_cf"], 2)
+            s[f"cli_corpus_{name}_vs_tar_cf_best_repeats"] = round(cli[name]["best_vs_tar_cf"], 2)
     for ray, local in (("fastdata_ray2", "fastdata_workers2"), ("fastdata_ray2_fsync", "fastdata_workers2_fsync")):
         if ray in r and local in r:
             s[f"{ray}_vs_{local}"] = round(r[ray]["mb_per_s"] / r[local]["mb_per_s"], 2)

@@ -11,7 +11,9 @@ The same batches (batch 64, page cache hot, persistent workers) go through three
   :class:`fastdata.loading.transport._slots.SlotPool`, so packing copies nothing).
 
 Backends: ``hdf5`` (:class:`fastdata.HDF5Dataset`, decoded uint8 256x256x3 images, ``collate_fn=ds.collate``)
-and ``tar`` (:class:`fastdata.TarShardDataset` with ``batch_size=64``, raw ~30 KB byte strings).
+and ``tar`` (:class:`fastdata.TarShardDataset` with ``batch_size=64``, raw ~30 KB byte strings; and
+``per_sample_plain_dataloader``: the dataset read per sample by a plain ``DataLoader(batch_size=64)`` with
+its default collate, as a user sets it up).
 
 The consumer touches every 4 KiB page of every tensor (one byte per page) and takes the length of every
 byte string, as a training step reading its batch would; without that a transfer that never maps its
@@ -198,8 +200,10 @@ def tar_loaders(urls: list[str], workers: int) -> dict[str, Callable[[], DataLoa
     ds = fd.TarShardDataset(urls, batch_size=64)
     common = {"batch_size": None}
     many = {"num_workers": workers, "persistent_workers": True, "multiprocessing_context": "fork"}
+    per_sample = fd.TarShardDataset(urls)  # batched by the DataLoader, its default collate: a plain user setup
     return {
         "in_process": lambda: DataLoader(ds, collate_fn=batch_as_is, **common),
+        "per_sample_plain_dataloader": lambda: DataLoader(per_sample, batch_size=64, **many),
         "stock": lambda: DataLoader(ds, collate_fn=batch_as_is, **common, **many),
         "slots": lambda: DataLoader(ds, collate_fn=SlotCollate(prebatched=True), **common, **many),
         "slots_packed": lambda: DataLoader(
@@ -225,6 +229,10 @@ def run_backend(name: str, loaders: dict[str, Callable[[], DataLoader[Any]]], ar
             "repeats": [round(r["samples_per_s"]) for r in runs]
         }
     c = out["configs"]
+    if "per_sample_plain_dataloader" in c:
+        out["per_sample_plain_dataloader_vs_in_process"] = (
+            c["per_sample_plain_dataloader"]["samples_per_s"] / c["in_process"]["samples_per_s"]
+        )
     for k in c:
         if k.startswith("slots"):
             out[f"{k}_vs_in_process"] = c[k]["samples_per_s"] / c["in_process"]["samples_per_s"]

@@ -34,6 +34,7 @@ from fastdata.loading._protocol import (
 )
 from fastdata.loading.observe._stage_table import ProbeInit, StageTable
 from fastdata.loading.transport._collate import SlotCollate, checked_default_collate
+from fastdata.loading.transport._samples import PlainBatches
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 
@@ -126,7 +127,9 @@ def test_worker_init_start_method_and_hooks() -> None:
     )
     kind, init = dl.worker_init_fn
     assert kind == "wrapped" and isinstance(init, WorkerInit) and init.then == (mine,)
-    assert seen == [(checked_default_collate, True)]
+    # the stock way hands batches on as plain dicts (PlainBatches), inside whatever wraps the collate
+    ((collate, batched),) = seen
+    assert isinstance(collate, PlainBatches) and collate.collate_fn is checked_default_collate and batched
     assert dl.multiprocessing_context is multiprocessing.get_context("spawn")
     # no workers, no start method (torch refuses one there)
     assert build_dataloader(Plain(), multiprocessing_context="spawn").multiprocessing_context is None
@@ -137,14 +140,17 @@ def test_the_loader_and_the_harness_build_the_same_dataloader(h5: list[str]) -> 
     ours = fd.Loader(ds, batch_size=4, num_workers=2, transport="stock").dataloader
     bench = make_loader(ds, Config(2, 2, False, False, 4))
     for dl in (ours, bench):
-        assert isinstance(dl.sampler, EpochSampler) and dl.batch_size == 4 and dl.collate_fn == ds.collate
+        # the stock way hands the batches on as plain dicts (PlainBatches): the dataset's collate inside
+        stock = dl.collate_fn
+        assert isinstance(stock, PlainBatches) and stock.collate_fn == ds.collate
+        assert isinstance(dl.sampler, EpochSampler) and dl.batch_size == 4
         assert isinstance(dl.worker_init_fn, WorkerInit)
     # the Loader's default transport: the same collate function, inside reused slots
     slotted = fd.Loader(ds, batch_size=4, num_workers=2).dataloader.collate_fn
     assert isinstance(slotted, SlotCollate) and slotted.collate_fn == ds.collate
     # probed: the harness's probes wrap what the builder chose
     probed = make_loader(ds, Config(2, 2, False, False, 4), table=StageTable(3))
-    assert isinstance(probed.collate_fn, ProbedCollate) and probed.collate_fn.collate_fn == ds.collate
+    assert isinstance(probed.collate_fn, ProbedCollate) and probed.collate_fn.collate_fn == PlainBatches(ds.collate)
     assert isinstance(probed.worker_init_fn, ProbeInit) and isinstance(probed.worker_init_fn.then, WorkerInit)
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from fastdata.convert._corpus import Corpus, scan_corpus
-from fastdata.convert._driver import Engine
+from fastdata.convert._options import Engine, Format
 from fastdata.core._lazy import lazy_exports
 from fastdata.core.errors import ConfigError, check_choice
 from fastdata.storage import scheme
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
 # the uploader needs boto3: imported when asked for
 __getattr__, __dir__ = lazy_exports(__name__, {"ShardUploader": "._upload"})
-
-Format = Literal["tar", "hdf5"]
 
 
 def convert(

@@ -184,6 +184,9 @@ class _Walker:
             return
         absolute = os.path.abspath(folder)
         items, problems = corpus.items, corpus.problems
+        # bound once: this loop runs once per file of the corpus before any shard is written
+        readable = self.readable if self.euid != 0 else None
+        is_reg, is_dir, new_item = stat.S_ISREG, stat.S_ISDIR, Item
         for entry in entries:
             name = entry.name
             if name.startswith("."):
@@ -199,12 +202,12 @@ class _Walker:
                 continue
             child_rel = f"{rel}/{name}" if rel else name
             mode = st.st_mode
-            if stat.S_ISREG(mode):
-                if not self.readable(st):
+            if is_reg(mode):
+                if readable is not None and not readable(st):
                     problems.append(f"{entry.path}: cannot be read (permission denied)")
                     continue
-                items.append(Item(f"{absolute}/{name}", child_rel, label, st.st_size, int(st.st_mtime)))
-            elif stat.S_ISDIR(mode):
+                items.append(new_item(f"{absolute}/{name}", child_rel, label, st.st_size, int(st.st_mtime)))
+            elif is_dir(mode):
                 self.walk(entry.path, label, child_rel)
             else:
                 problems.append(f"{entry.path}: not a regular file; skipped")

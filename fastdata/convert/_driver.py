@@ -6,24 +6,50 @@ shard's record (uploaded for an ``s3://`` output, passed to the caller's ``on_sh
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
-
-from fastdata.convert._plan import Plan
+from fastdata.convert._options import Engine
 from fastdata.convert._pool import ShardTask, run_parallel, run_serial
 from fastdata.convert._resume import ConversionState
 from fastdata.convert._space import DiskFull, disk_full, is_full
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from fastdata.convert._plan import Plan
     from fastdata.convert._remote import RemoteOutput
 
-Engine = Literal["local", "ray"]
 OnShard = Callable[[dict[str, Any]], None]
+
+
+class _QuietBar:
+    """What a conversion without a bar uses in its place: a quiet run does not import tqdm (~40 ms of
+    start-up, a tenth of converting 10,000 small files)."""
+
+    files = total_files = total_shards = 0
+
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def set_description_str(self, text: str) -> None:
+        pass
+
+    def __enter__(self) -> _QuietBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def progress_bar(plan: Plan, done: set[str], *, resumed: bool, enabled: bool) -> tqdm:
     """A bar in bytes (MB/s), with files and shards done in its postfix."""
+    if not enabled:
+        return _QuietBar()  # type: ignore[return-value]
+    from tqdm import tqdm
+
     total_bytes = sum(plan.shard_bytes(i) for i in range(len(plan.names)))
     done_bytes = sum(plan.shard_bytes(i) for i, n in enumerate(plan.names) if n in done)
     bar = tqdm(

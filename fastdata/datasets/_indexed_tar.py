@@ -15,6 +15,7 @@ from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
+from fastdata.loading.transport._samples import slot_sample, slot_samples
 
 
 class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
@@ -94,7 +95,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         self.follow_epoch()
         shard, local = self.locate(i)
         got = self.source.read(shard, [local])
-        return got[0] if got else self._stand_in([i % len(self)], self._good, [self.urls[shard]])[1]
+        return slot_sample(got[0] if got else self._stand_in([i % len(self)], self._good, [self.urls[shard]])[1])
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """A batch's samples; skipped bad ones are left out (the DataLoader calls this to batch)."""
@@ -114,8 +115,8 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         if not out and indices:  # all bad: a batch of one substitute, so that the rank keeps its batch count
             bad = [i % len(self) for i in indices]
             shards = [self.urls[s] for s in dict.fromkeys(self.locate(i)[0] for i in bad)]
-            return [self._stand_in(bad, self._good, shards)[1]]
-        return out
+            out = [self._stand_in(bad, self._good, shards)[1]]
+        return list(slot_samples(iter(out)))  # batched by the DataLoader: its batches travel in slots
 
     def _good(self, indices: list[int]) -> list[tuple[int, Any]]:
         """``(index, sample)`` of the good samples among ``indices``, in order (a substitute search)."""

@@ -36,6 +36,7 @@ from fastdata.datasets._substitute import find_substitute
 from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
+from fastdata.loading.transport._samples import slot_samples
 from fastdata.storage import scheme
 
 
@@ -191,8 +192,8 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             length -= length % self.batch_size
         order = epoch_order(len(self.urls), shuffle=self.shuffle, seed=self.seed, epoch=world.epoch)
         epoch = EpochReader(self.source, start, length, split_counts(self.source.counts, order), order)
-        if self.batch_size is None:
-            return self._samples(world, epoch)
+        if self.batch_size is None:  # batched by a DataLoader: its batches of bytes travel in slots
+            return slot_samples(self._samples(world, epoch))
         first, stride, worker = self._first_batch(world)
         shuffled = WindowShuffle(length, self.window, seed=self.seed, epoch=world.epoch, rank=self.rank)
         self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers)

@@ -1,11 +1,20 @@
-"""An output file fed from rotating buffers, hashed (SHA-256) and written by one background thread.
+"""An output file fed from reused buffers, with its running SHA-256: hashed and written at once, or by a
+background thread while the caller fills the next buffer.
 
-:class:`~fastdata.formats.tar._writer.TarShardWriter` fills a buffer in its own thread and hands it over
-here; the thread hashes it, then writes it (``hashlib`` and ``os.write`` both release the GIL), while the
-caller fills the next one. Three buffers rotate: one being filled, one being hashed and written, one
-ready. One thread doing both, rather than a thread each, used ~15% less CPU in an A/B run here (the
-buffer is still in cache for the write), which is what counts with two writers on two cores. Buffers
-come from a per-process pool: fresh memory fills ~10x slower than reused memory on these machines.
+:class:`~fastdata.formats.tar._writer.TarShardWriter` fills a buffer and hands it over here. Which way
+pays depends on whether a core is free for the thread (``hashlib`` and ``os.write`` release the GIL):
+
+* ``background=True``: one thread hashes then writes each buffer while the caller reads the next files;
+  three buffers rotate (one being filled, one being hashed and written, one ready). With a core to spare
+  (one writer on a 2-core machine) hashing overlaps reading: the wall time of a shard tends to the
+  larger of the two threads' CPU instead of their sum.
+* ``background=False``: the caller hashes and writes each buffer right after filling it, while it is
+  still in cache. With every core busy (``--workers`` >= cores) the thread can only cost: the reading
+  thread gives up and retakes the GIL around every ``open``/``readv``/``close``, and with a second thread
+  wanting it each of those became a handoff (measured here: 0.88 s of CPU for 10,000 ~35 KB files with
+  the thread against 0.62 s inline, one process).
+
+Buffers come from a per-process pool: fresh memory fills ~10x slower than reused memory on these machines.
 """
 
 from __future__ import annotations
@@ -20,24 +29,29 @@ import numpy as np
 
 from fastdata.core._bufferpool import BufferPool
 
-BUFFERS = 3  # one being filled, one being hashed and written, one ready
+BUFFERS = 3  # with the thread: one being filled, one being hashed and written, one ready
 _POOL = BufferPool(keep=2 * BUFFERS)
 
 
 class HashedOutput:
     """The file ``fd`` written in order from buffers of ``buffer_size`` bytes, and its running SHA-256.
 
-    Attributes:
+    Args:
         fd (int): the file.
+        buffer_size (int): bytes per buffer.
+        background (bool): hash and write on a thread of its own (see the module doc). Defaults to False.
+
+    Attributes:
         flushed (int): bytes handed over so far (written, or being written).
         hash: the SHA-256 of those bytes once :meth:`drain` returns.
     """
 
-    def __init__(self, fd: int, buffer_size: int) -> None:
+    def __init__(self, fd: int, buffer_size: int, background: bool = False) -> None:
         self.fd = fd
         self.size = buffer_size
         self.flushed = 0
         self.hash = hashlib.sha256()
+        self.background = background
         # buffers in the thread's hands, each with its job, oldest first
         self._inflight: collections.deque[tuple[memoryview, Future[Any]]] = collections.deque()
         self._spare: list[memoryview] = []
@@ -52,7 +66,11 @@ class HashedOutput:
         return self._reclaim()
 
     def hand_off(self, buf: memoryview, n: int) -> memoryview:
-        """Hash and write the first ``n`` bytes of ``buf`` in the background; return the next buffer."""
+        """Hash and write the first ``n`` bytes of ``buf`` (now, or on the thread); return the next buffer."""
+        if not self.background:
+            self._hash_and_write(buf[:n])
+            self.flushed += n
+            return buf
         if self._io is None:
             self._io = ThreadPoolExecutor(1, thread_name_prefix="fastdata-tar-write")
         self._inflight.append((buf, self._io.submit(self._hash_and_write, buf[:n])))
@@ -62,8 +80,7 @@ class HashedOutput:
     def write_through(self, view: memoryview) -> None:
         """Hash and write ``view`` now, after everything handed over before (data bigger than a buffer)."""
         self.drain()
-        self.hash.update(view)
-        _write_all(self.fd, view)
+        self._hash_and_write(view)
         self.flushed += len(view)
 
     def drain(self) -> None:
@@ -93,8 +110,8 @@ class HashedOutput:
         self._spare = []
 
     def _hash_and_write(self, view: memoryview) -> None:
-        self.hash.update(view)
         _write_all(self.fd, view)
+        self.hash.update(view)
 
     def _reclaim(self) -> memoryview:
         buf, job = self._inflight.popleft()

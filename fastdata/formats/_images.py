@@ -1,4 +1,5 @@
-"""Image bytes to pixels in one declared colour layout, by PIL or OpenCV, optionally resized.
+"""Image bytes to pixels in one declared colour layout, by PIL or OpenCV (JPEGs by simplejpeg where it
+gives PIL's pixels: :func:`fast_jpeg_array`), optionally resized.
 
 Real photo collections mix grayscale, palette (with or without transparency), CMYK, 16-bit and alpha
 files. Decoded as stored, they come back with 1, 2, 3 or 4 channels and two dtypes, and a batch of them
@@ -85,6 +86,75 @@ def is_jpeg(data: bytes) -> bool:
     return data[:3] == b"\xff\xd8\xff"
 
 
+def _simplejpeg() -> Any:
+    """The ``simplejpeg`` module, or None where it is not installed (PIL decodes then)."""
+    global _SIMPLEJPEG
+    if _SIMPLEJPEG is False:
+        try:
+            import simplejpeg
+        except ImportError:
+            simplejpeg = None
+        _SIMPLEJPEG = simplejpeg
+    return _SIMPLEJPEG
+
+
+_SIMPLEJPEG: Any = False  # not looked for yet
+_SJ_SPACES = {"rgb": "RGB", "rgba": "RGBA", "gray": "GRAY"}
+
+
+def draft_scale(width: int, height: int, target: tuple[int, int]) -> int:
+    """The DCT scale-down factor (8, 4, 2 or 1) PIL's ``Image.draft(None, target)`` picks: the largest
+    that divides both sides at least that many times into the target."""
+    scale = min(width // target[0], height // target[1])
+    return next((f for f in (8, 4, 2) if scale >= f), 1)
+
+
+def fast_jpeg_array(
+    data: bytes,
+    color: Color = "rgb",
+    size: int | Size | None = None,
+    method: ResizeMethod = "bilinear",
+    reduce: bool = True,
+) -> np.ndarray | None:
+    """The pixels :func:`pil_array` gives for a JPEG, decoded by ``simplejpeg`` (libjpeg-turbo, the library
+    Pillow decodes with, called without Pillow's per-image overhead); None where that could differ or
+    does not apply, and the caller decodes with PIL.
+
+    It applies to baseline and progressive JPEGs in YCbCr or grayscale, to ``color`` "rgb" and "rgba",
+    and "gray" for grayscale files (Pillow computes the luma of a colour file from the decoded colours,
+    libjpeg reads the luma plane: up to 10 apart). CMYK and YCCK files (libjpeg's CMYK conversion is 1
+    away from Pillow's), ``color="keep"``, files simplejpeg rejects (it is strict about damage that PIL
+    may tolerate) and a machine without simplejpeg go to PIL. With ``size``, the DCT scale is PIL's
+    ``draft`` choice and the resize is PIL's, so the pixels stay PIL's exactly (the tests compare them).
+    """
+    sj = _simplejpeg()
+    if sj is None or color not in _SJ_SPACES or not is_jpeg(data):
+        return None
+    try:
+        height, width, space, _ = sj.decode_jpeg_header(data)
+        if space not in ("YCbCr", "Gray") or (color == "gray" and space != "Gray"):
+            return None
+        target = None if size is None else target_size(width, height, size)
+        f = draft_scale(width, height, target) if target is not None and reduce else 1
+        if f > 1:
+            shape = (-(-height // f), -(-width // f))
+            arr = sj.decode_jpeg(data, _SJ_SPACES[color], min_height=shape[0], min_width=shape[1], min_factor=f)
+            if arr.shape[:2] != shape:  # another scale than PIL's: PIL decides
+                return None
+        else:
+            arr = sj.decode_jpeg(data, _SJ_SPACES[color])
+    except ValueError:
+        return None
+    if target is not None and (arr.shape[1], arr.shape[0]) != target:
+        from PIL import Image
+
+        img = Image.fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr)
+        arr = np.asarray(img.resize(target, _pil_resample(method)))
+        if arr.ndim == 2:
+            arr = arr[:, :, None]
+    return arr
+
+
 def _eight_bit(img: Any) -> Any:
     """A 16-bit grayscale PIL image (``I;16*``, or ``I`` from a PNG, whose samples are at most 16 bits)
     as 8-bit ``L`` by the high byte; any other image as it is."""
@@ -162,6 +232,10 @@ def _cv2_flag(data: bytes, color: Color, size: int | Size | None, reduce: bool) 
     return flag, target
 
 
+def is_gif(data: bytes) -> bool:
+    return data[:6] in (b"GIF87a", b"GIF89a")
+
+
 def cv2_array(
     data: bytes,
     color: Color = "rgb",
@@ -172,6 +246,8 @@ def cv2_array(
     """``HxWxC`` pixels of ``data`` decoded by OpenCV, in RGB(A) channel order, in ``color``."""
     import cv2
 
+    if is_gif(data):  # OpenCV's wheels may be built without a GIF decoder: PIL's first frame, as pil_array
+        return pil_array(data, color, size, method, reduce)
     flag, target = _cv2_flag(data, color, size, reduce)
     arr: np.ndarray | None = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
     if arr is None:
@@ -200,6 +276,8 @@ __all__ = [
     "ResizeMethod",
     "Size",
     "cv2_array",
+    "draft_scale",
+    "fast_jpeg_array",
     "is_jpeg",
     "pil_array",
     "pil_image",

@@ -27,6 +27,7 @@ from fastdata.loading._plan import Collate, ReadPlan, Resolved
 from fastdata.loading._protocol import BatchingDataset
 from fastdata.loading.threads._hybrid import threaded
 from fastdata.loading.transport._collate import private_default_collate, slot_collate_for
+from fastdata.loading.transport._samples import PlainBatches
 
 WorkerInitFn = Callable[[int], object]
 
@@ -107,8 +108,11 @@ def build_dataloader(
     collate = read.collate
     if transport == "slots" and num_workers:
         collate = slot_collate(read, wrap_collate, bool(kwargs.get("pin_memory")))
-    elif wrap_collate is not None:
-        collate = wrap_collate(collate, read.batched)
+    else:
+        if num_workers and read.batched:
+            collate = PlainBatches(collate)  # the stock way: batches of SlotSample samples pickled as dicts
+        if wrap_collate is not None:
+            collate = wrap_collate(collate, read.batched)
     kwargs["collate_fn"] = collate
     init: WorkerInitFn = fastdata_worker_init(worker_init_fn)
     kwargs["worker_init_fn"] = wrap_worker_init(init) if wrap_worker_init is not None else init

@@ -32,7 +32,15 @@ INLINE_BELOW = 1024
 """``bytes`` values shorter than this travel pickled in the skeleton, in bytes."""
 
 BytesAs = Literal["bytes", "packed"]
-_ATOMS = (str, int, float, bool, type(None))
+_ATOMS = (str, bytes, int, float, bool, type(None))  # bytes: short ones (long ones are packed first)
+
+
+class PlainDict(dict):  # type: ignore[type-arg]
+    """A dict subclass that a slot carries as a plain ``dict`` (its skeleton and its rebuilt batch are
+    plain dicts): :class:`~fastdata.loading.transport._samples.SlotSample`, which pickles itself into a slot
+    and must not do so again from inside one."""
+
+    __slots__ = ()
 
 
 class Stack:
@@ -189,7 +197,7 @@ def _walk(value: Any, take: Callable[[Any], Any]) -> Any:
     list subclasses are copied and updated, as ``torch``'s ``collate`` does, named tuples rebuilt."""
     if isinstance(value, dict):
         items = {k: _walk(v, take) for k, v in value.items()}
-        if type(value) is dict:
+        if type(value) is dict or isinstance(value, PlainDict):
             return items
         clone = _copy.copy(value)
         clone.update(items)

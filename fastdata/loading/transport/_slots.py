@@ -56,6 +56,29 @@ class _WorkerSlot:
         self.uid, self.nbytes, self.sent = uid, nbytes, False
 
 
+SHM_DIR = "/dev/shm"  # where torch's shared memory lives on Linux (shm_open)
+
+
+class _ShmShort(Exception):
+    pass
+
+
+def _shm_free() -> int | None:
+    """Bytes free in :data:`SHM_DIR`, or None where there is no such folder to ask."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _out_of_shm(error: RuntimeError) -> bool:
+    """Whether torch failed to allocate shared memory (``unable to allocate shared memory(shm) ...: No
+    space left on device``, or a mapping it could not make)."""
+    text = str(error)
+    return "shared memory" in text or "No space left" in text or "Cannot allocate memory" in text
+
+
 class SlotBatch:
     """A batch written into a slot, as a worker returns it: pickles to a small descriptor, and unpickles
     in the main process into the batch itself (views of the slot)."""
@@ -103,6 +126,7 @@ class WorkerRing:
         self._control_sent = False
         self._starved = False  # the last wait timed out: do not wait again until a slot is found free
         self._warned_size = False
+        self._shm_short = False  # shared memory ran short: make no more slots, use those made
         self._expected = 0  # the largest batch packed so far, in bytes: what a reserved slot must hold
         self._arena: list[Any] | None = None  # [position, slot, bytes used] reserved by SlotPool.empty
         global _current
@@ -121,20 +145,44 @@ class WorkerRing:
                 best = (pos, slot)
         if best is not None:
             return best
+        if self._shm_short:
+            return None
         size, used = _round_up(nbytes + nbytes // 4), self.mapped_bytes()
         for pos, slot in enumerate(self.slots):
             if slot is None and used + size <= self.max_bytes:
-                return pos, self._new(pos, size)
+                return self._new(pos, size)
         for pos, slot in enumerate(self.slots):  # a free slot too small for this batch: make it larger
             if slot is not None and state[pos] == 0 and used - slot.nbytes + size <= self.max_bytes:
                 self.slots[pos] = None
-                return pos, self._new(pos, size)
+                return self._new(pos, size)
         return None
 
-    def _new(self, pos: int, nbytes: int) -> _WorkerSlot:
+    def _new(self, pos: int, nbytes: int) -> tuple[int, _WorkerSlot] | None:
+        """A new slot at ``pos``; None (and no slot made from now on) when shared memory is short."""
+        free = _shm_free()
+        try:
+            if free is not None and nbytes > free // 2:
+                raise _ShmShort(free)
+            slot = _WorkerSlot(self._uid + 1, nbytes)
+        except (_ShmShort, RuntimeError) as e:
+            # Docker's /dev/shm is 64 MB unless told otherwise: slots (kept, a quarter larger than the batch,
+            # several per worker) may not fit where the stock transport's one batch at a time does
+            if isinstance(e, RuntimeError) and not _out_of_shm(e):
+                raise
+            self._shm_short = True
+            warnings.warn(
+                f"fastdata slots: {SHM_DIR} is too small for another {nbytes / 1e6:.1f} MB batch slot "
+                f"({'' if free is None else f'{free / 1e6:.0f} MB free; '}Docker gives containers 64 MB "
+                "unless told otherwise): this worker sends its other batches the stock way (slower). Give "
+                "it more shared memory (docker run --shm-size=2g; Kubernetes: an emptyDir volume with "
+                "medium: Memory on /dev/shm), or pass transport='stock' to fd.Loader",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
         self._uid += 1
-        slot = self.slots[pos] = _WorkerSlot(self._uid, nbytes)
-        return slot
+        self.slots[pos] = slot
+        return pos, slot
 
     def acquire(self, nbytes: int, wait_s: float) -> tuple[int, _WorkerSlot] | None:
         """A free slot of at least ``nbytes`` (made if the budget allows), waiting up to ``wait_s`` for
