@@ -13,8 +13,16 @@ from torch.utils.data import IterableDataset
 
 from fastdata.core import _process as process
 from fastdata.core._pipeline import SKIP
-from fastdata.core._resume import ResumeState, load_state
-from fastdata.core._sharding import Remainder, WindowShuffle, epoch_order, rank_span, split_counts, worker_ranges
+from fastdata.core._resume import ResumeState, Stop, load_state, next_layout
+from fastdata.core._sharding import (
+    REMAINDERS,
+    Remainder,
+    WindowShuffle,
+    epoch_order,
+    rank_span,
+    split_counts,
+    worker_ranges,
+)
 from fastdata.core._shared import EGRESS_FLAG
 from fastdata.core._world import World
 from fastdata.core.errors import ConfigError, OnError, PlanError, check_choice, check_positive
@@ -33,6 +41,7 @@ from fastdata.datasets._epoch_reader import (
     worker_span,
 )
 from fastdata.datasets._substitute import find_substitute
+from fastdata.datasets._tar_elastic import read_tail, tail_length
 from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
@@ -163,17 +172,22 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
                 f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
                 "fewer ranks, or drop_last=False"
             )
-        # (epoch, batches, worker, num_workers): where the next pass starts; worker None = the whole rank
-        self._resume: tuple[int, int, int | None, int | None] | None = None
-        # (pid, epoch, next batch, worker, num_workers) of this process's latest pass, for state_dict()
-        self._progress: tuple[int, int, int, int, int] | None = None
+        # (epoch, batches, worker, num_workers, history): where the next pass starts; worker None = the whole
+        # rank; history: the earlier layouts of an epoch resumed on another number of ranks (_tar_elastic)
+        self._resume: tuple[int, int, int | None, int | None, tuple[Stop, ...]] | None = None
+        # (pid, epoch, next batch, worker, num_workers, history) of this process's latest pass, for state_dict()
+        self._progress: tuple[int, int, int, int, int, tuple[Stop, ...]] | None = None
 
     @property
     def urls(self) -> list[str]:
         return self.source.urls
 
     def __len__(self) -> int:
-        """Samples per epoch on this rank, or batches when ``batch_size`` is set."""
+        """Samples per epoch on this rank, or batches when ``batch_size`` is set (in an epoch resumed on another
+        number of ranks and loaded, not yet read: the batches of its tail)."""
+        resume = self._resume
+        if resume is not None and resume[4] and resume[0] == self.epoch:
+            return self.elastic_length(resume[4])
         n = self._span[1]
         if self.batch_size is None:
             return n
@@ -191,9 +205,21 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         epoch = EpochReader(self.source, start, length, split_counts(self.source.counts, order), order)
         if self.batch_size is None:
             return self._samples(world, epoch)
+        resume = self._resume
+        if resume is not None and resume[4] and resume[0] == world.epoch:  # an epoch resumed elsewhere
+            self._resume = None
+            self._progress = (
+                process.pid(),
+                world.epoch,
+                resume[1] + world.worker,
+                world.worker,
+                world.num_workers,
+                resume[4],
+            )
+            return read_tail(self, world, resume[4], resume[1] + world.worker, world.num_workers)
         first, stride, worker = self._first_batch(world)
         shuffled = WindowShuffle(length, self.window, seed=self.seed, epoch=world.epoch, rank=self.rank)
-        self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers)
+        self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers, ())
         if self.remote:
             self._warn_egress(world)
         return self._batches(world, epoch, shuffled, first, stride, worker)
@@ -204,7 +230,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         if resume is None or resume[0] != world.epoch:
             return world.worker, world.num_workers, world.worker
         self._resume = None
-        _, batches, saved_worker, saved_workers = resume
+        _, batches, saved_worker, saved_workers, _ = resume
         if saved_worker is None:  # a rank-level position: deal batches from ``batches`` on afresh
             return batches + world.worker, world.num_workers, world.worker
         if (saved_worker, saved_workers) != (world.worker, world.num_workers):
@@ -297,7 +323,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         unit = self.batch_size
         assert unit is not None
         # counted before the yield, so that a state taken right after this batch resumes past it
-        self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
+        self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers, ())
         return self.collate_fn(batch)
 
     def _stand_in_batch(
@@ -357,7 +383,14 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed}
         if self.batch_size is not None:
             plan["batch_size"] = self.batch_size
+        # how the epoch is split and shuffled: an epoch finished on another number of ranks replays it
+        plan.update(remainder=REMAINDERS.index(self.remainder), drop_last=int(self.drop_last), window=self.window)
         return plan
+
+    def elastic_length(self, history: Sequence[Stop]) -> int:
+        """Batches of this rank in an epoch read after the stops of ``history`` (resumed on another number of
+        ranks or with another batch size; see :mod:`fastdata.datasets._tar_elastic`)."""
+        return tail_length(self, history)
 
     def state_dict(self, batches: int | None = None) -> dict[str, Any]:
         """Where to resume: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting the batches of
@@ -374,16 +407,16 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         if batches is not None:
             return ResumeState(self.epoch, batches, "batches", plan).to_dict()
         if self._resume is not None and self._resume[0] == self.epoch:
-            epoch, batches, worker, workers = self._resume
+            epoch, batches, worker, workers, history = self._resume
         elif self._progress is not None and self._progress[:2] == (process.pid(), self.epoch):
-            _, epoch, batches, worker, workers = self._progress
+            _, epoch, batches, worker, workers, history = self._progress
             if workers == 1:
                 worker = None
         else:
             return ResumeState(self.epoch, 0, "batches", plan).to_dict()
         if worker is None:
             workers = None
-        return ResumeState(epoch, batches, "batches", plan, worker, workers).to_dict()
+        return ResumeState(epoch, batches, "batches", plan, worker, workers, history).to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make the next pass over the state's epoch start after the batches it counts.
@@ -397,15 +430,29 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
                 size, dataset size, world size, seed), or resumes mid-epoch without ``batch_size``.
         """
         s = load_state(
-            state, into="TarShardDataset", unit="batches", plan=self._plan(), length=len(self), per_worker=True
+            state,
+            into="TarShardDataset",
+            unit="batches",
+            plan=self._plan(),
+            length=len(self),
+            per_worker=True,
+            elastic=self.batch_size is not None,
         )
         if s.position and self.batch_size is None:
             raise ConfigError(
                 "resuming mid-epoch needs TarShardDataset(batch_size=...), so that the "
                 "order of batches does not depend on num_workers"
             )
+        history: tuple[Stop, ...] = ()
+        position = s.position
+        if s.worker is None and self.batch_size is not None:
+            history, position = next_layout(s, self.world_size, self.batch_size)
+            if history and position > self.elastic_length(history):
+                raise ConfigError(
+                    f"batches={position} is outside this rank's resumed epoch of {self.elastic_length(history)} batches"
+                )
         self.set_epoch(s.epoch)
-        self._resume = (s.epoch, s.position, s.worker, s.num_workers)
+        self._resume = (s.epoch, position, s.worker, s.num_workers, history)
 
     def close(self) -> None:
         self.source.close()

@@ -1,0 +1,420 @@
+"""``Mix``: samples drawn from several fastdata datasets in set proportions, exactly, every epoch."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from time import perf_counter
+from typing import Any, Literal
+
+import numpy as np
+from torch.utils.data import Dataset, IterableDataset, default_collate
+
+from fastdata.core._mixing import MixSequence, apportion
+from fastdata.core._seeding import derive_seed
+from fastdata.core._sharding import Remainder
+from fastdata.core._shared import REPEAT_FLAG
+from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.datasets._base import MapDatasetBase
+from fastdata.datasets._mix_sources import SourceReader, reader_for
+from fastdata.loading._protocol import Collating
+from fastdata.loading._sampler import EpochSampler
+
+Batches = Literal["mixed", "per_source"]
+"""What a batch of a :class:`Mix` holds: ``"mixed"``, samples of every source in the mix's proportions (their
+samples must collate together: give the sources transforms that make them alike); ``"per_source"``, batches
+of ``batch_size`` samples of one source each, in the proportions counted in batches (sources whose samples
+do not batch together)."""
+
+SOURCE_KEY = "__source__"
+"""The key a :class:`Mix` adds to every sample dict (and every collated batch of dicts): the source's name."""
+
+
+class Mix(MapDatasetBase, Dataset[Any]):
+    """Samples of several datasets, each source supplying exactly its share of every epoch.
+
+    Each epoch of ``epoch_size`` samples takes ``c_s`` samples from source ``s``: its weight's share, apportioned
+    so that the counts sum to the epoch (each within one sample of ``weight * epoch_size``); they are the same
+    every epoch. The sources' samples are interleaved as evenly as integers allow (Webster's apportionment,
+    :mod:`fastdata.core._mixing`): every batch, on every rank, holds each source's share to within about one
+    sample, and the epoch holds it exactly. Each source is read without repetition within its own pass; one
+    that runs out starts its next pass in a new order (see :mod:`fastdata.datasets._mix_sources`). Everything
+    follows from (``seed``, epoch): every rank computes the same sequence, and reads an equal, contiguous
+    part of it (:meth:`sampler`, with the remainder policies of :mod:`fastdata.core._sharding`).
+
+    Read it through ``fastdata.Loader`` (processes, threads, slots, the monitor, ``num_workers="auto"``, and
+    exact resume mid-epoch with any ``num_workers``, or on another number of ranks), like any map-style
+    fastdata dataset::
+
+        mix = fd.Mix({"web": tar_ds, "books": hdf5_ds}, weights={"web": 0.7, "books": 0.3}, seed=1)
+        loader = fd.Loader(mix, batch_size=256, num_workers=8)
+
+    Every sample dict gets ``"__source__"``, its source's name. ``mix[i]`` is the ``i``-th sample of the
+    current epoch's sequence.
+
+    Args:
+        datasets (Mapping[str, Dataset] | Sequence[Dataset]): the sources, by name (a sequence: named
+            ``"0"``, ``"1"`` ...): map-style datasets (``IndexedTarDataset``, ``HDF5Dataset``,
+            ``VideoClipDataset``, ``S3Dataset``, or any torch map-style dataset) and ``TarShardDataset`` (local
+            or ``s3://`` shards). Their own rank and world size do not matter: the mix splits the work.
+        weights (Mapping[str, float] | Sequence[float] | None): each source's share (any positive scale).
+            Defaults to None: proportional to the sources' sizes.
+        seed (int): seeds the sources' orders (source ``s``'s from ``(seed, s)``; their own ``seed`` is not
+            used). Defaults to 0.
+        epoch_size (int | str | None): samples per mix epoch; or a source's name: the epoch is one pass of that
+            source (it supplies exactly its size; the others their shares of the rest). Defaults to None: the
+            sum of the sources' sizes.
+        batches ("mixed" | "per_source"): see :data:`Batches`. Defaults to "mixed".
+        batch_size (int | None): with ``batches="per_source"``, the batch size (required; the Loader must
+            read in batches of it). Defaults to None.
+        shuffle (bool): map-style sources: a new order every pass. A ``TarShardDataset`` follows its own
+            ``shuffle`` and ``shuffle_window``. Defaults to True.
+        rank, world_size (int | None): Default to the detected ones.
+
+    Under ``on_error="skip"`` (set on the sources), a bad sample is left out by its source and the next good
+    sample of the same source stands in for it (counted in ``counters()["substituted"]``), so that every
+    batch keeps each source's share.
+
+    Raises:
+        ConfigError: no source, a source that is empty or cannot be read by position (an iterable dataset
+            other than ``TarShardDataset``), weights that are not positive or do not name the sources, an
+            ``epoch_size`` too small to give every source a sample, or ``batches="per_source"`` without
+            ``batch_size``.
+    """
+
+    def __init__(
+        self,
+        datasets: Mapping[str, Any] | Sequence[Any],
+        weights: Mapping[str, float] | Sequence[float] | None = None,
+        *,
+        seed: int = 0,
+        epoch_size: int | str | None = None,
+        batches: Batches = "mixed",
+        batch_size: int | None = None,
+        shuffle: bool = True,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        check_choice("batches", batches, Batches)
+        self.names, self.sources = _named(datasets)
+        self._init_base(
+            seed=seed,
+            on_error="raise",
+            rank=rank,
+            world_size=world_size,
+            counters=("reads", *(f"{k}/{name}" for name in self.names for k in ("samples", "read_us"))),
+        )
+        self.batches, self.shuffle = batches, shuffle
+        if batches == "per_source":
+            if batch_size is None:
+                raise ConfigError('Mix(batches="per_source") needs batch_size=: the batches are laid out by source')
+            check_positive("batch_size", batch_size)
+        self.batch_size = batch_size
+        self.unit = batch_size if batches == "per_source" and batch_size else 1
+        self._readers: list[SourceReader] = [
+            reader_for(ds, derive_seed(seed, s), shuffle, _is_tar) for s, ds in enumerate(self.sources)
+        ]
+        self.sizes = [r.n for r in self._readers]
+        for name, n in zip(self.names, self.sizes):
+            if n < 1:
+                raise ConfigError(f"Mix: source {name!r} has no samples")
+        self.weights = _weights(weights, self.names, self.sizes)
+        units = self._epoch_units(epoch_size)
+        self.counts = units * self.unit  # samples of each source per epoch
+        """Samples each source supplies per epoch (``numpy`` array, by source)."""
+        self.sequence = MixSequence(units)
+        for ds in self.sources:  # the mix sets their epoch every pass, and reads more than one pass of some
+            shared = getattr(ds, "_shared", None)
+            if shared is not None:
+                shared.once(REPEAT_FLAG)
+
+    def _epoch_units(self, epoch_size: int | str | None) -> np.ndarray:
+        """Units (samples, or batches with ``per_source``) of each source per epoch."""
+        unit, w = self.unit, self.weights
+        if isinstance(epoch_size, str):
+            if epoch_size not in self.names:
+                raise ConfigError(f"epoch_size={epoch_size!r} names no source; the sources are {self.names}")
+            s = self.names.index(epoch_size)
+            own = self.sizes[s] // unit
+            if own < 1:
+                raise ConfigError(f"source {epoch_size!r} holds fewer samples than a batch of {unit}")
+            total = max(own, round(own / w[s]))
+            others = [i for i in range(len(w)) if i != s]
+            units = np.zeros(len(w), dtype=np.int64)
+            units[s] = own
+            if others:
+                units[others] = apportion(total - own, [w[i] for i in others])
+        else:
+            size = sum(self.sizes) if epoch_size is None else epoch_size
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise ConfigError(f"epoch_size={epoch_size!r}: pass a count of samples, a source's name, or None")
+            units = apportion(size // unit, w)
+        if (units < 1).any():
+            short = [n for n, u in zip(self.names, units.tolist()) if u < 1]
+            raise ConfigError(
+                f"Mix: an epoch of {int(units.sum()) * unit} samples gives no {'batch' if unit > 1 else 'sample'} to "
+                f"{', '.join(map(repr, short))} at these weights; raise epoch_size or their weights"
+            )
+        return units
+
+    # --- the epoch ---
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (every source's too: their per-epoch randomness, their workers' streams)."""
+        super().set_epoch(epoch)
+        for ds in self.sources:
+            if callable(getattr(ds, "set_epoch", None)):
+                ds.set_epoch(epoch)
+
+    def _epoch_randomness(self) -> str | None:
+        return "the samples each source supplies (its passes follow the epoch)"
+
+    def __len__(self) -> int:
+        return int(self.counts.sum())
+
+    def sampler(self, *, shuffle: bool = True, remainder: Remainder = "drop") -> EpochSampler:
+        """This rank's part of each epoch's sequence, in order (an :class:`~fastdata.loading.EpochSampler`).
+
+        Args:
+            shuffle (bool): accepted for the Loader's sake and not used: the sequence is already interleaved,
+                and shuffling its positions would undo the even spread; the sources' orders are shuffled by
+                ``Mix(shuffle=...)`` and their own settings. Defaults to True.
+            remainder ("drop" | "pad" | "uneven"): an epoch that does not split evenly over the ranks (in
+                batches with ``per_source``), see :data:`fastdata.core._sharding.Remainder`. Defaults to "drop":
+                the sequence's last ``len(mix) % world_size`` samples are left out, so the counts read are the
+                apportionment of the samples read.
+        """
+        return EpochSampler(
+            len(self),
+            shuffle=False,
+            seed=self.seed,
+            remainder=remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            shared=self._shared,
+            owner=repr(self),
+            unit=self.unit,
+            tag={"mix": self._signature()},
+        )
+
+    def _signature(self) -> int:
+        """What the sequence and the sources' orders depend on besides (seed, epoch), for resume states."""
+        key = repr((self.names, self.sizes, self.counts.tolist(), self.unit, self.shuffle))
+        return zlib.crc32(key.encode()) & 0x7FFFFFFF
+
+    # --- reading ---
+
+    def locate(self, positions: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, draw)`` of each position of the current epoch: the source's index, and the draw's number
+        counted from the first epoch on (see :mod:`fastdata.datasets._mix_sources`)."""
+        at = np.asarray(positions, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if len(at) and (at.min() < -n or at.max() >= n):
+            raise IndexError(f"position {int(at[(at < -n) | (at >= n)][0])} is out of range for a mix epoch of {n}")
+        at = at % n
+        units, offset = np.divmod(at, self.unit)
+        sources, draws = self.sequence.at(units)
+        return sources, self.epoch * self.counts[sources] + draws * self.unit + offset
+
+    def __getitem__(self, i: int) -> Any:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, positions: Sequence[int]) -> Any:
+        """The samples at ``positions`` of the current epoch, grouped by source (a batch is a set)."""
+        self.follow_epoch()
+        self._count_reads(len(positions))
+        sources, draws = self.locate(positions)
+        if self.unit > 1 and len(positions) and len(np.unique(np.asarray(positions) // self.unit)) > 1:
+            raise ConfigError(
+                f'Mix(batches="per_source", batch_size={self.unit}) must be read in batches of {self.unit} '
+                "(fastdata.Loader(mix, batch_size=...) with the same size): a batch of other positions mixes sources"
+            )
+        parts = []
+        for s in np.unique(sources).tolist():
+            got = self._read(s, draws[sources == s])
+            parts.append((s, got))
+        if self.unit > 1:
+            s, got = parts[0]
+            return _SourceBatch(self.names[s], got, self.sources[s])
+        out: list[Any] = []
+        for _, got in parts:
+            out.extend(got)
+        if len(parts) > 1:
+            _check_alike(out, parts, self.names)
+        return out
+
+    def _read(self, s: int, draws: np.ndarray) -> Any:
+        """Source ``s``'s samples of ``draws``: as many as asked, bad ones stood in for from the same source."""
+        name, reader = self.names[s], self._readers[s]
+        start = perf_counter()
+        got = reader.read(draws)
+        short = len(draws) - len(got)
+        if short > 0:  # bad samples left out by the source: the next good ones of the same source stand in
+            got = [*got, *reader.fill(int(draws.max()), short)]
+            self._shared.add("substituted", short)
+        if self.unit == 1:
+            for sample in got:
+                if isinstance(sample, dict):
+                    sample[SOURCE_KEY] = name
+        self._shared.add(f"samples/{name}", len(draws))
+        self._shared.add(f"read_us/{name}", int((perf_counter() - start) * 1e6))
+        return got
+
+    @property
+    def collate(self) -> Any:
+        """The collate function (``fd.Loader`` uses it): torch's ``default_collate`` for mixed batches (it then
+        stacks straight into the slots), the batch's source's own (``HDF5Dataset.collate`` ...) for
+        ``per_source`` batches."""
+        return default_collate if self.unit == 1 else collate_per_source
+
+    # --- counters, for the monitor: which source is slow ---
+
+    def counters(self) -> dict[str, int]:
+        """The mix's counters (``substituted``: samples of a source standing in for its bad ones; per source,
+        ``samples/NAME`` read and ``read_us/NAME``, microseconds spent reading them, summed over every process)
+        and the sources' own, as ``NAME/counter``; ``skipped`` sums the sources'."""
+        own = self._shared.totals()
+        out = {"skipped": 0, "substituted": own["substituted"]}
+        for name, ds in zip(self.names, self.sources):
+            theirs = ds.counters() if callable(getattr(ds, "counters", None)) else {}
+            out["skipped"] += int(theirs.get("skipped", 0))
+            out["substituted"] += int(theirs.get("substituted", 0))
+            out.update({f"{name}/{k}": int(v) for k, v in theirs.items()})
+        out.update({k: v for k, v in own.items() if "/" in k})
+        return out
+
+    @property
+    def skipped(self) -> int:
+        return self.counters()["skipped"]
+
+    @property
+    def substituted(self) -> int:
+        return self.counters()["substituted"]
+
+    def source_stats(self) -> dict[str, dict[str, float]]:
+        """Per source: ``samples`` read, ``seconds`` spent reading them (summed over every worker: divide by
+        ``samples`` for the cost of one), ``skipped`` and ``substituted``. The slow source is the one whose
+        seconds per sample, times its share, is the largest."""
+        c = self.counters()
+        return {
+            name: {
+                "samples": c[f"samples/{name}"],
+                "seconds": c[f"read_us/{name}"] / 1e6,
+                "skipped": c.get(f"{name}/skipped", 0),
+                "substituted": c.get(f"{name}/substituted", 0),
+            }
+            for name in self.names
+        }
+
+    # --- lifetime ---
+
+    def warm(self) -> None:
+        """Called by ``worker_init_fn``: warm every source up (open its first file ...)."""
+        for ds in self.sources:
+            if callable(getattr(ds, "warm", None)):
+                ds.warm()
+
+    def close(self) -> None:
+        for ds in self.sources:
+            if callable(getattr(ds, "close", None)):
+                ds.close()
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{n}: {c}" for n, c in zip(self.names, self.counts.tolist()))
+        return f"Mix({shares} samples per epoch, batches={self.batches!r}, rank {self.rank}/{self.world_size})"
+
+
+class _SourceBatch(Sequence[Any]):
+    """The samples of one ``per_source`` batch (as the source returned them: an ``HDF5Dataset``'s keep their
+    columns), and the source they came from, for its own collate."""
+
+    def __init__(self, name: str, samples: Any, source: Any) -> None:
+        self.name, self.samples, self.source = name, samples, source
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.samples[i]
+
+    def __iter__(self) -> Any:
+        return iter(self.samples)
+
+
+def collate_per_source(batch: Any) -> Any:
+    """Collate a ``per_source`` batch with its source's own collate (``HDF5Dataset``'s keeps its columns);
+    a batch of dicts gets ``"__source__"``: the source's name for each sample."""
+    if not isinstance(batch, _SourceBatch):
+        return default_collate(batch)
+    source = batch.source
+    out = source.collate(batch.samples) if isinstance(source, Collating) else default_collate(batch.samples)
+    if isinstance(out, dict):
+        out[SOURCE_KEY] = [batch.name] * len(batch)
+    return out
+
+
+def _is_tar(ds: Any) -> bool:
+    from fastdata.datasets._tar_shards import TarShardDataset
+
+    return isinstance(ds, TarShardDataset)
+
+
+def _named(datasets: Mapping[str, Any] | Sequence[Any]) -> tuple[list[str], list[Any]]:
+    if isinstance(datasets, Mapping):
+        names, sources = [str(k) for k in datasets], list(datasets.values())
+    else:
+        sources = list(datasets)
+        names = [str(i) for i in range(len(sources))]
+    if not sources:
+        raise ConfigError("Mix needs at least one dataset")
+    for name, ds in zip(names, sources):
+        if isinstance(ds, IterableDataset) and not _is_tar(ds):
+            raise ConfigError(
+                f"Mix: source {name!r} ({type(ds).__name__}) is iterable; a mix reads its sources by position: "
+                "use a map-style dataset or TarShardDataset"
+            )
+        if not (_is_tar(ds) or (hasattr(ds, "__getitem__") and hasattr(ds, "__len__"))):
+            raise ConfigError(f"Mix: source {name!r} ({type(ds).__name__}) has no __len__ and __getitem__")
+    return names, sources
+
+
+def _weights(weights: Mapping[str, float] | Sequence[float] | None, names: list[str], sizes: list[int]) -> list[float]:
+    if weights is None:
+        w = [float(n) for n in sizes]
+    elif isinstance(weights, Mapping):
+        by_name = {str(k): v for k, v in weights.items()}
+        if set(by_name) != set(names) or len(by_name) != len(weights):
+            raise ConfigError(f"weights name {sorted(by_name)}; the sources are {names}: name each once")
+        w = [float(by_name[n]) for n in names]
+    else:
+        w = [float(x) for x in weights]
+        if len(w) != len(names):
+            raise ConfigError(f"{len(w)} weights for {len(names)} sources: give one weight per source")
+    for name, x in zip(names, w):
+        if not math.isfinite(x) or x <= 0:
+            raise ConfigError(f"weight {x} of source {name!r}: weights must be positive and finite")
+    total = sum(w)
+    return [x / total for x in w]
+
+
+def _check_alike(samples: list[Any], parts: list[tuple[int, Any]], names: list[str]) -> None:
+    """Mixed batches are collated together: refuse, naming the sources, samples of unlike keys."""
+    first: dict[int, Any] = {}
+    at = 0
+    for s, got in parts:
+        if len(got):
+            first[s] = samples[at]
+        at += len(got)
+    keys = [(s, frozenset(x)) for s, x in first.items() if isinstance(x, dict)]
+    for (a, ka), (b, kb) in pairwise(keys):
+        if ka != kb:
+            raise ConfigError(
+                f"Mix: samples of source {names[a]!r} have keys {sorted(ka)}, of {names[b]!r} {sorted(kb)}: a mixed "
+                "batch collates them together; give each source a transform that returns the same keys, or use "
+                'batches="per_source"'
+            )
+
+
+__all__ = ["SOURCE_KEY", "Batches", "Mix", "collate_per_source"]

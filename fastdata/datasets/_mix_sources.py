@@ -1,0 +1,178 @@
+"""How :class:`fastdata.Mix` reads one of its sources: by draw number, each source's passes one after the other.
+
+A source's draws are numbered from the first mix epoch on (``g = epoch * c + k`` for its ``c`` draws per mix
+epoch), so draw ``g`` is position ``g mod n`` of the source's pass ``g // n`` (``n``: its samples): the
+source is read without repetition within each of its passes, and a source that runs out starts its next
+pass, in a new order. A pass's order:
+
+* a map-style dataset (``IndexedTarDataset``, ``HDF5Dataset``, ``VideoClipDataset``, ``S3Dataset``, any torch
+  map-style dataset): a permutation of its indices from (seed, pass), or, for a dataset with
+  ``block_starts()`` (``HDF5Dataset``: its chunks), blocks permuted and shuffled within (as
+  :class:`~fastdata.loading.ChunkBatchSampler` orders them), so that a batch's rows come from few chunks. A
+  batch's indices are read sorted, through ``__getitems__``;
+* ``TarShardDataset``: its own plan of a pass (shards in a seeded order, samples shuffled within windows of
+  its ``shuffle_window``; in order without its ``shuffle``), read through its shards' indexes.
+
+Under ``on_error="skip"`` a bad sample is left out by the source, as it would be alone; :meth:`SourceReader.fill`
+then stands in the next good sample of the same source after the batch's last draw, so that every batch keeps
+its share of each source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from fastdata.core._pipeline import SKIP
+from fastdata.core._sharding import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at, split_counts
+from fastdata.datasets._epoch_reader import EpochReader
+from fastdata.datasets._substitute import find_substitute
+from fastdata.loading._chunk_sampler import block_sequence
+
+
+class SourceReader:
+    """Reads one source by draw number (see the module doc).
+
+    Args:
+        ds: the source dataset.
+        seed (int): the seed of its passes' orders.
+        shuffle (bool): map-style sources: a new order every pass. (A ``TarShardDataset`` follows its own.)
+    """
+
+    def __init__(self, ds: Any, seed: int, shuffle: bool) -> None:
+        self.ds, self.seed, self.shuffle = ds, seed, shuffle
+        self.n = int(ds.total) if isinstance(self, TarReader) else len(ds)  # TarShardDataset's len is its rank's
+        self._orders: dict[int, Any] = {}  # pass -> its order (two kept: a batch may straddle passes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"ds": self.ds, "seed": self.seed, "shuffle": self.shuffle, "n": self.n, "_orders": {}}
+
+    def _order(self, q: int) -> Any:
+        got = self._orders.get(q)
+        if got is None:
+            got = self._make_order(q)
+            if len(self._orders) >= 2:
+                self._orders.pop(next(iter(self._orders)))
+            self._orders[q] = got
+        return got
+
+    def _make_order(self, q: int) -> Any:
+        raise NotImplementedError
+
+    def read(self, draws: np.ndarray) -> Any:
+        """The samples of ``draws`` (bad ones left out, or as the source stands in for them): a sequence."""
+        raise NotImplementedError
+
+    def fill(self, after: int, count: int) -> list[Any]:
+        """``count`` good samples standing in for bad ones of a batch whose last draw is ``after``."""
+        raise NotImplementedError
+
+
+class MapReader(SourceReader):
+    """A map-style source."""
+
+    def __init__(self, ds: Any, seed: int, shuffle: bool) -> None:
+        super().__init__(ds, seed, shuffle)
+        self.blocks = callable(getattr(ds, "block_starts", None))
+
+    def _make_order(self, q: int) -> Any:
+        if self.blocks:
+            starts = self.ds.block_starts()
+            return block_sequence(starts, self.n, shuffle=self.shuffle, seed=self.seed, epoch=q)
+        if self.n > EXACT_ORDER_MAX and self.shuffle:
+            return None  # computed at the positions asked for (fastdata.core._sharding.keyed_permutation)
+        return epoch_order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=q)
+
+    def indices(self, draws: np.ndarray) -> np.ndarray:
+        passes, at = np.divmod(draws, self.n)
+        out = np.empty(len(draws), dtype=np.int64)
+        for q in np.unique(passes).tolist():
+            mine = passes == q
+            order = self._order(q)
+            if order is None:
+                out[mine] = order_at(at[mine], self.n, shuffle=True, seed=self.seed, epoch=q)
+            else:
+                out[mine] = order[at[mine]]
+        return out
+
+    def read(self, draws: np.ndarray) -> Any:
+        idx = np.sort(self.indices(draws)).tolist()  # a batch is a set: rows in index order are read as runs
+        getitems = getattr(self.ds, "__getitems__", None)
+        return getitems(idx) if getitems is not None else [self.ds[i] for i in idx]
+
+    def fill(self, after: int, count: int) -> list[Any]:
+        # ds[i] of a bad sample is its own substitute (the next good index): never None, counted by the source
+        return [self.ds[int(i)] for i in self.indices(np.arange(after + 1, after + 1 + count, dtype=np.int64))]
+
+
+class TarReader(SourceReader):
+    """A ``TarShardDataset`` source, read through its shards' indexes."""
+
+    def _make_order(self, q: int) -> tuple[EpochReader, WindowShuffle]:
+        ds = self.ds
+        order = epoch_order(len(ds.urls), shuffle=ds.shuffle, seed=self.seed, epoch=q)
+        reader = EpochReader(ds.source, 0, self.n, split_counts(ds.source.counts, order), order)
+        return reader, WindowShuffle(self.n, ds.window, seed=self.seed, epoch=q, rank=0)
+
+    def _positions(self, draws: np.ndarray) -> list[tuple[EpochReader, np.ndarray]]:
+        passes, at = np.divmod(draws, self.n)
+        out = []
+        for q in np.unique(passes).tolist():
+            reader, shuffled = self._order(q)
+            out.append((reader, shuffled.at(at[passes == q])))
+        return out
+
+    def read(self, draws: np.ndarray) -> list[Any]:
+        out: list[Any] = []
+        for reader, positions in self._positions(draws):
+            if self.ds.remote:  # a remote shard's part in as few ranged GETs as it allows, in file order
+                out.extend(reader.finish(reader.raw(positions), positions))
+            else:
+                out.extend(reader.decoded(positions))
+        return out
+
+    def fill(self, after: int, count: int) -> list[Any]:
+        out = []
+        nxt = after
+        for _ in range(count):
+            nxt, sample = self._next_good(nxt)
+            out.append(sample)
+        return out
+
+    def _next_good(self, after: int) -> tuple[int, Any]:
+        """The next good sample after draw ``after`` in its pass's order (wrapping within the pass)."""
+        q, p = divmod(after, self.n)
+        reader, shuffled = self._order(q)
+        pipeline = self.ds.source.pipeline
+        base = q * self.n
+
+        def good(slots: list[int]) -> list[tuple[int, Any]]:
+            where = shuffled.at(np.asarray(slots, dtype=np.int64))
+            raw = reader.raw(where)
+            for slot, at in zip(slots, where.tolist()):
+                if at in raw:
+                    sample, _ = pipeline(raw[at])
+                    if sample is not SKIP:
+                        return [(base + slot, sample)]
+            return []
+
+        return find_substitute(
+            good,
+            chain(range(p + 1, self.n), range(p)),
+            shared=self.ds._shared,
+            owner=repr(self.ds),
+            bad=f"a sample of pass {q}",
+            order="the order of its pass",
+            unit="draw",
+        )
+
+
+def reader_for(ds: Any, seed: int, shuffle: bool, is_tar: Callable[[Any], bool]) -> SourceReader:
+    """The reader of source ``ds``."""
+    return TarReader(ds, seed, shuffle) if is_tar(ds) else MapReader(ds, seed, shuffle)
+
+
+__all__ = ["MapReader", "SourceReader", "TarReader", "reader_for"]
