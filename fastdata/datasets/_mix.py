@@ -272,15 +272,14 @@ class Mix(MapDatasetBase, Dataset[Any]):
     # --- counters, for the monitor: which source is slow ---
 
     def counters(self) -> dict[str, int]:
-        """The mix's counters (``substituted``: samples of a source standing in for its bad ones; per source,
-        ``samples/NAME`` read and ``read_us/NAME``, microseconds spent reading them, summed over every process)
-        and the sources' own, as ``NAME/counter``; ``skipped`` sums the sources'."""
+        """The mix's counters (``substituted``: samples of a source standing in for its bad ones in a batch; per
+        source, ``samples/NAME`` read and ``read_us/NAME``, microseconds spent reading them, summed over every
+        process) and the sources' own, as ``NAME/counter``; ``skipped`` sums the sources' bad samples."""
         own = self._shared.totals()
         out = {"skipped": 0, "substituted": own["substituted"]}
         for name, ds in zip(self.names, self.sources):
             theirs = ds.counters() if callable(getattr(ds, "counters", None)) else {}
             out["skipped"] += int(theirs.get("skipped", 0))
-            out["substituted"] += int(theirs.get("substituted", 0))
             out.update({f"{name}/{k}": int(v) for k, v in theirs.items()})
         out.update({k: v for k, v in own.items() if "/" in k})
         return out

@@ -28,6 +28,7 @@ import numpy as np
 
 from fastdata.core._pipeline import SKIP
 from fastdata.core._sharding import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at, split_counts
+from fastdata.core._shared import SharedState
 from fastdata.datasets._epoch_reader import EpochReader
 from fastdata.datasets._substitute import find_substitute
 from fastdata.loading._chunk_sampler import block_sequence
@@ -48,7 +49,7 @@ class SourceReader:
         self._orders: dict[int, Any] = {}  # pass -> its order (two kept: a batch may straddle passes)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"ds": self.ds, "seed": self.seed, "shuffle": self.shuffle, "n": self.n, "_orders": {}}
+        return {**self.__dict__, "_orders": {}}  # orders are rebuilt where they are used
 
     def _order(self, q: int) -> Any:
         got = self._orders.get(q)
@@ -111,6 +112,8 @@ class MapReader(SourceReader):
 class TarReader(SourceReader):
     """A ``TarShardDataset`` source, read through its shards' indexes."""
 
+    _found: SharedState | None = None
+
     def _make_order(self, q: int) -> tuple[EpochReader, WindowShuffle]:
         ds = self.ds
         order = epoch_order(len(ds.urls), shuffle=ds.shuffle, seed=self.seed, epoch=q)
@@ -159,10 +162,12 @@ class TarReader(SourceReader):
                         return [(base + slot, sample)]
             return []
 
+        if self._found is None:  # the mix counts its stand-ins itself: not as the source's own substitutes
+            self._found = SharedState(("substituted",))
         return find_substitute(
             good,
             chain(range(p + 1, self.n), range(p)),
-            shared=self.ds._shared,
+            shared=self._found,
             owner=repr(self.ds),
             bad=f"a sample of pass {q}",
             order="the order of its pass",

@@ -187,6 +187,12 @@ class Loader:
             check_positive("batch_size", batch_size)
             self.batch_size = batch_size
             self.sampler = make_sampler(dataset, sampler, shuffle, remainder)
+            unit = getattr(self.sampler, "unit", 1)
+            if unit > 1 and batch_size != unit:  # a Mix's per-source batches
+                raise ConfigError(
+                    f"{type(dataset).__name__}'s sampler lays out its indices in runs of {unit} that each make one "
+                    f"batch: pass batch_size={unit}"
+                )
         self._drop_last = bool(drop_last)
         self._collate_fn = self._user_kwargs.pop("collate_fn", None)  # part of the read plan
         self._worker_init = fastdata_worker_init(worker_init_fn)
