@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script by torchrun
 
-import fastdata as fd  # noqa: E402
-from tests.dist_backends import BACKENDS, BATCH, SEED, make_loader, make_mix_sources  # noqa: E402
+import fastdata as fd
+from tests.dist_backends import BACKENDS, BATCH, SEED, make_loader, make_mix_sources
 
 GLOO_TIMEOUT_S = 60
 STOP = 1  # batches of epoch 1 read before the state is saved (of 2 per rank at 4 ranks)

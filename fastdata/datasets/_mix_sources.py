@@ -125,7 +125,9 @@ class TarReader(SourceReader):
         out = []
         for q in np.unique(passes).tolist():
             reader, shuffled = self._order(q)
-            out.append((reader, shuffled.at(at[passes == q])))
+            # a batch is a set: in file order, a shard's samples are read in one call (in the window's order,
+            # each would be a call of its own)
+            out.append((reader, np.sort(shuffled.at(at[passes == q]))))
         return out
 
     def read(self, draws: np.ndarray) -> list[Any]:
