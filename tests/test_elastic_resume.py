@@ -264,3 +264,34 @@ def test_a_sampler_without_an_elastic_plan_is_refused_naming_the_fix(data: dict)
     loader = fd.Loader(ds, batch_size=BATCH, sampler=PlainSampler(33, seed=11, rank=0, world_size=2))
     with pytest.raises(ConfigError, match="cannot finish an epoch on another number of ranks"):
         loader.load_state_dict(saved)
+
+
+def test_a_per_source_mix_finishes_elsewhere_keeping_every_batch_to_one_source(data: dict) -> None:
+    from tests.dist_backends import make_mix_sources
+
+    def loader(rank: int, world: int, workers: int) -> fd.Loader:
+        mix = fd.Mix(make_mix_sources(data["mix"]), batches="per_source", batch_size=4, seed=2, rank=rank,
+                     world_size=world)  # fmt: skip
+        return fd.Loader(mix, batch_size=4, num_workers=workers)
+
+    whole, head, state = [], [], None
+    for rank in range(SAVED_WORLD):
+        ld = loader(rank, SAVED_WORLD, 0)
+        ld.set_epoch(EPOCH)
+        whole += batch_keys("mix", ld)
+        ld.set_epoch(EPOCH)
+        head += batch_keys("mix", ld, 2)
+        if rank == 0:
+            state = ld.state_dict()
+        ld.close()
+    rest, counts = [], set()
+    for rank in range(3):
+        ld = loader(rank, 3, 2)
+        ld.load_state_dict(state)
+        got = batch_keys("mix", ld)
+        counts.add(len(got))
+        rest += got
+        ld.close()
+    assert len(counts) == 1
+    assert all(len({k[0] for k in b}) == 1 for b in rest), "a resumed batch mixes two sources"
+    assert Counter(k for b in head + rest for k in b) == Counter(k for b in whole for k in b)
