@@ -13,7 +13,7 @@ from torch.utils.data import RandomSampler, default_collate, default_convert
 
 import fastdata as fd
 from fastdata.bench._loop import make_loader
-from fastdata.bench._probes import ProbedCollate, ProbeInit, StageTable
+from fastdata.bench._probes import ProbedCollate
 from fastdata.bench._result import Config
 from fastdata.core._protocol import Warmable, WorkerAware
 from fastdata.core._seeding import WorkerInit
@@ -32,6 +32,7 @@ from fastdata.loading._protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
+from fastdata.loading.observe._stage_table import ProbeInit, StageTable
 from fastdata.loading.transport._collate import SlotCollate
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
