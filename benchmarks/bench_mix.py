@@ -9,6 +9,7 @@ format (one folder per source). Each loader yields batches of ``--batch`` dicts 
 * ``fd_tar``: ``fd.Loader(TarShardDataset(shuffle=True, batch_size=B, transform=...))``;
 * ``fd_hdf5``: ``fd.Loader(HDF5Dataset(transform=...), batch_size=B)`` (its shuffled sampler);
 * ``fd_mix``: ``fd.Loader(fd.Mix({"tar": ..., "hdf5": ...}, weights=[1, 1]), batch_size=B)``, an epoch of both;
+* ``fd_mix_per_source``: the same with ``batches="per_source"`` (every batch of one source);
 * ``litdata_mix``: LitData's ``StreamingDataLoader(CombinedStreamingDataset([tar-like, hdf5-like],
   weights=(0.5, 0.5), iterate_over_all=False))`` over the LitData copies (shuffled). Its epoch ends when one
   source runs out, so its length varies; its shares hold in expectation.
@@ -144,6 +145,13 @@ def fd_loaders(data: dict[str, Any], args: argparse.Namespace, workers: int) -> 
         "fd_mix": lambda: fd.Loader(
             fd.Mix({"tar": tar(None), "hdf5": hdf5()}, [1, 1], seed=args.seed), batch_size=args.batch, **kw
         ),
+        "fd_mix_per_source": lambda: fd.Loader(
+            fd.Mix(
+                {"tar": tar(None), "hdf5": hdf5()}, [1, 1], seed=args.seed, batches="per_source", batch_size=args.batch
+            ),
+            batch_size=args.batch,
+            **kw,
+        ),
     }
 
 
@@ -221,6 +229,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "repeats": rates,
             "shares_per_epoch": shares,
             "mix_vs_slower_source": med["fd_mix"] / min(med["fd_tar"], med["fd_hdf5"]),
+            "per_source_mix_vs_slower_source": med["fd_mix_per_source"] / min(med["fd_tar"], med["fd_hdf5"]),
             # what a mix costing nothing would read: half its samples at each source's own rate
             "mix_vs_harmonic_mean_of_sources": med["fd_mix"] * (1 / med["fd_tar"] + 1 / med["fd_hdf5"]) / 2,
         }

@@ -231,29 +231,28 @@ class Mix(MapDatasetBase, Dataset[Any]):
                 f'Mix(batches="per_source", batch_size={self.unit}) must be read in batches of {self.unit} '
                 "(fastdata.Loader(mix, batch_size=...) with the same size): a batch of other positions mixes sources"
             )
-        parts = []
+        if self.unit > 1:  # one source (checked above)
+            s = int(sources[0])
+            return _SourceBatch(self.names[s], self._read(s, draws), self.sources[s])
+        out: list[Any] = [None] * len(draws)
+        first: dict[int, Any] = {}
         for s in np.unique(sources).tolist():
-            got = self._read(s, draws[sources == s])
-            parts.append((s, got))
-        if self.unit > 1:
-            s, got = parts[0]
-            return _SourceBatch(self.names[s], got, self.sources[s])
-        out: list[Any] = []
-        for _, got in parts:
-            out.extend(got)
-        if len(parts) > 1:
-            _check_alike(out, parts, self.names)
-        return out
+            mine = np.flatnonzero(sources == s)
+            got = self._read(s, draws[mine])
+            for k, sample in zip(mine.tolist(), got):
+                out[k] = sample
+            first[s] = out[mine[0]]
+        if len(first) > 1:
+            _check_alike(first, self.names)
+        return out  # in the positions' order: a batch read in runs (the hybrid's threads) comes out the same
 
     def _read(self, s: int, draws: np.ndarray) -> Any:
-        """Source ``s``'s samples of ``draws``: as many as asked, bad ones stood in for from the same source."""
+        """Source ``s``'s samples of ``draws``, in their order, bad ones stood in for from the same source."""
         name, reader = self.names[s], self._readers[s]
         start = perf_counter()
-        got = reader.read(draws)
-        short = len(draws) - len(got)
-        if short > 0:  # bad samples left out by the source: the next good ones of the same source stand in
-            got = [*got, *reader.fill(int(draws.max()), short)]
-            self._shared.add("substituted", short)
+        got, stood_in = reader.read(draws)
+        if stood_in:
+            self._shared.add("substituted", stood_in)
         if self.unit == 1:
             for sample in got:
                 if isinstance(sample, dict):
@@ -336,15 +335,24 @@ class _SourceBatch(Sequence[Any]):
         return len(self.samples)
 
     def __getitem__(self, i: Any) -> Any:
-        return self.samples[i]
+        return _with_source(self.samples[i], self.name)
 
     def __iter__(self) -> Any:
-        return iter(self.samples)
+        # taken apart (the hybrid's threads read a batch in runs, then join their samples), each sample says
+        # its source itself
+        return (_with_source(x, self.name) for x in self.samples)
+
+
+def _with_source(sample: Any, name: str) -> Any:
+    if isinstance(sample, dict):
+        sample[SOURCE_KEY] = name
+    return sample
 
 
 def collate_per_source(batch: Any) -> Any:
     """Collate a ``per_source`` batch with its source's own collate (``HDF5Dataset``'s keeps its columns);
-    a batch of dicts gets ``"__source__"``: the source's name for each sample."""
+    a batch of dicts gets ``"__source__"``: the source's name for each sample. A batch taken apart on the way
+    (a plain list: its samples carry ``"__source__"`` themselves) is collated by ``default_collate``."""
     if not isinstance(batch, _SourceBatch):
         return default_collate(batch)
     source = batch.source
@@ -398,14 +406,9 @@ def _weights(weights: Mapping[str, float] | Sequence[float] | None, names: list[
     return [x / total for x in w]
 
 
-def _check_alike(samples: list[Any], parts: list[tuple[int, Any]], names: list[str]) -> None:
-    """Mixed batches are collated together: refuse, naming the sources, samples of unlike keys."""
-    first: dict[int, Any] = {}
-    at = 0
-    for s, got in parts:
-        if len(got):
-            first[s] = samples[at]
-        at += len(got)
+def _check_alike(first: dict[int, Any], names: list[str]) -> None:
+    """Mixed batches are collated together: refuse, naming the sources, samples of unlike keys (``first``: a
+    sample of each source in the batch)."""
     keys = [(s, frozenset(x)) for s, x in first.items() if isinstance(x, dict)]
     for (a, ka), (b, kb) in pairwise(keys):
         if ka != kb:

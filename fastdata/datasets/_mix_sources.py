@@ -9,13 +9,13 @@ pass, in a new order. A pass's order:
   map-style dataset): a permutation of its indices from (seed, pass), or, for a dataset with
   ``block_starts()`` (``HDF5Dataset``: its chunks), blocks permuted and shuffled within (as
   :class:`~fastdata.loading.ChunkBatchSampler` orders them), so that a batch's rows come from few chunks. A
-  batch's indices are read sorted, through ``__getitems__``;
+  batch's indices are read through ``__getitems__``;
 * ``TarShardDataset``: its own plan of a pass (shards in a seeded order, samples shuffled within windows of
   its ``shuffle_window``; in order without its ``shuffle``), read through its shards' indexes.
 
-Under ``on_error="skip"`` a bad sample is left out by the source, as it would be alone; :meth:`SourceReader.fill`
-then stands in the next good sample of the same source after the batch's last draw, so that every batch keeps
-its share of each source.
+Samples come back in the order of their draws. Under ``on_error="skip"`` a bad sample's place is taken by the
+next good sample of the same source (a map-style source's own substitute, ``ds[i]``; a tar source's next good
+sample in its pass), so that every batch keeps its share of each source.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from fastdata.core import stages
 from fastdata.core._pipeline import SKIP
 from fastdata.core._sharding import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at, split_counts
 from fastdata.core._shared import SharedState
@@ -63,12 +64,9 @@ class SourceReader:
     def _make_order(self, q: int) -> Any:
         raise NotImplementedError
 
-    def read(self, draws: np.ndarray) -> Any:
-        """The samples of ``draws`` (bad ones left out, or as the source stands in for them): a sequence."""
-        raise NotImplementedError
-
-    def fill(self, after: int, count: int) -> list[Any]:
-        """``count`` good samples standing in for bad ones of a batch whose last draw is ``after``."""
+    def read(self, draws: np.ndarray) -> tuple[Any, int]:
+        """``(samples, stand-ins)``: a sample for each of ``draws``, in their order (a bad one's place taken by
+        the next good sample of this source), and how many stood in for bad ones."""
         raise NotImplementedError
 
 
@@ -99,14 +97,17 @@ class MapReader(SourceReader):
                 out[mine] = order[at[mine]]
         return out
 
-    def read(self, draws: np.ndarray) -> Any:
-        idx = np.sort(self.indices(draws)).tolist()  # a batch is a set: rows in index order are read as runs
+    def read(self, draws: np.ndarray) -> tuple[Any, int]:
+        # in the draws' order, so that a batch read in runs (the hybrid's threads) comes out the same; an
+        # HDF5Dataset's draws of a batch lie in few chunks (its pass is ordered by chunks) whatever their order
+        idx = self.indices(draws).tolist()
         getitems = getattr(self.ds, "__getitems__", None)
-        return getitems(idx) if getitems is not None else [self.ds[i] for i in idx]
-
-    def fill(self, after: int, count: int) -> list[Any]:
-        # ds[i] of a bad sample is its own substitute (the next good index): never None, counted by the source
-        return [self.ds[int(i)] for i in self.indices(np.arange(after + 1, after + 1 + count, dtype=np.int64))]
+        got = getitems(idx) if getitems is not None else [self.ds[i] for i in idx]
+        if len(got) == len(idx):
+            return got, 0
+        # a bad sample was left out: each read alone, a bad one's ds[i] is its own substitute (the next good
+        # index, counted by the source too), so every sample keeps its place
+        return [self.ds[i] for i in idx], len(idx) - len(got)
 
 
 class TarReader(SourceReader):
@@ -120,32 +121,30 @@ class TarReader(SourceReader):
         reader = EpochReader(ds.source, 0, self.n, split_counts(ds.source.counts, order), order)
         return reader, WindowShuffle(self.n, ds.window, seed=self.seed, epoch=q, rank=0)
 
-    def _positions(self, draws: np.ndarray) -> list[tuple[EpochReader, np.ndarray]]:
+    def read(self, draws: np.ndarray) -> tuple[Any, int]:
         passes, at = np.divmod(draws, self.n)
-        out = []
+        out: list[Any] = [None] * len(draws)
+        pipeline = self.ds.source.pipeline
+        bad = []
         for q in np.unique(passes).tolist():
             reader, shuffled = self._order(q)
-            # a batch is a set: in file order, a shard's samples are read in one call (in the window's order,
-            # each would be a call of its own)
-            out.append((reader, np.sort(shuffled.at(at[passes == q]))))
-        return out
-
-    def read(self, draws: np.ndarray) -> list[Any]:
-        out: list[Any] = []
-        for reader, positions in self._positions(draws):
-            if self.ds.remote:  # a remote shard's part in as few ranged GETs as it allows, in file order
-                out.extend(reader.finish(reader.raw(positions), positions))
-            else:
-                out.extend(reader.decoded(positions))
-        return out
-
-    def fill(self, after: int, count: int) -> list[Any]:
-        out = []
-        nxt = after
-        for _ in range(count):
-            nxt, sample = self._next_good(nxt)
-            out.append(sample)
-        return out
+            mine = np.flatnonzero(passes == q)
+            positions = shuffled.at(at[mine])
+            # read shard by shard in file order (a shard's samples in one call, a remote one's in few ranged
+            # GETs), decoded in the draws' order (bad ones handled by the source's policy)
+            raw = reader.raw(positions)
+            t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
+            for k, p in zip(mine.tolist(), positions.tolist()):
+                sample = raw.pop(p, None)
+                if sample is not None:
+                    sample, t = pipeline(sample, t)
+                if sample is None or sample is SKIP:
+                    bad.append(k)
+                else:
+                    out[k] = sample
+        for k in bad:
+            out[k] = self._next_good(int(draws[k]))[1]
+        return out, len(bad)
 
     def _next_good(self, after: int) -> tuple[int, Any]:
         """The next good sample after draw ``after`` in its pass's order (wrapping within the pass)."""
