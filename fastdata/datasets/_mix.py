@@ -114,7 +114,8 @@ class Mix(MapDatasetBase, Dataset[Any]):
         self.batch_size = batch_size
         self.unit = batch_size if batches == "per_source" and batch_size else 1
         self._readers: list[SourceReader] = [
-            reader_for(ds, derive_seed(seed, s), shuffle, _is_tar) for s, ds in enumerate(self.sources)
+            reader_for(ds, derive_seed(seed, s), shuffle, _is_tar, keep=batches == "per_source")
+            for s, ds in enumerate(self.sources)
         ]
         self.sizes = [r.n for r in self._readers]
         for name, n in zip(self.names, self.sizes):

@@ -9,7 +9,8 @@ pass, in a new order. A pass's order:
   map-style dataset): a permutation of its indices from (seed, pass), or, for a dataset with
   ``block_starts()`` (``HDF5Dataset``: its chunks), blocks permuted and shuffled within (as
   :class:`~fastdata.loading.ChunkBatchSampler` orders them), so that a batch's rows come from few chunks. A
-  batch's indices are read through ``__getitems__``;
+  batch's indices are read through ``__getitems__`` (in index order, then put back in the draws' order; per-source
+  batches in the draws' order, as the source's own batch, for its own collate);
 * ``TarShardDataset``: its own plan of a pass (shards in a seeded order, samples shuffled within windows of
   its ``shuffle_window``; in order without its ``shuffle``), read through its shards' indexes.
 
@@ -71,11 +72,17 @@ class SourceReader:
 
 
 class MapReader(SourceReader):
-    """A map-style source."""
+    """A map-style source.
 
-    def __init__(self, ds: Any, seed: int, shuffle: bool) -> None:
+    Args:
+        keep (bool): return the source's own batch as ``__getitems__`` gives it (read in the draws' order), for
+            its own collate; else a list of samples (read in index order). Defaults to False.
+    """
+
+    def __init__(self, ds: Any, seed: int, shuffle: bool, keep: bool = False) -> None:
         super().__init__(ds, seed, shuffle)
         self.blocks = callable(getattr(ds, "block_starts", None))
+        self.keep = keep
 
     def _make_order(self, q: int) -> Any:
         if self.blocks:
@@ -98,16 +105,25 @@ class MapReader(SourceReader):
         return out
 
     def read(self, draws: np.ndarray) -> tuple[Any, int]:
-        # in the draws' order, so that a batch read in runs (the hybrid's threads) comes out the same; an
-        # HDF5Dataset's draws of a batch lie in few chunks (its pass is ordered by chunks) whatever their order
-        idx = self.indices(draws).tolist()
+        idx = self.indices(draws)
         getitems = getattr(self.ds, "__getitems__", None)
-        got = getitems(idx) if getitems is not None else [self.ds[i] for i in idx]
+        if getitems is None:
+            return [self.ds[int(i)] for i in idx], 0
+        if self.keep:  # the source's own batch (an HDF5Dataset's columns), in the draws' order
+            got = getitems(idx.tolist())
+        else:  # rows in index order are read as runs; then put back in the draws' order
+            order = np.argsort(idx, kind="stable")
+            rows = getitems(idx[order].tolist())
+            got = rows
+            if len(rows) == len(idx):
+                got = [None] * len(idx)
+                for k, sample in zip(order.tolist(), rows):
+                    got[k] = sample
         if len(got) == len(idx):
             return got, 0
         # a bad sample was left out: each read alone, a bad one's ds[i] is its own substitute (the next good
         # index, counted by the source too), so every sample keeps its place
-        return [self.ds[i] for i in idx], len(idx) - len(got)
+        return [self.ds[int(i)] for i in idx], len(idx) - len(got)
 
 
 class TarReader(SourceReader):
@@ -176,9 +192,9 @@ class TarReader(SourceReader):
         )
 
 
-def reader_for(ds: Any, seed: int, shuffle: bool, is_tar: Callable[[Any], bool]) -> SourceReader:
-    """The reader of source ``ds``."""
-    return TarReader(ds, seed, shuffle) if is_tar(ds) else MapReader(ds, seed, shuffle)
+def reader_for(ds: Any, seed: int, shuffle: bool, is_tar: Callable[[Any], bool], keep: bool) -> SourceReader:
+    """The reader of source ``ds`` (``keep``: see :class:`MapReader`)."""
+    return TarReader(ds, seed, shuffle) if is_tar(ds) else MapReader(ds, seed, shuffle, keep)
 
 
 __all__ = ["MapReader", "SourceReader", "TarReader", "reader_for"]
