@@ -100,6 +100,7 @@ def litdata_copies(root: Path, data: dict[str, Any]) -> list[str] | str:
             inputs=list(range(len(labels))),
             output_dir=str(folder),
             chunk_bytes="16MB",
+            mode="overwrite",  # a --data folder used before
             num_workers=1,
             verbose=False,
         )

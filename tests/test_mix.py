@@ -291,3 +291,38 @@ def test_a_per_source_mix_resumes_mid_epoch_with_any_num_workers(data: Path) -> 
 def _at(loader: fd.Loader, e: int) -> fd.Loader:
     loader.set_epoch(e)
     return loader
+
+
+def test_a_worker_reads_its_next_batch_along_with_the_one_asked_for(data: Path) -> None:
+    # each source is read once per two batches (its share of both at once), and the batches are the same
+    mix = mix_of(data)
+    calls = []
+    for reader in mix._readers:
+        read = reader.read
+        reader.read = lambda draws, read=read: calls.append(len(draws)) or read(draws)  # type: ignore[method-assign]
+    loader = fd.Loader(mix, batch_size=4, num_workers=0)
+    got = epoch(loader, 0)
+    assert got == epoch(fd.Loader(mix_of(data), batch_size=4, num_workers=0), 0)
+    # batch 0 alone (no stride learnt yet), then pairs: 1+2, 3+4 ... and the 9th alone (no 10th to pair with)
+    assert len(calls) == 2 * (1 + 4 + 1) and sum(calls) == 40
+
+
+def test_read_ahead_stops_guessing_when_the_batches_do_not_follow_a_stride() -> None:
+    from fastdata.datasets._mix_ahead import MISSES, ReadAhead
+
+    ahead = ReadAhead()
+    run = lambda first: np.arange(first, first + 4)  # noqa: E731
+    assert ahead.plan(0, run(0), 100) is None  # nothing learnt yet
+    nxt = ahead.plan(0, run(8), 100)  # a stride of 8
+    assert nxt is not None and nxt.tolist() == [16, 17, 18, 19]
+    ahead.hold(0, nxt, ["x"] * 4)
+    assert ahead.take(0, run(16)) == ["x"] * 4
+    for first in (40, 90):  # asked for others: each held batch dropped, then no more guesses this epoch
+        nxt = ahead.plan(0, run(first - 8), 1000)
+        assert nxt is not None and nxt[0] != first
+        ahead.hold(0, nxt, ["y"] * 4)
+        assert ahead.take(0, run(first)) is None
+    assert ahead._misses == (0, MISSES)
+    ahead.plan(0, run(0), 100)
+    assert ahead.plan(0, run(8), 100) is None
+    assert ahead.plan(1, run(0), 100) is None and ahead.plan(1, run(8), 100) is not None  # a new epoch

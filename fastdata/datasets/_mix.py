@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
 from time import perf_counter
 from typing import Any, Literal
 
 import numpy as np
-from torch.utils.data import Dataset, IterableDataset, default_collate
+from torch.utils.data import Dataset, default_collate
 
 from fastdata.core._mixing import MixSequence, apportion
 from fastdata.core._seeding import derive_seed
-from fastdata.core._sharding import Remainder
+from fastdata.core._sharding import Remainder, rank_span
 from fastdata.core._shared import REPEAT_FLAG
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.datasets._base import MapDatasetBase
+from fastdata.datasets._mix_ahead import ReadAhead
+from fastdata.datasets._mix_parts import (
+    SOURCE_KEY,
+    SourceBatch,
+    check_alike,
+    collate_per_source,
+    is_tar,
+    named,
+    weights_of,
+)
 from fastdata.datasets._mix_sources import SourceReader, reader_for
-from fastdata.loading._protocol import Collating
 from fastdata.loading._sampler import EpochSampler
 
 Batches = Literal["mixed", "per_source"]
@@ -27,9 +34,6 @@ Batches = Literal["mixed", "per_source"]
 samples must collate together: give the sources transforms that make them alike); ``"per_source"``, batches
 of ``batch_size`` samples of one source each, in the proportions counted in batches (sources whose samples
 do not batch together)."""
-
-SOURCE_KEY = "__source__"
-"""The key a :class:`Mix` adds to every sample dict (and every collated batch of dicts): the source's name."""
 
 
 class Mix(MapDatasetBase, Dataset[Any]):
@@ -98,7 +102,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
         world_size: int | None = None,
     ) -> None:
         check_choice("batches", batches, Batches)
-        self.names, self.sources = _named(datasets)
+        self.names, self.sources = named(datasets)
         self._init_base(
             seed=seed,
             on_error="raise",
@@ -114,18 +118,20 @@ class Mix(MapDatasetBase, Dataset[Any]):
         self.batch_size = batch_size
         self.unit = batch_size if batches == "per_source" and batch_size else 1
         self._readers: list[SourceReader] = [
-            reader_for(ds, derive_seed(seed, s), shuffle, _is_tar, keep=batches == "per_source")
+            reader_for(ds, derive_seed(seed, s), shuffle, is_tar, keep=batches == "per_source")
             for s, ds in enumerate(self.sources)
         ]
         self.sizes = [r.n for r in self._readers]
         for name, n in zip(self.names, self.sizes):
             if n < 1:
                 raise ConfigError(f"Mix: source {name!r} has no samples")
-        self.weights = _weights(weights, self.names, self.sizes)
+        self.weights = weights_of(weights, self.names, self.sizes)
         units = self._epoch_units(epoch_size)
         self.counts = units * self.unit  # samples of each source per epoch
         """Samples each source supplies per epoch (``numpy`` array, by source)."""
         self.sequence = MixSequence(units)
+        self._ahead = ReadAhead()
+        self._end = len(self)  # where this rank's part of the sequence ends (set by sampler()): read no further
         for ds in self.sources:  # the mix sets their epoch every pass, and reads more than one pass of some
             shared = getattr(ds, "_shared", None)
             if shared is not None:
@@ -160,6 +166,9 @@ class Mix(MapDatasetBase, Dataset[Any]):
             )
         return units
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ahead": ReadAhead()}  # what a worker holds is its own
+
     # --- the epoch ---
 
     def set_epoch(self, epoch: int) -> None:
@@ -187,6 +196,8 @@ class Mix(MapDatasetBase, Dataset[Any]):
                 the sequence's last ``len(mix) % world_size`` samples are left out, so the counts read are the
                 apportionment of the samples read.
         """
+        start, length = rank_span(len(self) // self.unit, self.rank, self.world_size, remainder)
+        self._end = min(len(self), (start + length) * self.unit)
         return EpochSampler(
             len(self),
             shuffle=False,
@@ -223,7 +234,8 @@ class Mix(MapDatasetBase, Dataset[Any]):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, positions: Sequence[int]) -> Any:
-        """The samples at ``positions`` of the current epoch, grouped by source (a batch is a set)."""
+        """The samples at ``positions`` of the current epoch, in their order (this worker's next batch is read
+        along with them, and held: :mod:`fastdata.datasets._mix_ahead`)."""
         self.follow_epoch()
         self._count_reads(len(positions))
         sources, draws = self.locate(positions)
@@ -234,7 +246,21 @@ class Mix(MapDatasetBase, Dataset[Any]):
             )
         if self.unit > 1:  # one source (checked above)
             s = int(sources[0])
-            return _SourceBatch(self.names[s], self._read(s, draws), self.sources[s])
+            return SourceBatch(self.names[s], self._read(s, draws), self.sources[s])
+        at = np.asarray(positions, dtype=np.int64)
+        held = self._ahead.take(self.epoch, at)
+        if held is not None:
+            return held
+        nxt = self._ahead.plan(self.epoch, at, self._end)
+        if nxt is None:
+            return self._mixed(sources, draws)
+        more_sources, more_draws = self.locate(nxt)
+        both = self._mixed(np.concatenate([sources, more_sources]), np.concatenate([draws, more_draws]))
+        self._ahead.hold(self.epoch, nxt, both[len(at) :])
+        return both[: len(at)]
+
+    def _mixed(self, sources: np.ndarray, draws: np.ndarray) -> list[Any]:
+        """The samples of ``draws`` of ``sources``, in their order, each source read once."""
         out: list[Any] = [None] * len(draws)
         first: dict[int, Any] = {}
         for s in np.unique(sources).tolist():
@@ -244,7 +270,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
                 out[k] = sample
             first[s] = out[mine[0]]
         if len(first) > 1:
-            _check_alike(first, self.names)
+            check_alike(first, self.names)
         return out  # in the positions' order: a batch read in runs (the hybrid's threads) comes out the same
 
     def _read(self, s: int, draws: np.ndarray) -> Any:
@@ -323,101 +349,6 @@ class Mix(MapDatasetBase, Dataset[Any]):
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}: {c}" for n, c in zip(self.names, self.counts.tolist()))
         return f"Mix({shares} samples per epoch, batches={self.batches!r}, rank {self.rank}/{self.world_size})"
-
-
-class _SourceBatch(Sequence[Any]):
-    """The samples of one ``per_source`` batch (as the source returned them: an ``HDF5Dataset``'s keep their
-    columns), and the source they came from, for its own collate."""
-
-    def __init__(self, name: str, samples: Any, source: Any) -> None:
-        self.name, self.samples, self.source = name, samples, source
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i: Any) -> Any:
-        return _with_source(self.samples[i], self.name)
-
-    def __iter__(self) -> Any:
-        # taken apart (the hybrid's threads read a batch in runs, then join their samples), each sample says
-        # its source itself
-        return (_with_source(x, self.name) for x in self.samples)
-
-
-def _with_source(sample: Any, name: str) -> Any:
-    if isinstance(sample, dict):
-        sample[SOURCE_KEY] = name
-    return sample
-
-
-def collate_per_source(batch: Any) -> Any:
-    """Collate a ``per_source`` batch with its source's own collate (``HDF5Dataset``'s keeps its columns);
-    a batch of dicts gets ``"__source__"``: the source's name for each sample. A batch taken apart on the way
-    (a plain list: its samples carry ``"__source__"`` themselves) is collated by ``default_collate``."""
-    if not isinstance(batch, _SourceBatch):
-        return default_collate(batch)
-    source = batch.source
-    out = source.collate(batch.samples) if isinstance(source, Collating) else default_collate(batch.samples)
-    if isinstance(out, dict):
-        out[SOURCE_KEY] = [batch.name] * len(batch)
-    return out
-
-
-def _is_tar(ds: Any) -> bool:
-    from fastdata.datasets._tar_shards import TarShardDataset
-
-    return isinstance(ds, TarShardDataset)
-
-
-def _named(datasets: Mapping[str, Any] | Sequence[Any]) -> tuple[list[str], list[Any]]:
-    if isinstance(datasets, Mapping):
-        names, sources = [str(k) for k in datasets], list(datasets.values())
-    else:
-        sources = list(datasets)
-        names = [str(i) for i in range(len(sources))]
-    if not sources:
-        raise ConfigError("Mix needs at least one dataset")
-    for name, ds in zip(names, sources):
-        if isinstance(ds, IterableDataset) and not _is_tar(ds):
-            raise ConfigError(
-                f"Mix: source {name!r} ({type(ds).__name__}) is iterable; a mix reads its sources by position: "
-                "use a map-style dataset or TarShardDataset"
-            )
-        if not (_is_tar(ds) or (hasattr(ds, "__getitem__") and hasattr(ds, "__len__"))):
-            raise ConfigError(f"Mix: source {name!r} ({type(ds).__name__}) has no __len__ and __getitem__")
-    return names, sources
-
-
-def _weights(weights: Mapping[str, float] | Sequence[float] | None, names: list[str], sizes: list[int]) -> list[float]:
-    if weights is None:
-        w = [float(n) for n in sizes]
-    elif isinstance(weights, Mapping):
-        by_name = {str(k): v for k, v in weights.items()}
-        if set(by_name) != set(names) or len(by_name) != len(weights):
-            raise ConfigError(f"weights name {sorted(by_name)}; the sources are {names}: name each once")
-        w = [float(by_name[n]) for n in names]
-    else:
-        w = [float(x) for x in weights]
-        if len(w) != len(names):
-            raise ConfigError(f"{len(w)} weights for {len(names)} sources: give one weight per source")
-    for name, x in zip(names, w):
-        if not math.isfinite(x) or x <= 0:
-            raise ConfigError(f"weight {x} of source {name!r}: weights must be positive and finite")
-    total = sum(w)
-    return [x / total for x in w]
-
-
-def _check_alike(first: dict[int, Any], names: list[str]) -> None:
-    """Mixed batches are collated together: refuse, naming the sources, samples of unlike keys (``first``: a
-    sample of each source in the batch)."""
-    keys = [(s, frozenset(x)) for s, x in first.items() if isinstance(x, dict)]
-    for (a, ka), (b, kb) in pairwise(keys):
-        if ka != kb:
-            raise ConfigError(
-                f"Mix: samples of source {names[a]!r} have keys {sorted(ka)}, of {names[b]!r} {sorted(kb)}: a mixed "
-                "batch collates them together; give each source a transform that returns the same keys, or use "
-                'batches="per_source"'
-            )
 
 
 __all__ = ["SOURCE_KEY", "Batches", "Mix", "collate_per_source"]
