@@ -236,6 +236,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         if "litdata_mix" in med:
             res["litdata_mix_vs_fd_mix"] = med["litdata_mix"] / med["fd_mix"]
+        # the same ratios repeat by repeat (loaders measured side by side), then their median: steadier on a
+        # machine whose load drifts
+        slower = [min(t, h) for t, h in zip(rates["fd_tar"], rates["fd_hdf5"])]
+        res["paired"] = {
+            "mix_vs_slower_source": statistics.median(m / s for m, s in zip(rates["fd_mix"], slower)),
+            "per_source_mix_vs_slower_source": statistics.median(
+                m / s for m, s in zip(rates["fd_mix_per_source"], slower)
+            ),
+        }
+        if "litdata_mix" in rates:
+            res["paired"]["litdata_mix_vs_fd_mix"] = statistics.median(
+                a / b for a, b in zip(rates["litdata_mix"], rates["fd_mix"])
+            )
         out["results"][f"workers={workers}"] = res
         print(json.dumps({f"workers={workers}": {k: v for k, v in res.items() if k != "repeats"}}, default=str))
     out["loadavg_after"] = os.getloadavg()
