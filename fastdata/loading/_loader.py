@@ -475,10 +475,14 @@ class Loader:
                 other samples), lies outside the epoch, or was saved on another number of ranks for a
                 sampler or dataset that cannot finish an epoch elsewhere.
         """
-        s = load_state(state, into="Loader", unit="batches", plan=self._plan(), length=len(self), elastic=True)
+        earlier, self._tail = self._tail, None  # the length checked is the epoch's own, not an earlier tail's
+        try:
+            s = load_state(state, into="Loader", unit="batches", plan=self._plan(), length=len(self), elastic=True)
+        except ConfigError:
+            self._tail = earlier
+            raise
         history, position = next_layout(s, int(self.dataset.world_size), self.batch_size)
         self.close()  # persistent workers hold a copy of the dataset from before this state
-        self._tail = None
         self.set_epoch(s.epoch)
         if history:
             self._tail = (s.epoch, history, self._tail_for(s.epoch, history))
