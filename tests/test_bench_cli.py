@@ -76,7 +76,7 @@ def test_bad_invocations_fail_with_a_clear_message(
     assert main(["bench"]) == 2
     assert "give a SPEC" in capsys.readouterr().err
     assert main(["bench", str(tmp_path)]) == 2  # an empty folder: no format recognises it
-    assert "cannot tell its format; pass --format" in capsys.readouterr().err
+    assert "holds no shards, HDF5 files or videos" in capsys.readouterr().err
     assert main(["bench", shards[0], "--format", "nosuch"]) == 2
     assert "'nosuch' is not one of" in capsys.readouterr().err
     assert main(["bench", shards[0], "-o", "bogus=1", *FAST]) == 2

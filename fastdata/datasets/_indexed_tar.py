@@ -13,9 +13,8 @@ from torch.utils.data import Dataset
 from fastdata.core._pipeline import SKIP
 from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
+from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
-from fastdata.storage import expand_urls
 
 
 class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
@@ -32,7 +31,9 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
     :attr:`substituted` (see :mod:`fastdata.datasets._substitute`).
 
     Args:
-        urls (str | list[str]): shard paths or URLs (brace ranges and globs expand).
+        urls (str | list[str]): shard paths or URLs (brace ranges and globs expand); a folder is read
+            through the ``manifest.json`` that ``fastdata convert`` wrote in it (a local folder without
+            one: its ``.tar`` files).
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
         transform (Callable | None): applied to each decoded sample dict.
         on_error ("raise" | "skip"): Defaults to "raise".
@@ -58,7 +59,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         max_open: int | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
-        shard_urls = expand_urls(urls)
+        shard_urls = tar_urls(urls, storage_options)
         self._init_base(
             seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
         )

@@ -8,7 +8,7 @@ from time import perf_counter
 from typing import Any, Literal
 
 import numpy as np
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
 from fastdata.core._mixing import MixSequence, apportion
 from fastdata.core._seeding import derive_seed
@@ -28,6 +28,7 @@ from fastdata.datasets._mix_parts import (
 )
 from fastdata.datasets._mix_sources import SourceReader, reader_for
 from fastdata.loading._sampler import EpochSampler
+from fastdata.loading.transport._collate import checked_default_collate
 
 Batches = Literal["mixed", "per_source"]
 """What a batch of a :class:`Mix` holds: ``"mixed"``, samples of every source in the mix's proportions (their
@@ -290,10 +291,10 @@ class Mix(MapDatasetBase, Dataset[Any]):
 
     @property
     def collate(self) -> Any:
-        """The collate function (``fd.Loader`` uses it): torch's ``default_collate`` for mixed batches (it then
+        """The collate function (``fd.Loader`` uses it): the default collate for mixed batches (it then
         stacks straight into the slots), the batch's source's own (``HDF5Dataset.collate`` ...) for
         ``per_source`` batches."""
-        return default_collate if self.unit == 1 else collate_per_source
+        return checked_default_collate if self.unit == 1 else collate_per_source
 
     # --- counters, for the monitor: which source is slow ---
 

@@ -8,10 +8,11 @@ from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any
 
-from torch.utils.data import IterableDataset, default_collate
+from torch.utils.data import IterableDataset
 
 from fastdata.core.errors import ConfigError
 from fastdata.loading._protocol import Collating
+from fastdata.loading.transport._collate import checked_default_collate
 
 SOURCE_KEY = "__source__"
 """The key a :class:`~fastdata.Mix` adds to every sample dict (and every collated batch of dicts): the source's
@@ -46,11 +47,11 @@ def _with_source(sample: Any, name: str) -> Any:
 def collate_per_source(batch: Any) -> Any:
     """Collate a ``per_source`` batch with its source's own collate (``HDF5Dataset``'s keeps its columns);
     a batch of dicts gets ``"__source__"``: the source's name for each sample. A batch taken apart on the way
-    (a plain list: its samples carry ``"__source__"`` themselves) is collated by ``default_collate``."""
+    (a plain list: its samples carry ``"__source__"`` themselves) is collated by the default collate."""
     if not isinstance(batch, SourceBatch):
-        return default_collate(batch)
+        return checked_default_collate(batch)
     source = batch.source
-    out = source.collate(batch.samples) if isinstance(source, Collating) else default_collate(batch.samples)
+    out = source.collate(batch.samples) if isinstance(source, Collating) else checked_default_collate(batch.samples)
     if isinstance(out, dict):
         out[SOURCE_KEY] = [batch.name] * len(batch)
     return out

@@ -42,10 +42,10 @@ from fastdata.datasets._epoch_reader import (
 from fastdata.datasets._substitute import find_substitute
 from fastdata.datasets._tar_elastic import read_tail
 from fastdata.datasets._tar_resume import TarResume
-from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
+from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
-from fastdata.storage import expand_urls, scheme
+from fastdata.storage import scheme
 
 
 class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
@@ -70,7 +70,9 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
 
     Args:
         urls (str | list[str]): shard paths or URLs; brace ranges (``train-{000000..000099}.tar``) and
-            globs expand.
+            globs expand; a folder (``"shards/train"``, ``"s3://bucket/train/"``) is read through the
+            ``manifest.json`` that ``fastdata convert`` wrote in it (a local folder without one: its
+            ``.tar`` files).
         shuffle (bool): new shard order and sample order every epoch, from (seed, epoch). Defaults to False.
         seed (int): Defaults to 0.
         shuffle_window (int | None): samples shuffled together (a window of the rank's part of the epoch,
@@ -125,7 +127,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         if batch_size is not None:
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
-        shard_urls = expand_urls(urls)
+        shard_urls = tar_urls(urls, storage_options)
         self._init_base(
             seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
         )
