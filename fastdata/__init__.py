@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from fastdata.core._seeding import worker_init_fn
     from fastdata.datasets._hdf5 import HDF5Dataset
     from fastdata.datasets._indexed_tar import IndexedTarDataset
+    from fastdata.datasets._mix import Mix
     from fastdata.datasets._s3 import S3Dataset
     from fastdata.datasets._tar_shards import TarShardDataset
     from fastdata.datasets._video import VideoClipDataset
@@ -50,6 +51,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "HDF5Dataset": ("fastdata.datasets._hdf5", "hdf5"),
     "IndexedTarDataset": ("fastdata.datasets._indexed_tar", None),
     "Loader": ("fastdata.loading._loader", None),
+    "Mix": ("fastdata.datasets._mix", None),
     "S3Dataset": ("fastdata.datasets._s3", "s3"),
     "TarShardDataset": ("fastdata.datasets._tar_shards", None),
     "VideoClipDataset": ("fastdata.datasets._video", "video"),
@@ -90,6 +92,7 @@ __all__ = [
     "HDF5Dataset",
     "IndexedTarDataset",
     "Loader",
+    "Mix",
     "PlanError",
     "S3Dataset",
     "SourceNotFound",

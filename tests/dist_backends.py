@@ -186,12 +186,49 @@ def _s3_keys(batch: Any) -> list[str]:
     return [k.rsplit("/", 1)[-1] for k in batch["__key__"]]
 
 
+def _mix_data(folder: Path) -> list[str]:
+    # a tar source (33 samples in 3 shards) and an HDF5 one (33 in 3 files): by default (weights proportional
+    # to the sizes, an epoch as long as both) every epoch reads each source once, every sample exactly once
+    (Path(folder) / "tar").mkdir()
+    (Path(folder) / "h5").mkdir()
+    tar, h5 = _tar_data(Path(folder) / "tar"), _hdf5_data(Path(folder) / "h5")
+    return [f"t:{k}" for k in tar] + [f"h:{k}" for k in h5]
+
+
+def mix_key_of_tar(sample: dict[str, Any]) -> dict[str, Any]:
+    return {"key": f"t:{sample['__key__']}"}
+
+
+def mix_key_of_h5(sample: dict[str, Any]) -> dict[str, Any]:
+    return {"key": f"h:{int(sample['key'])}"}
+
+
+def make_mix_sources(folder: Path, *, seed: int = SEED) -> dict[str, Any]:
+    """The two sources of the ``mix`` backend, their samples made alike (``{"key": ...}``)."""
+    tar = fd.TarShardDataset(
+        _tar_urls(Path(folder) / "tar"), seed=seed, shuffle=True, shuffle_window=8, transform=mix_key_of_tar
+    )
+    files = sorted(str(p) for p in (Path(folder) / "h5").glob("*.h5"))
+    h5 = fd.HDF5Dataset(files, ("image", "label", "key"), seed=seed, transform=mix_key_of_h5)
+    return {"tar": tar, "h5": h5}
+
+
+def _make_mix(folder: Path, *, seed: int, rank: int | None = None, world_size: int | None = None, **_: Any) -> Any:
+    return fd.Mix(make_mix_sources(folder, seed=seed), seed=seed, rank=rank, world_size=world_size)
+
+
+def _mix_keys(batch: Any) -> list[str]:
+    return list(batch["key"])
+
+
 BACKENDS: dict[str, DistBackend] = {
     "tar_shards": DistBackend(_tar_data, _make_tar_shards, _tar_keys, iterable=True),
     "indexed_tar": DistBackend(_tar_data, _make_indexed_tar, _tar_keys, iterable=False),
     "hdf5": DistBackend(_hdf5_data, _make_hdf5, _hdf5_keys, iterable=False),
     "video": DistBackend(_video_data, _make_video, _video_keys, iterable=False, slow=True),
     "s3_objects": DistBackend(_s3_objects_data, _make_s3_objects, _s3_keys, iterable=False, needs_s3=True, slow=True),
+    # fd.Mix of a tar and an HDF5 source: map-style, read through its own sampler like the others
+    "mix": DistBackend(_mix_data, _make_mix, _mix_keys, iterable=False),
     # (TarShardDataset on S3 is left out: it cost ~12 s of torchrun and ~15 s in process, for the same planning
     # code as "tar_shards"; tests/test_s3_conformance.py reads it through DataLoader workers)
 }

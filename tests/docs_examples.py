@@ -68,6 +68,7 @@ def _bench(s3: Callable[[], Any]) -> None:
 
 def _distributed(s3: Callable[[], Any]) -> None:
     make_shards("data", shards=100, per_shard=6, prefix="train")  # 600 samples: the resume example skips 512
+    _h5("data", ["books-0.h5", "books-1.h5"])  # 80 samples: the mixing example's second source
 
 
 def _hdf5(s3: Callable[[], Any]) -> None:

@@ -16,7 +16,7 @@ are shuffled within windows of the span, and the span is dealt to workers:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -32,6 +32,10 @@ Remainder = Literal["drop", "pad", "uneven"]
 * ``"uneven"``: ranks differ by at most one sample; nothing is dropped or repeated, but ranks may see
   a different number of batches, so training must use a join context (``torch.distributed.algorithms.Join``).
 """
+
+
+REMAINDERS: tuple[Remainder, ...] = get_args(Remainder)
+"""The policies in a fixed order: a resume state's plan saves one as its index here."""
 
 
 def rank_span(n: int, rank: int, world_size: int, remainder: Remainder = "drop") -> tuple[int, int]:
@@ -125,6 +129,14 @@ def _order_at(positions: np.ndarray, n: int, *, shuffle: bool, seed: int, epoch:
     return keyed_permutation(positions, n, order_keys(seed, epoch)) if shuffle else positions
 
 
+def order_at(positions: np.ndarray, n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
+    """The items of :func:`epoch_order` ``(n, ...)`` at ``positions`` (values in ``0 .. n-1``), for any ``n``."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if n > EXACT_ORDER_MAX or not shuffle:
+        return _order_at(positions, n, shuffle=shuffle, seed=seed, epoch=epoch)
+    return epoch_order(n, shuffle=shuffle, seed=seed, epoch=epoch)[positions]
+
+
 def order_keys(seed: int, epoch: int) -> np.ndarray:
     """The four Feistel keys of :func:`keyed_permutation` for (seed, epoch)."""
     return np.random.default_rng([seed, epoch, 0x5EED, 0xFE15]).integers(0, 1 << 64, size=4, dtype=np.uint64)
@@ -192,6 +204,21 @@ class WindowShuffle:
             end = min(hi, (w + 1) * self.window)
             out[q - lo : end - lo] = self._perm(w)[q - w * self.window : end - w * self.window]
             q = end
+        return out
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """Source positions for any span ``positions`` (not only a range)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if self.window <= 1:
+            return positions
+        out = np.empty_like(positions)
+        windows = positions // self.window
+        by = np.argsort(windows, kind="stable")
+        cuts = np.flatnonzero(np.diff(windows[by])) + 1
+        for group in np.split(by, cuts):
+            if len(group):
+                w = int(windows[group[0]])
+                out[group] = self._perm(w)[positions[group] - w * self.window]
         return out
 
 

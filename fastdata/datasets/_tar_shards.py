@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any
 
@@ -13,11 +13,18 @@ from torch.utils.data import IterableDataset
 
 from fastdata.core import _process as process
 from fastdata.core._pipeline import SKIP
-from fastdata.core._resume import ResumeState, load_state
-from fastdata.core._sharding import Remainder, WindowShuffle, epoch_order, rank_span, split_counts, worker_ranges
+from fastdata.core._resume import Stop
+from fastdata.core._sharding import (
+    Remainder,
+    WindowShuffle,
+    epoch_order,
+    rank_span,
+    split_counts,
+    worker_ranges,
+)
 from fastdata.core._shared import EGRESS_FLAG
 from fastdata.core._world import World
-from fastdata.core.errors import ConfigError, OnError, PlanError, check_choice, check_positive
+from fastdata.core.errors import OnError, PlanError, check_choice, check_positive
 from fastdata.datasets._base import DatasetBase
 from fastdata.datasets._epoch_reader import (
     DEFAULT_WINDOW,
@@ -33,6 +40,8 @@ from fastdata.datasets._epoch_reader import (
     worker_span,
 )
 from fastdata.datasets._substitute import find_substitute
+from fastdata.datasets._tar_elastic import read_tail
+from fastdata.datasets._tar_resume import TarResume
 from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
@@ -40,7 +49,7 @@ from fastdata.loading.transport._samples import slot_samples
 from fastdata.storage import scheme
 
 
-class TarShardDataset(DatasetBase, IterableDataset[Any]):
+class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
     """Samples of WebDataset-format tar shards, each exactly once per epoch across ranks and workers.
 
     Every rank reads an equal, contiguous part of the epoch (shards in a seeded order, then samples);
@@ -166,17 +175,22 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
                 f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
                 "fewer ranks, or drop_last=False"
             )
-        # (epoch, batches, worker, num_workers): where the next pass starts; worker None = the whole rank
-        self._resume: tuple[int, int, int | None, int | None] | None = None
-        # (pid, epoch, next batch, worker, num_workers) of this process's latest pass, for state_dict()
-        self._progress: tuple[int, int, int, int, int] | None = None
+        # (epoch, batches, worker, num_workers, history): where the next pass starts; worker None = the whole
+        # rank; history: the earlier layouts of an epoch resumed on another number of ranks (_tar_elastic)
+        self._resume: tuple[int, int, int | None, int | None, tuple[Stop, ...]] | None = None
+        # (pid, epoch, next batch, worker, num_workers, history) of this process's latest pass, for state_dict()
+        self._progress: tuple[int, int, int, int, int, tuple[Stop, ...]] | None = None
 
     @property
     def urls(self) -> list[str]:
         return self.source.urls
 
     def __len__(self) -> int:
-        """Samples per epoch on this rank, or batches when ``batch_size`` is set."""
+        """Samples per epoch on this rank, or batches when ``batch_size`` is set (in an epoch resumed on another
+        number of ranks and loaded, not yet read: the batches of its tail)."""
+        resume = self._resume
+        if resume is not None and resume[4] and resume[0] == self.epoch:
+            return self.elastic_length(resume[4])
         n = self._span[1]
         if self.batch_size is None:
             return n
@@ -194,30 +208,24 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         epoch = EpochReader(self.source, start, length, split_counts(self.source.counts, order), order)
         if self.batch_size is None:  # batched by a DataLoader: its batches of bytes travel in slots
             return slot_samples(self._samples(world, epoch))
+        resume = self._resume
+        if resume is not None and resume[4] and resume[0] == world.epoch:  # an epoch resumed elsewhere
+            self._resume = None
+            self._progress = (
+                process.pid(),
+                world.epoch,
+                resume[1] + world.worker,
+                world.worker,
+                world.num_workers,
+                resume[4],
+            )
+            return read_tail(self, world, resume[4], resume[1] + world.worker, world.num_workers)
         first, stride, worker = self._first_batch(world)
         shuffled = WindowShuffle(length, self.window, seed=self.seed, epoch=world.epoch, rank=self.rank)
-        self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers)
+        self._progress = (process.pid(), world.epoch, first, world.worker, world.num_workers, ())
         if self.remote:
             self._warn_egress(world)
         return self._batches(world, epoch, shuffled, first, stride, worker)
-
-    def _first_batch(self, world: World) -> tuple[int, int, int]:
-        """``(first batch, stride, worker slot)`` of this worker's pass, from a pending resume."""
-        resume = self._resume
-        if resume is None or resume[0] != world.epoch:
-            return world.worker, world.num_workers, world.worker
-        self._resume = None
-        _, batches, saved_worker, saved_workers = resume
-        if saved_worker is None:  # a rank-level position: deal batches from ``batches`` on afresh
-            return batches + world.worker, world.num_workers, world.worker
-        if (saved_worker, saved_workers) != (world.worker, world.num_workers):
-            raise ConfigError(
-                f"this state was saved by worker {saved_worker} of {saved_workers} and is being "
-                f"loaded in worker {world.worker} of {world.num_workers}; a per-worker state "
-                "(from StatefulDataLoader) needs the same num_workers, or resume through "
-                "fastdata.Loader, which allows any"
-            )
-        return batches, world.num_workers, 0
 
     def _samples(self, world: World, epoch: EpochReader) -> Iterator[Any]:
         """Per-sample mode: this worker's contiguous range, a window at a time, each sample decoded as it
@@ -300,7 +308,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         unit = self.batch_size
         assert unit is not None
         # counted before the yield, so that a state taken right after this batch resumes past it
-        self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers)
+        self._progress = (process.pid(), world.epoch, lo // unit + stride, world.worker, world.num_workers, ())
         return self.collate_fn(batch)
 
     def _stand_in_batch(
@@ -355,60 +363,6 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
 
     def _epoch_randomness(self) -> str | None:
         return "the order of shards and samples (shuffle=True)" if self.shuffle else None
-
-    def _plan(self) -> dict[str, int]:
-        plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed}
-        if self.batch_size is not None:
-            plan["batch_size"] = self.batch_size
-        return plan
-
-    def state_dict(self, batches: int | None = None) -> dict[str, Any]:
-        """Where to resume: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting the batches of
-        the current epoch the rank has consumed.
-
-        Args:
-            batches (int | None): batches of this epoch the rank has consumed (what
-                :class:`fastdata.Loader` passes). Defaults to this process's own position: in the main
-                process (no workers), the batches it has yielded; in a DataLoader worker, that worker's next
-                batch (``worker``/``num_workers`` set), which is what ``torchdata``'s ``StatefulDataLoader``
-                collects from each worker.
-        """
-        plan = self._plan()
-        if batches is not None:
-            return ResumeState(self.epoch, batches, "batches", plan).to_dict()
-        if self._resume is not None and self._resume[0] == self.epoch:
-            epoch, batches, worker, workers = self._resume
-        elif self._progress is not None and self._progress[:2] == (process.pid(), self.epoch):
-            _, epoch, batches, worker, workers = self._progress
-            if workers == 1:
-                worker = None
-        else:
-            return ResumeState(self.epoch, 0, "batches", plan).to_dict()
-        if worker is None:
-            workers = None
-        return ResumeState(epoch, batches, "batches", plan, worker, workers).to_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Make the next pass over the state's epoch start after the batches it counts.
-
-        Needs ``batch_size`` (so that a batch means the same samples for any number of workers). A state
-        with ``worker``/``num_workers`` (one worker's, as ``StatefulDataLoader`` saves) resumes that worker
-        and needs the same ``num_workers``; one without resumes the whole rank, with any ``num_workers``.
-
-        Raises:
-            ConfigError: when the state lies outside this rank's epoch, was saved for another plan (batch
-                size, dataset size, world size, seed), or resumes mid-epoch without ``batch_size``.
-        """
-        s = load_state(
-            state, into="TarShardDataset", unit="batches", plan=self._plan(), length=len(self), per_worker=True
-        )
-        if s.position and self.batch_size is None:
-            raise ConfigError(
-                "resuming mid-epoch needs TarShardDataset(batch_size=...), so that the "
-                "order of batches does not depend on num_workers"
-            )
-        self.set_epoch(s.epoch)
-        self._resume = (s.epoch, s.position, s.worker, s.num_workers)
 
     def close(self) -> None:
         self.source.close()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
+from fastdata.core._elastic import Base
 from fastdata.core._resume import ResumeState, load_state
 from fastdata.core._sharding import Remainder, rank_span
 from fastdata.core._shared import SharedEpoch, SharedState
@@ -77,6 +78,8 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
     """
 
+    sorted_batches = True  # each batch in index order: its rows are read as runs
+
     def __init__(
         self,
         starts: Sequence[int] | np.ndarray,
@@ -116,9 +119,36 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
 
     def indices(self) -> np.ndarray:
         """This rank's indices for the current epoch, in batch order."""
-        seq = block_sequence(self.starts, self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch, mix=self.mix)
-        start, length = rank_span(self.n, self.rank, self.world_size, self.remainder)
-        return seq[(start + np.arange(length)) % self.n]
+        return self.rank_order(self.rank, self.world_size, self.batch_size)
+
+    def sequence(self) -> np.ndarray:
+        """The epoch's sequence of indices, the same on every rank (ranks take contiguous parts of it)."""
+        return block_sequence(self.starts, self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch, mix=self.mix)
+
+    def rank_order(self, rank: int, world_size: int, batch_size: int) -> np.ndarray:
+        """Rank ``rank``'s indices of the current epoch, in batch order, in a plan of ``world_size`` ranks
+        with batches of ``batch_size`` (which this order does not depend on)."""
+        start, length = rank_span(self.n, rank, world_size, self.remainder)
+        return self.sequence()[(start + np.arange(length)) % self.n]
+
+    # --- resuming on another number of ranks (fastdata.core._elastic; fastdata.Loader drives it) ---
+
+    def elastic_base(self, world_size: int, batch_size: int, drop_last: bool = False) -> Base:
+        """This epoch's plan on ``world_size`` ranks with batches of ``batch_size`` (``drop_last`` is this
+        sampler's own)."""
+        lengths = []
+        for r in range(world_size):
+            n = rank_span(self.n, r, world_size, self.remainder)[1]
+            lengths.append(n - n % batch_size if self.drop_last else n)
+        return Base(tuple(lengths), batch_size)
+
+    def elastic_items(self, world_size: int, batch_size: int, ranks: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The indices at ``positions`` of ranks ``ranks``'s parts in this epoch's plan on ``world_size`` ranks."""
+        out = np.empty(len(positions), dtype=np.int64)
+        for r in np.unique(ranks).tolist():
+            mine = ranks == r
+            out[mine] = self.rank_order(r, world_size, batch_size)[positions[mine]]
+        return out
 
     def __iter__(self) -> Iterator[list[int]]:
         # A generator: the resume position is taken at the first next(), not at iter(). The DataLoader's

@@ -11,6 +11,11 @@ the DataLoader hands batches out in that order. So ``(epoch, batches consumed)``
 resume from, in a new process, with any number of workers. The state is the same on every rank (all
 ranks consume the same number of batches per step), so saving rank 0's is enough.
 
+A state saved on another number of ranks, or with another batch size, resumes too: the samples of that
+epoch no rank had consumed are read exactly once across this run's ranks, the same number of batches on
+each (:mod:`fastdata.core._elastic`; map-style: :mod:`fastdata.loading._tail`); the epochs after it are read
+as a run of this size reads them.
+
 Who reads: worker processes (``num_workers``; batches handed over through reused shared-memory slots by
 default, ``transport="slots"``, see :mod:`fastdata.loading.transport._collate`; ``threads_per_worker`` threads in
 each, :mod:`fastdata.loading.threads._hybrid`), or ``workers="threads"``: threads of this process, each standing
@@ -28,13 +33,14 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core._resume import ResumeState, load_state
-from fastdata.core._sharding import Remainder, rank_span
+from fastdata.core._resume import ResumeState, Stop, load_state, next_layout
+from fastdata.core._sharding import REMAINDERS, Remainder, rank_span
 from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.loading._builder import Transport, build_dataloader, fastdata_worker_init
 from fastdata.loading._checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
 from fastdata.loading._plan import ReadPlan, as_is
 from fastdata.loading._protocol import Dataset, RankSampler
+from fastdata.loading._tail import ElasticDataset, TailBatches, check_elastic, tail_batches
 from fastdata.loading.observe._autotune import AutoTune, Setting
 from fastdata.loading.observe._report import Stats
 from fastdata.loading.observe._reporting import Since
@@ -182,6 +188,12 @@ class Loader:
             check_positive("batch_size", batch_size)
             self.batch_size = batch_size
             self.sampler = make_sampler(dataset, sampler, shuffle, remainder)
+            unit = getattr(self.sampler, "unit", 1)
+            if unit > 1 and batch_size != unit:  # a Mix's per-source batches
+                raise ConfigError(
+                    f"{type(dataset).__name__}'s sampler lays out its indices in runs of {unit} that each make one "
+                    f"batch: pass batch_size={unit}"
+                )
         self._drop_last = bool(drop_last)
         self._collate_fn = self._user_kwargs.pop("collate_fn", None)  # part of the read plan
         self._worker_init = fastdata_worker_init(worker_init_fn)
@@ -190,6 +202,9 @@ class Loader:
             self._kwargs = self._session.kwargs_for(self._user_kwargs, self._session.setting)
         self._dataloader: DataLoader[Any] | None = None
         self._threads: ThreadLoader | None = None
+        self._built_for: TailBatches | None = None  # the tail the DataLoader or threads were built for
+        # an epoch resumed from another number of ranks or batch size: (epoch, history, batches), see _tail_for
+        self._tail: tuple[int, tuple[Stop, ...], Any] | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
         if len(self) == 0 or self._starves_a_rank():
@@ -213,6 +228,9 @@ class Loader:
         """How the dataset is read: what ``build_dataloader`` and ``ThreadLoader`` both take."""
         if self.iterable:
             return ReadPlan(collate_fn=self._collate_fn)
+        tail = self._active_tail()
+        if tail is not None:  # a resumed epoch's tail: its batches listed, of unequal sizes
+            return ReadPlan(batch_sampler=tail, collate_fn=self._collate_fn)
         if self._batch_sampler:
             return ReadPlan(batch_sampler=self.sampler, collate_fn=self._collate_fn)
         return ReadPlan(self.batch_size, self.sampler, drop_last=self._drop_last, collate_fn=self._collate_fn)
@@ -228,6 +246,7 @@ class Loader:
             raise ConfigError(
                 'workers="threads" reads through a ThreadLoader, not a DataLoader: see Loader.thread_loader'
             )
+        self._follow_tail()
         if self._dataloader is None:
             self._dataloader = build_dataloader(
                 self.dataset,
@@ -249,6 +268,7 @@ class Loader:
         """
         if self.workers != "threads":
             raise ConfigError("this Loader reads through worker processes: see Loader.dataloader")
+        self._follow_tail()
         if self._threads is None:
             self._threads = thread_loader_for(self.dataset, self.num_workers, self._read_plan(), **self._kwargs)
         return self._threads
@@ -273,10 +293,50 @@ class Loader:
             self.sampler.set_epoch(epoch)
         if self._pending is not None and self._pending[0] != epoch:
             self._pending = None
+        if self._tail is not None and self._tail[0] != epoch:
+            self._tail = None  # a resumed epoch's tail is over: the next epochs are this run's own
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank: the same on every rank, unless ``remainder="uneven"``."""
+        """Batches per epoch on this rank: the same on every rank, unless ``remainder="uneven"``. In an epoch
+        resumed from another number of ranks, the batches of its tail (the same on every rank)."""
+        tail = self._tail
+        if tail is not None and tail[0] == self.epoch:
+            return tail[2] if self.iterable else len(tail[2])
         return len(self.dataset) if self.iterable else len(self._source())
+
+    # --- an epoch resumed on another number of ranks, or with another batch size (fastdata.core._elastic) ---
+
+    def _active_tail(self) -> TailBatches | None:
+        """The batch sampler of the current epoch's tail (map-style), or None."""
+        tail = self._tail
+        if tail is None or tail[0] != self.epoch or self.iterable:
+            return None
+        batches: TailBatches = tail[2]
+        return batches
+
+    def _follow_tail(self) -> None:
+        """Drop a DataLoader (or threads) built for another tail, or for none, than the current epoch's."""
+        if self.iterable or self._built_for is self._active_tail():
+            return
+        self._drop_dataloader()
+        if self._threads is not None:
+            self._threads.close()
+            self._threads = None
+        self._built_for = self._active_tail()
+
+    def _tail_for(self, epoch: int, history: tuple[Stop, ...]) -> Any:
+        """What a pass over epoch ``epoch`` read after the stops of ``history`` needs: the tail's batch count
+        (iterable: the dataset plans its batches in each worker), or its :class:`TailBatches` (map-style)."""
+        check_elastic(self.dataset, self.sampler, self.iterable)
+        if self.iterable:
+            assert isinstance(self.dataset, ElasticDataset)
+            return self.dataset.elastic_length(history)
+        drop_last = False if self._batch_sampler else self._drop_last
+        return TailBatches(
+            epoch, history, tail_batches(self.sampler, history, batch_size=self.batch_size, drop_last=drop_last)
+        )
+
+    # --- end of the resumed epoch's tail ---
 
     def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch
@@ -292,8 +352,14 @@ class Loader:
 
     def _open(self, epoch: int, start: int) -> Iterator[Any]:
         """The DataLoader's (or threads') iterator over epoch ``epoch``, after its first ``start`` batches."""
+        tail = self._tail if self._tail is not None and self._tail[0] == epoch else None
         if self.iterable:
-            self.dataset.load_state_dict(ResumeState(epoch, start, "batches").to_dict())
+            history = tail[1] if tail is not None else ()
+            plan = {"world_size": int(self.dataset.world_size), "batch_size": self.batch_size} if history else {}
+            self.dataset.load_state_dict(ResumeState(epoch, start, "batches", plan, history=history).to_dict())
+        elif tail is not None:
+            self.dataset.set_epoch(epoch)
+            tail[2].start = start
         else:
             # set for every pass, so that the dataset knows the pass is this epoch's (its workers seed their
             # streams from it: see fastdata.core._seeding), whatever sampler the Loader reads through
@@ -369,8 +435,16 @@ class Loader:
             "size": int(ds.total if self.iterable else len(ds)),
             "seed": int(ds.seed),
         }
-        if self._batch_sampler:  # what else its batches depend on (a clip sampler's layout ...)
+        if self.sampler is not None:  # what else its batches depend on (a clip sampler's layout, a mix ...)
             plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
+        # the split over ranks: an epoch finished on another number of ranks replays it (fastdata.core._elastic)
+        remainder = getattr(ds if self.iterable else self.sampler, "remainder", None)
+        if remainder in REMAINDERS:
+            plan["remainder"] = REMAINDERS.index(remainder)
+        drop_last = (
+            ds.drop_last if self.iterable else (self.sampler.drop_last if self._batch_sampler else self._drop_last)
+        )
+        plan["drop_last"] = int(bool(drop_last))
         return plan
 
     def state_dict(self) -> dict[str, Any]:
@@ -381,21 +455,40 @@ class Loader:
         after the training step of the last batch. It is the same on every rank (except near the end of an
         epoch with ``remainder="uneven"``, where each rank should keep its own).
         """
-        return ResumeState(self.epoch, self._batches_done(), "batches", self._plan()).to_dict()
+        tail = self._tail
+        history = tail[1] if tail is not None and tail[0] == self.epoch else ()
+        return ResumeState(self.epoch, self._batches_done(), "batches", self._plan(), history=history).to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make the next pass over the state's epoch start after its batches.
 
         Sets the epoch to the state's. Any ``num_workers`` works. Restarts persistent workers.
 
+        A state saved on another number of ranks or with another batch size (this run's ``world_size`` and
+        ``batch_size`` differ from its plan's) finishes its epoch here: the samples of that epoch no rank had
+        consumed are read exactly once across this run's ranks, in the same number of batches on each (see
+        :mod:`fastdata.core._elastic` for the order, and the one case where a sample is read twice). Load
+        the same state on every rank.
+
         Raises:
-            ConfigError: when the state was saved with another batch size, world size, seed or dataset
-                size (it would name other samples), or lies outside the epoch.
+            ConfigError: when the state was saved with another seed, dataset size or plan (it would name
+                other samples), lies outside the epoch, or was saved on another number of ranks for a
+                sampler or dataset that cannot finish an epoch elsewhere.
         """
-        s = load_state(state, into="Loader", unit="batches", plan=self._plan(), length=len(self))
+        earlier, self._tail = self._tail, None  # the length checked is the epoch's own, not an earlier tail's
+        try:
+            s = load_state(state, into="Loader", unit="batches", plan=self._plan(), length=len(self), elastic=True)
+        except ConfigError:
+            self._tail = earlier
+            raise
+        history, position = next_layout(s, int(self.dataset.world_size), self.batch_size)
         self.close()  # persistent workers hold a copy of the dataset from before this state
         self.set_epoch(s.epoch)
-        self._pending = (s.epoch, s.position)
+        if history:
+            self._tail = (s.epoch, history, self._tail_for(s.epoch, history))
+            if position > len(self):
+                raise ConfigError(f"batches={position} is outside this rank's resumed epoch of {len(self)} batches")
+        self._pending = (s.epoch, position)
 
     def close(self) -> None:
         """Stop the workers (persistent ones too) or threads, let go of the slots of exited workers, and

@@ -12,14 +12,24 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 from torch.utils.data import Sampler
 
 from fastdata.core import _process as process
+from fastdata.core._elastic import Base
 from fastdata.core._resume import ResumeState, load_state
 from fastdata.core._seeding import RepeatedEpochWarning, derive_seed
-from fastdata.core._sharding import EXACT_ORDER_MAX, Remainder, rank_index_blocks, rank_indices, rank_span
+from fastdata.core._sharding import (
+    EXACT_ORDER_MAX,
+    Remainder,
+    order_at,
+    rank_index_blocks,
+    rank_indices,
+    rank_span,
+)
 from fastdata.core._shared import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 from fastdata.core._world import current_rank
+from fastdata.core.errors import ConfigError, check_positive
 
 
 class EpochSampler(SharedEpoch, Sampler[int]):
@@ -37,6 +47,11 @@ class EpochSampler(SharedEpoch, Sampler[int]):
             learn what comes next (see :class:`fastdata.core._shared.SharedPlan`). Defaults to None.
         owner (str | None): the dataset it orders, named in its warning when a new pass repeats a shuffled
             epoch already read because the epoch was not set again. Defaults to None.
+        unit (int): indices that stay together, in order: the epoch is ordered and split over ranks in
+            runs of ``unit`` consecutive indices (``n`` must be a multiple), so a batch of ``unit`` never
+            mixes two runs (:class:`fastdata.Mix` with ``batches="per_source"``). Defaults to 1.
+        tag (Mapping[str, int] | None): more of what the order depends on, saved in the state's plan (and
+            checked on loading). Defaults to None.
     """
 
     def __init__(
@@ -51,12 +66,20 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         shared: SharedState | None = None,
         publish: Callable[[int, Any], None] | None = None,
         owner: str | None = None,
+        unit: int = 1,
+        tag: Mapping[str, int] | None = None,
     ) -> None:
         detected = current_rank()
         self.rank = detected[0] if rank is None else rank
         self.world_size = detected[1] if world_size is None else world_size
         self.n, self.shuffle, self.seed, self.remainder = n, shuffle, seed, remainder
-        _, self._length = rank_span(n, self.rank, self.world_size, remainder)  # fails early
+        check_positive("unit", unit)
+        if n % unit:
+            raise ConfigError(f"EpochSampler: n={n} is not a multiple of unit={unit}")
+        self.unit = unit
+        self._tag = dict(tag or {})
+        # rank_span fails early (before any rank starts) when some rank would read nothing
+        self._length = rank_span(n // unit, self.rank, self.world_size, remainder)[1] * unit
         self._shared = shared if shared is not None else SharedState(())
         self._publish = publish
         self._owner = owner
@@ -66,8 +89,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
 
     def indices(self) -> Any:
         """This rank's indices for the current epoch (a numpy array)."""
-        return rank_indices(
-            self.n,
+        units = rank_indices(
+            self.n // self.unit,
             rank=self.rank,
             world_size=self.world_size,
             shuffle=self.shuffle,
@@ -75,6 +98,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
             epoch=self.epoch,
             remainder=self.remainder,
         )
+        return _expand(units, self.unit)
 
     def __iter__(self) -> Iterator[int]:
         lazy = self._publish is None and self.n > EXACT_ORDER_MAX
@@ -90,17 +114,18 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         if order is not None:
             return self._walk(order[start:].tolist(), self._position)
         # a huge epoch: its order computed block by block as the loader takes it (see EXACT_ORDER_MAX)
+        unit = self.unit
         blocks = rank_index_blocks(
-            self.n,
+            self.n // unit,
             rank=self.rank,
             world_size=self.world_size,
             shuffle=self.shuffle,
             seed=self.seed,
             epoch=self.epoch,
             remainder=self.remainder,
-            start=start,
+            start=start // unit,
         )
-        return self._walk_blocks(blocks, self._position)
+        return self._walk_blocks((_expand(b, unit) for b in blocks), self._position, start % unit)
 
     def _walk(self, indices: list[int], position: list[int]) -> Iterator[int]:
         # the pass begins with its first index: an iterator made and dropped unread (torchdata makes one
@@ -129,16 +154,41 @@ class EpochSampler(SharedEpoch, Sampler[int]):
                 stacklevel=3,
             )
 
-    def _walk_blocks(self, blocks: Iterator[Any], position: list[int]) -> Iterator[int]:
+    def _walk_blocks(self, blocks: Iterator[Any], position: list[int], skip: int = 0) -> Iterator[int]:
         self._begin_pass()  # once for the pass, not once per block
         for block in blocks:
-            yield from self._count(block.tolist(), position)
+            yield from self._count(block[skip:].tolist(), position)
+            skip = 0
 
     def __len__(self) -> int:
         return self._length
 
     def _plan(self) -> dict[str, int]:
-        return {"size": self.n, "world_size": self.world_size, "seed": self.seed}
+        plan = {"size": self.n, "world_size": self.world_size, "seed": self.seed, **self._tag}
+        if self.unit > 1:
+            plan["unit"] = self.unit
+        return plan
+
+    # --- resuming on another number of ranks (fastdata.core._elastic; fastdata.Loader drives it) ---
+
+    def elastic_base(self, world_size: int, batch_size: int, drop_last: bool) -> Base:
+        """This epoch's plan on ``world_size`` ranks read in batches of ``batch_size`` (by a DataLoader,
+        dropping each rank's last short batch when ``drop_last``)."""
+        nu, unit = self.n // self.unit, self.unit
+        lengths = []
+        for r in range(world_size):
+            n = rank_span(nu, r, world_size, self.remainder)[1] * unit
+            lengths.append(n - n % batch_size if drop_last else n)
+        return Base(tuple(lengths), batch_size, keep_batches=unit > 1)
+
+    def elastic_items(self, world_size: int, batch_size: int, ranks: Any, positions: Any) -> Any:
+        """The indices at ``positions`` of ranks ``ranks``'s parts in this epoch's plan on ``world_size`` ranks
+        (with batches of ``batch_size``, which this order does not depend on)."""
+        nu, unit = self.n // self.unit, self.unit
+        starts = np.array([rank_span(nu, r, world_size, self.remainder)[0] for r in range(world_size)], dtype=np.int64)
+        at = (starts[ranks] + positions // unit) % nu
+        units = order_at(at, nu, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        return units * unit + positions % unit
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """The position to resume from: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting
@@ -170,3 +220,10 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         s = load_state(state, into="EpochSampler", unit="samples", plan=self._plan(), length=self._length)
         self.set_epoch(s.epoch)
         self._resume = (s.epoch, s.position)
+
+
+def _expand(units: np.ndarray, unit: int) -> np.ndarray:
+    """The indices of runs ``units`` of ``unit`` consecutive indices each."""
+    if unit == 1:
+        return units
+    return (units[:, None] * unit + np.arange(unit, dtype=np.int64)).reshape(-1)

@@ -148,12 +148,13 @@ class ClipBatchSampler(ChunkBatchSampler):
             raise ConfigError(f"clip_starts() gave {frames.shape[0]} start frames for {self.n} clips")
         return np.lexsort((np.arange(self.n), frames, place[self.video_of]))
 
-    def indices(self) -> np.ndarray:
-        """This rank's clip indices for the current epoch, in batch order."""
+    def rank_order(self, rank: int, world_size: int, batch_size: int) -> np.ndarray:
+        """Rank ``rank``'s clip indices of the current epoch, in batch order, in a plan of ``world_size``
+        ranks with batches of ``batch_size`` (steps 2-3 of the module doc)."""
         seq = self.sequence()
-        start, length = rank_span(self.n, self.rank, self.world_size, self.remainder)
+        start, length = rank_span(self.n, rank, world_size, self.remainder)
         mine = seq[(start + np.arange(length)) % self.n]
-        cuts = stream_cuts(self.video_of[mine], self.lanes * self.streams)
+        cuts = stream_cuts(self.video_of[mine], self.lanes * (batch_size // self.run))
         return mine[stream_order(cuts, lanes=self.lanes, run=self.run)]
 
     def _plan(self) -> dict[str, int]:
