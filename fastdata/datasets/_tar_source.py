@@ -18,7 +18,7 @@ from fastdata.core._world import current_worker
 from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable
 from fastdata.formats._manifest import shard_listing
 from fastdata.formats.tar._checks import check_on_read, check_once
-from fastdata.formats.tar._gzip import GzipShard, is_gzip, refusal
+from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
 from fastdata.formats.tar._index import SidecarMismatch
 from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, scan
 from fastdata.storage import Reader, open_reader, scheme
@@ -113,9 +113,9 @@ class TarSource:
             manifest, the shard's index or, for local files, the file).
         dealt (bool): the dataset deals batches to its DataLoader workers in turn, so each worker reads
             every n-th stretch of a shard (a hint for remote read-ahead). Defaults to False.
-        streaming (bool): the dataset reads its part of each shard in one pass, so gzip-compressed
-            shards are read (decompressed in memory, see :mod:`fastdata.formats.tar._gzip`); without,
-            they are refused. Defaults to False.
+        streaming (bool): the dataset reads its part of each shard in one pass, so compressed shards
+            (gzip, xz, bzip2, zstd) are read (decompressed in memory, see
+            :mod:`fastdata.formats.tar._compressed`); without, they are refused. Defaults to False.
     """
 
     def __init__(
@@ -140,7 +140,7 @@ class TarSource:
         self._streaming = streaming
         self._checked_epoch: int | None = None  # the epoch whose start this process last checked shards for
         self._noted: set[str] = set()  # what this process warned about: "ignored", shards that changed
-        self._gzip: set[str] = set()  # shards found to be gzip-compressed (read decompressed)
+        self._compressed: dict[str, Compression] = {}  # shards found to be compressed (read decompressed)
         self._distrusted: set[str] = set()  # shards whose sidecar a read found wrong: scanned from now on
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
@@ -183,8 +183,8 @@ class TarSource:
             if self._sizes.get(url, -1) > 0:
                 hints["size"] = self._sizes[url]  # known: the reader opens without a request of its own
             reader = self.open(url, **hints)
-        if url in self._gzip:
-            reader = GzipShard(reader)
+        if url in self._compressed:
+            reader = CompressedShard(reader, self._compressed[url])
         index = self._indexes.get(url)
         if index is not None and index.identity != getattr(reader, "identity", None):
             del self._indexes[url]  # replaced on disk since it was indexed: index it again
@@ -237,13 +237,14 @@ class TarSource:
         return index
 
     def _scan(self, url: str, reader: Reader) -> ShardIndex:
-        """Index the shard by scanning it. The gzip sniff runs here only: a sidecar that matches the
-        shard says it is a plain tar, and the sniff's small read would fetch a remote shard's first
+        """Index the shard by scanning it. The compression sniff runs here only: a sidecar that matches
+        the shard says it is a plain tar, and the sniff's small read would fetch a remote shard's first
         megabytes (a read-ahead window) in every worker."""
-        if url not in self._gzip and is_gzip(reader):
+        packed = compression_of(reader) if url not in self._compressed else None
+        if packed is not None:
             if not self._streaming:
-                raise refusal(url)
-            self._gzip.add(url)
+                raise refusal(url, packed)
+            self._compressed[url] = packed
             self._readers.discard(url)
             reader = self._readers.get(url)  # reopened, decompressed
         return scan(reader)
