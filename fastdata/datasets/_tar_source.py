@@ -21,21 +21,25 @@ from fastdata.formats.tar._checks import check_on_read, check_once
 from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
 from fastdata.formats.tar._index import SidecarMismatch
 from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, scan
-from fastdata.storage import Reader, open_reader, scheme
+from fastdata.storage import Reader, is_remote, open_reader, open_remote, scheme
 from fastdata.storage._local import file_identity
+from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
+from fastdata.storage.cache import NodeCache
+from fastdata.storage.cache._fill import Filler
 
 Sample = dict[str, Any]
 # Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
 INDEX_CACHE_SHARDS = 64
 
 
-def remote_counters(urls: list[str]) -> tuple[str, ...]:
-    """Names of the counters the readers of ``urls`` keep (S3 requests, retries ...), if any is remote."""
+def remote_counters(urls: list[str], cached: bool = False) -> tuple[str, ...]:
+    """Names of the counters the readers of ``urls`` keep (S3 requests, retries ...), if any is remote,
+    and with ``cached`` the node-local cache's (hits, misses, bytes from the store and from the cache)."""
     if not any(scheme(u) == "s3" for u in urls):
         return ()
     from fastdata.storage.s3._client import COUNTERS
 
-    return tuple(COUNTERS)
+    return (*COUNTERS, *(CACHE_COUNTERS if cached else ()))
 
 
 def sidecar_index(
@@ -107,6 +111,11 @@ class TarSource:
             of :class:`~fastdata.storage.s3._client.S3Config` such as ``endpoint_url``, and the
             ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
         stats: where remote readers count requests and retries (the dataset's shared state).
+        cache (NodeCache | None): where remote shards (and their sidecars and manifest) are kept on this
+            node: every remote URL is read from its local copy there, downloaded once per node. Defaults
+            to None (read from the store).
+        read_ahead (int): with a cache, shards of this process's plan (:meth:`plan`) downloaded ahead of
+            the one being read. Defaults to 2.
 
     Attributes:
         counts (list[int]): samples per shard. sizes (list[int]): bytes per shard, -1 where unknown (from a
@@ -130,8 +139,16 @@ class TarSource:
         stats: Any = None,
         dealt: bool = False,
         streaming: bool = False,
+        cache: NodeCache | None = None,
+        read_ahead: int = 2,
     ) -> None:
         self.urls = urls
+        self.cache = cache if any(is_remote(u) for u in urls) else None
+        self.read_ahead = read_ahead
+        self._remote: Any = None  # the store's side of the cache, built on first use in each process
+        self._filler: Filler | None = None
+        self._order: dict[str, int] = {}  # this process's plan: shard -> place (see plan())
+        self._ordered: list[str] = []
         self.policy = policy
         self.pipeline = SamplePipeline(decoder, transform, policy)
         self._options = dict(storage_options or {})
@@ -155,13 +172,39 @@ class TarSource:
         state = self.__dict__.copy()
         state["_indexes"] = OrderedDict()  # rebuilt in the worker: cheaper than pickling them
         state["_clients"] = set()
+        state["_remote"], state["_filler"] = None, None
         return state
+
+    def remote(self) -> Any:
+        """The store's side of the cache (versions, whole downloads), built on first use."""
+        if self._remote is None:
+            self._remote = open_remote(self.urls[0], self._stats, **self._options)
+        return self._remote
+
+    def plan(self, urls: Sequence[str]) -> None:
+        """The shards this process will read next, in order: with a cache, each shard opened has the
+        ``read_ahead`` after it in this order downloaded in the background."""
+        self._ordered = list(dict.fromkeys(urls))
+        self._order = {u: i for i, u in enumerate(self._ordered)}
+
+    def _fill_after(self, url: str) -> None:
+        at = self._order.get(url)
+        if at is None or self.cache is None or not self.read_ahead:
+            return
+        if self._filler is None:
+            self._filler = Filler(self.cache, self.remote, self.read_ahead)
+        self._filler.ahead(self._ordered[at + 1 : at + 1 + self.read_ahead])
 
     def open(self, url: str, **hints: Any) -> Reader:
         """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options;
         ``hints`` are the remote reader's access-pattern options (see :meth:`_open_shard`)."""
         if not scheme(url):
             return open_reader(url)
+        if self.cache is not None and is_remote(url):
+            cached = self.cache.open(url, self.remote())
+            if cached is not None:
+                return cached
+            hints = {}  # larger than the cache's limit: read from the store, as without one
         reader = open_reader(url, stats=self._stats, **hints, **self._options)
         config = getattr(reader, "config", None)
         if config is not None:
@@ -175,6 +218,9 @@ class TarSource:
         file its cached index was made from loses that index."""
         if not scheme(url):
             reader = open_reader(url)
+        elif self.cache is not None:
+            reader = self.open(url)  # its local copy (downloaded first if the node has none)
+            self._fill_after(url)
         else:
             hints: dict[str, Any] = {
                 "companion": index_url(url),
@@ -206,7 +252,7 @@ class TarSource:
             try:
                 # the count plans every epoch: a remote sidecar's end of the archive is checked now (a
                 # sidecar that leaves the last samples out would drop them from the plan)
-                index = self.index(url, end=True)
+                index = self._count_from_sidecar(url) or self.index(url, end=True)
                 known[url] = len(index)
                 self._sizes.setdefault(url, index.size)
             except (SourceNotFound, SourceUnreadable) as e:
@@ -216,6 +262,24 @@ class TarSource:
             finally:
                 self._readers.discard(url)
         return [known[u] for u in self.urls]
+
+    def _count_from_sidecar(self, url: str) -> ShardIndex | None:
+        """With a cache: a remote shard's index from its sidecar, checked against the shard in the store
+        as far as its layout and end show (a HEAD and one small ranged GET), or None without a sidecar.
+        So counting the samples of shards that have sidecars does not download every shard now, in this
+        process; the workers check each member when they read it from the cache."""
+        if self.cache is None or not is_remote(url):
+            return None
+        try:
+            self.open(index_url(url)).close()  # absent: no request for the shard itself
+        except (SourceNotFound, SourceUnreadable):
+            return None
+        options = {**self._options, "size": self.remote().stat(url).size, "prefetch": False}
+        reader = open_reader(url, stats=self._stats, **options)
+        try:
+            return sidecar_index(url, reader, self.open, end=True)
+        finally:
+            reader.close()
 
     def index(self, url: str, *, end: bool = False) -> ShardIndex:
         """The index of shard ``url``, from this process's cache, its sidecar, or a scan; ``end``: a
@@ -290,7 +354,8 @@ class TarSource:
             return
         self._checked_epoch = epoch
         for url, index in list(self._indexes.items()):
-            if index.identity is not None and file_identity(url) != index.identity:
+            # (a remote shard's version is asked for when it is opened: see _open_shard)
+            if index.identity is not None and not scheme(url) and file_identity(url) != index.identity:
                 del self._indexes[url]
                 self._readers.discard(url)
 
@@ -341,7 +406,10 @@ class TarSource:
                     self.policy.handle(problem)
 
     def close(self) -> None:
-        """Close every reader this process opened, and the pooled connections of its S3 client."""
+        """Close every reader this process opened, and the pooled connections of its S3 client; drop
+        the cache's read-ahead not yet started."""
+        if self._filler is not None:
+            self._filler.cancel()
         self._readers.close()
         if self._clients:
             from fastdata.storage.s3._client import release
