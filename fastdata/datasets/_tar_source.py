@@ -23,6 +23,7 @@ from fastdata.formats.tar._index import SidecarMismatch
 from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, scan
 from fastdata.storage import Reader, is_remote, open_reader, open_remote, scheme
 from fastdata.storage._local import file_identity
+from fastdata.storage._remote import ObjectChanged
 from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
 from fastdata.storage.cache import NodeCache
 from fastdata.storage.cache._fill import Filler
@@ -30,6 +31,7 @@ from fastdata.storage.cache._fill import Filler
 Sample = dict[str, Any]
 # Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
 INDEX_CACHE_SHARDS = 64
+CACHED_OPEN = 2  # shard readers kept open per process when the cache has a limit (each pins its shard)
 
 
 def remote_counters(urls: list[str], cached: bool = False) -> tuple[str, ...]:
@@ -160,7 +162,12 @@ class TarSource:
         self._compressed: dict[str, Compression] = {}  # shards found to be compressed (read decompressed)
         self._distrusted: set[str] = set()  # shards whose sidecar a read found wrong: scanned from now on
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
+        if max_open is None and self.cache is not None and self.cache.limit is not None:
+            # an open reader pins its shard in the cache (never evicted): hold few, so that a cache_limit
+            # of a few shards is kept; reopening costs no request (the version is remembered, below)
+            max_open = CACHED_OPEN
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
+        self._versions: dict[str, Any] = {}  # remote URL -> the version this process read this epoch
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each shard, where known (manifest, index, local file)
         self.counts = self._count_samples()
@@ -192,7 +199,7 @@ class TarSource:
         if at is None or self.cache is None or not self.read_ahead:
             return
         if self._filler is None:
-            self._filler = Filler(self.cache, self.remote, self.read_ahead)
+            self._filler = Filler(self.cache, self.remote, self.read_ahead, held=self._readers.max_open)
         self._filler.ahead(self._ordered[at + 1 : at + 1 + self.read_ahead])
 
     def open(self, url: str, **hints: Any) -> Reader:
@@ -201,8 +208,14 @@ class TarSource:
         if not scheme(url):
             return open_reader(url)
         if self.cache is not None and is_remote(url):
-            cached = self.cache.open(url, self.remote())
+            # the version is asked of the store once per epoch in each process (a HEAD), then remembered
+            try:
+                cached = self.cache.open(url, self.remote(), self._versions.get(url))
+            except ObjectChanged:  # evicted since, and replaced in the store: read it as it is now
+                self._versions.pop(url, None)
+                cached = self.cache.open(url, self.remote())
             if cached is not None:
+                self._versions[url] = cached.version
                 return cached
             hints = {}  # larger than the cache's limit: read from the store, as without one
         reader = open_reader(url, stats=self._stats, **hints, **self._options)
@@ -353,6 +366,7 @@ class TarSource:
         if epoch == self._checked_epoch:
             return
         self._checked_epoch = epoch
+        self._versions.clear()  # a new epoch asks the store again whether each object was replaced
         for url, index in list(self._indexes.items()):
             # (a remote shard's version is asked for when it is opened: see _open_shard)
             if index.identity is not None and not scheme(url) and file_identity(url) != index.identity:

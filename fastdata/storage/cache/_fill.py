@@ -29,10 +29,11 @@ class Filler:
         cache (NodeCache): where to. remote (Callable[[], Remote]): the store's side, built in the
             process that downloads.
         depth (int): objects downloaded ahead of the one being read. Defaults to 2.
+        held (int): objects the reader holds open at once (pinned: not evictable). Defaults to 1.
     """
 
-    def __init__(self, cache: NodeCache, remote: Callable[[], Remote], depth: int = 2) -> None:
-        self.cache, self.remote, self.depth = cache, remote, depth
+    def __init__(self, cache: NodeCache, remote: Callable[[], Remote], depth: int = 2, held: int = 1) -> None:
+        self.cache, self.remote, self.depth, self.held = cache, remote, depth, held
         self._queued: dict[str, Future[None]] = {}
 
     def ahead(self, urls: list[str]) -> None:
@@ -51,7 +52,7 @@ class Filler:
             remote = self.remote()
             version = remote.stat(url)
             limit = self.cache.limit
-            if limit is not None and version.size * (self.depth + 1) > limit:
+            if limit is not None and version.size * (self.depth + self.held + 1) > limit:
                 return  # filling ahead would evict what is about to be read: leave it to the reader
             reader = self.cache.open(url, remote, version)
         except Exception:  # noqa: BLE001 - a read-ahead that fails is the reader's to meet, under its policy
