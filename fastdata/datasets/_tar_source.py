@@ -193,14 +193,19 @@ class TarSource:
         ``read_ahead`` after it in this order downloaded in the background."""
         self._ordered = list(dict.fromkeys(urls))
         self._order = {u: i for i, u in enumerate(self._ordered)}
+        if self.cache is not None and self.read_ahead:
+            self._filling().ahead(self._ordered)
+
+    def _filling(self) -> Filler:
+        if self._filler is None:
+            self._filler = Filler(self.cache, self.remote, self.read_ahead, held=self._readers.max_open)  # type: ignore[arg-type]
+        return self._filler
 
     def _fill_after(self, url: str) -> None:
         at = self._order.get(url)
         if at is None or self.cache is None or not self.read_ahead:
             return
-        if self._filler is None:
-            self._filler = Filler(self.cache, self.remote, self.read_ahead, held=self._readers.max_open)
-        self._filler.ahead(self._ordered[at + 1 : at + 1 + self.read_ahead])
+        self._filling().ahead(self._ordered[at + 1 :])
 
     def open(self, url: str, **hints: Any) -> Reader:
         """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options;
@@ -209,8 +214,11 @@ class TarSource:
             return open_reader(url)
         if self.cache is not None and is_remote(url):
             # the version is asked of the store once per epoch in each process (a HEAD), then remembered
+            known = self._versions.get(url)
+            if known is None and self._filler is not None:
+                known = self._filler.version(url)  # asked by the read-ahead, off this thread's path
             try:
-                cached = self.cache.open(url, self.remote(), self._versions.get(url))
+                cached = self.cache.open(url, self.remote(), known)
             except ObjectChanged:  # evicted since, and replaced in the store: read it as it is now
                 self._versions.pop(url, None)
                 cached = self.cache.open(url, self.remote())
@@ -367,6 +375,8 @@ class TarSource:
             return
         self._checked_epoch = epoch
         self._versions.clear()  # a new epoch asks the store again whether each object was replaced
+        if self._filler is not None:
+            self._filler.forget()
         for url, index in list(self._indexes.items()):
             # (a remote shard's version is asked for when it is opened: see _open_shard)
             if index.identity is not None and not scheme(url) and file_identity(url) != index.identity:

@@ -12,6 +12,9 @@ from typing import Any
 from fastdata.storage._remote import Version
 
 
+COUNT_EVERY = 16 << 20  # bytes read between two updates of ``cache_local_bytes``
+
+
 class CachedFile:
     """Random-access reads of the local copy of one remote object.
 
@@ -33,6 +36,7 @@ class CachedFile:
         self.hit = hit
         self._pin: int | None = pin
         self._counters = counters
+        self._uncounted = 0
         self._map: mmap.mmap | None = None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -47,6 +51,13 @@ class CachedFile:
             raise
 
     def _count(self, n: int) -> None:
+        # counted in bulk: adding to the shared counters costs ~15 us, a read of a few members less
+        self._uncounted += n
+        if self._uncounted >= COUNT_EVERY:
+            self._flush()
+
+    def _flush(self) -> None:
+        n, self._uncounted = self._uncounted, 0
         if self._counters is not None and n:
             self._counters.add("cache_local_bytes", n)
 
@@ -76,6 +87,7 @@ class CachedFile:
 
     def close(self) -> None:
         """Unmap the file and release the entry's pin. Idempotent."""
+        self._flush()
         m, self._map = self._map, None
         if m is not None:
             try:

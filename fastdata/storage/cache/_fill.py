@@ -1,7 +1,12 @@
-"""Read-ahead that fills the cache: the objects a reader will open next, downloaded in the background,
-one at a time, in the order given, by one thread per process (its downloads' parts still go to the
-store's own thread pool). An object already there costs its HEAD; a download another process has under
-way is waited for (the entry's lock), never repeated."""
+"""Read-ahead that fills the cache, in the order its reader will open objects:
+
+* the versions of the next ``check`` objects are asked of the store (HEADs) in parallel, by a few threads
+  of this process, so that opening an object finds its version already known: a shuffle window that
+  spans several shards opens all of them at once, and one HEAD after another would be on its path;
+* the next ``depth`` objects are downloaded, one at a time, by one thread of this process (a download's
+  parts still go to the store's own thread pool). An object already there costs nothing more; a
+  download another process has under way is waited for (the entry's lock), never repeated.
+"""
 
 from __future__ import annotations
 
@@ -9,48 +14,73 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from fastdata.core._handles import ProcessLocal
-from fastdata.storage._remote import Remote
+from fastdata.storage._remote import Remote, Version
 from fastdata.storage.cache._node import NodeCache
+
+CHECK_THREADS = 4
 
 
 def _shutdown(pool: ThreadPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-_threads: ProcessLocal[ThreadPoolExecutor] = ProcessLocal(
+_fill_threads: ProcessLocal[ThreadPoolExecutor] = ProcessLocal(
     lambda: ThreadPoolExecutor(1, thread_name_prefix="fastdata-cache-fill"), _shutdown, close_inherited=False
+)
+_check_threads: ProcessLocal[ThreadPoolExecutor] = ProcessLocal(
+    lambda: ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="fastdata-cache-check"), _shutdown, close_inherited=False
 )
 
 
 class Filler:
-    """Downloads into ``cache`` ahead of its reader: :meth:`ahead` queues what comes next.
+    """Fills ``cache`` ahead of its reader: :meth:`ahead` is told what comes next.
 
     Args:
         cache (NodeCache): where to. remote (Callable[[], Remote]): the store's side, built in the
             process that downloads.
         depth (int): objects downloaded ahead of the one being read. Defaults to 2.
         held (int): objects the reader holds open at once (pinned: not evictable). Defaults to 1.
+        check (int): objects whose version is asked for ahead. Defaults to 8.
     """
 
-    def __init__(self, cache: NodeCache, remote: Callable[[], Remote], depth: int = 2, held: int = 1) -> None:
-        self.cache, self.remote, self.depth, self.held = cache, remote, depth, held
-        self._queued: dict[str, Future[None]] = {}
+    def __init__(
+        self, cache: NodeCache, remote: Callable[[], Remote], depth: int = 2, held: int = 1, check: int = 8
+    ) -> None:
+        self.cache, self.remote, self.depth, self.held, self.check = cache, remote, depth, held, check
+        self._fills: dict[str, Future[None]] = {}
+        self._versions: dict[str, Future[Version]] = {}  # asked of the store this epoch
 
     def ahead(self, urls: list[str]) -> None:
-        """Fill the cache with ``urls`` (the next ones to be read, in order), ``depth`` of them at most."""
-        want = urls[: self.depth]
-        for url, f in list(self._queued.items()):
+        """``urls`` come next, in order: ask the versions of the first ``check``, download the first ``depth``."""
+        checks = _check_threads.get()
+        for url in urls[: self.check]:
+            if url not in self._versions:
+                self._versions[url] = checks.submit(self.remote().stat, url)
+        for url, f in list(self._fills.items()):
             if f.done():
-                del self._queued[url]
-        pool = _threads.get()
-        for url in want:
-            if url not in self._queued:
-                self._queued[url] = pool.submit(self._fill, url)
+                del self._fills[url]
+        fills = _fill_threads.get()
+        for url in urls[: self.depth]:
+            if url not in self._fills:
+                self._fills[url] = fills.submit(self._fill, url)
+
+    def version(self, url: str) -> Version | None:
+        """The version of ``url`` asked ahead (waiting for the answer if it is on its way), or None."""
+        asked = self._versions.get(url)
+        if asked is None:
+            return None
+        try:
+            return asked.result()
+        except Exception:  # noqa: BLE001 - asked again by the reader, which meets the error under its policy
+            self._versions.pop(url, None)
+            return None
 
     def _fill(self, url: str) -> None:
         try:
+            version = self.version(url)
             remote = self.remote()
-            version = remote.stat(url)
+            if version is None:
+                version = remote.stat(url)
             limit = self.cache.limit
             if limit is not None and version.size * (self.depth + self.held + 1) > limit:
                 return  # filling ahead would evict what is about to be read: leave it to the reader
@@ -60,11 +90,15 @@ class Filler:
         if reader is not None:
             reader.close()
 
+    def forget(self) -> None:
+        """Forget the versions asked (a new epoch asks the store again)."""
+        self._versions.clear()
+
     def cancel(self) -> None:
-        """Drop what is queued and not started (a download under way finishes: it is of use next time)."""
-        for f in self._queued.values():
+        """Drop the fills not started (a download under way finishes: it is of use next time)."""
+        for f in self._fills.values():
             f.cancel()
-        self._queued.clear()
+        self._fills.clear()
 
 
 __all__ = ["Filler"]
