@@ -293,3 +293,31 @@ def test_converted_shards_with_sidecars_and_manifest_are_fetched_once(
         assert got == want
     # the shards, their .idx sidecars and the manifest: each object's bytes once for both epochs
     assert fault_proxy.stats()["bytes"] == sum(map(len, files.values()))
+
+
+@pytest.mark.parametrize("check", ["epoch", "build"])
+def test_the_store_is_asked_for_versions_at_most_once_per_process_and_epoch_or_once(
+    corpus: dict[str, Any], fault_proxy: Any, tmp_path: Path, check: str
+) -> None:
+    ds = fd.TarShardDataset(
+        corpus["urls"],
+        shuffle=True,
+        batch_size=8,
+        collate_fn=list,
+        storage_options=via(fault_proxy),
+        cache_dir=tmp_path / "cache",
+        cache_check=check,
+    )
+    assert epoch_of(ds, 0, 2, True) == corpus["expected"]
+    fault_proxy.reset()
+    # both workers open every shard (batches are dealt to them in turn) and look for its sidecar
+    assert epoch_of(ds, 1, 2, True) == corpus["expected"]
+    asked = fault_proxy.stats().get("requests", 0)
+    # "epoch": a HEAD per shard, by whichever worker opens it first (the other one uses its answer when
+    # its own epoch began before it was asked: at most one per worker); the indexes came with the
+    # workers from the dataset's construction, so no sidecar is looked for again. "build": none at all
+    if check == "epoch":
+        assert len(corpus["urls"]) <= asked <= 2 * len(corpus["urls"])
+    else:
+        assert asked == 0
+    assert fault_proxy.stats().get("bytes", 0) == 0

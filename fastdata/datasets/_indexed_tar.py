@@ -16,7 +16,7 @@ from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.storage import expand_urls, scheme
-from fastdata.storage.cache import CacheDir, cache_from
+from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 
 
 class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
@@ -51,6 +51,10 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         cache_limit (int | str | None): the most bytes the cache folder may hold (``"50GB"`` or bytes); least
             recently used shards no reader on the node has open are deleted to keep under it. None:
             ``$FASTDATA_CACHE_LIMIT`` when set, else no limit. Defaults to None.
+        cache_check ("epoch" | "build"): when a cached shard's version is asked of the store: once per epoch
+            and node (a HEAD by the first process that opens it: one replaced between epochs is read as
+            it is now), or once per node after the dataset was built (fewer requests; a replacement is
+            seen by a dataset built later). Defaults to "epoch".
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         storage_options: dict[str, Any] | None = None,
         cache_dir: CacheDir = None,
         cache_limit: int | str | None = None,
+        cache_check: CacheCheck = "epoch",
     ) -> None:
         shard_urls = expand_urls(urls)
         cache = cache_from(cache_dir, cache_limit) if any(scheme(u) for u in shard_urls) else None
@@ -88,6 +93,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
             storage_options=storage_options,
             stats=self._shared,
             cache=cache,
+            cache_check=cache_check,
         )
         self._starts = [0, *accumulate(self.source.counts)]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
@@ -11,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
+from fastdata.core import _process as process
 from fastdata.core import stages
 from fastdata.core._handles import ProcessLocal
 from fastdata.core._pipeline import SKIP, SamplePipeline
@@ -29,7 +31,7 @@ from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.formats.tar._reader import split_key
 from fastdata.storage import open_reader
 from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
-from fastdata.storage.cache import CacheDir, cache_from
+from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 from fastdata.storage.s3._client import COUNTERS, client, release
 from fastdata.storage.s3._download import S3Remote
 from fastdata.storage.s3._fetch import ObjectChanged, S3Unavailable
@@ -128,6 +130,10 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         cache_limit (int | str | None): the most bytes the cache folder may hold (``"50GB"`` or bytes); least
             recently used objects no reader on the node has open are deleted to keep under it. None:
             ``$FASTDATA_CACHE_LIMIT`` when set, else no limit. Defaults to None.
+        cache_check ("epoch" | "build"): when a cached object's version is asked of the store: once per epoch
+            and node (a HEAD by the first process that opens it: one replaced between epochs is read as
+            it is now), or once per node after the dataset was built (fewer requests; a replacement is
+            seen by a dataset built later). Defaults to "epoch".
     """
 
     def __init__(
@@ -149,6 +155,7 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         config: S3Config | None = None,
         cache_dir: CacheDir = None,
         cache_limit: int | str | None = None,
+        cache_check: CacheCheck = "epoch",
         **options: Any,
     ) -> None:
         check_choice("on_missing", on_missing, OnMissing)
@@ -156,7 +163,11 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         if endpoint_url is not None:
             options["endpoint_url"] = endpoint_url
         self.config = S3Config.from_options(config, **options)
+        check_choice("cache_check", cache_check, CacheCheck)
         self.cache = cache_from(cache_dir, cache_limit)
+        self.cache_check = cache_check
+        self._built = time.time_ns()
+        self._epoch_began: tuple[int, int, int] = (-1, -1, 0)  # (pid, epoch, time.time_ns() it began here)
         counters = (*COUNTERS, *(CACHE_COUNTERS if self.cache is not None else ()))
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=counters)
         if self.cache is not None:
@@ -202,7 +213,7 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         url, listed = self.urls[i], int(self.sizes[i])
         if self.cache is not None:
             # fetch() runs on the process's thread pool: the download's parts must not queue behind it there
-            local = self.cache.open(url, S3Remote(self.config, self.stats, parallel=False))
+            local = self.cache.open(url, S3Remote(self.config, self.stats, parallel=False), since=self._since())
             if local is not None:
                 try:
                     self._check_size(url, local.size, listed)
@@ -226,6 +237,17 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
             return reader.read(0, first) + reader.read(first, size - first)
         finally:
             reader.close()
+
+    def _since(self) -> int:
+        """Versions asked of the store at or after this time are good (see NodeCache.version): the start
+        of this process's epoch, or the dataset's construction (``cache_check="build"``)."""
+        if self.cache_check == "build":
+            return self._built
+        pid, epoch, began = self._epoch_began
+        if (pid, epoch) != (process.pid(), self.epoch):
+            began = time.time_ns()
+            self._epoch_began = (process.pid(), self.epoch, began)
+        return began
 
     @staticmethod
     def _check_size(url: str, size: int, listed: int) -> None:

@@ -37,7 +37,7 @@ from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
 from fastdata.storage import expand_urls, scheme
-from fastdata.storage.cache import CacheDir, cache_from
+from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 
 
 class TarShardDataset(DatasetBase, IterableDataset[Any]):
@@ -96,6 +96,10 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         cache_limit (int | str | None): the most bytes the cache folder may hold (``"50GB"`` or bytes): the
             least recently used shards no reader on the node has open are deleted to keep under it. None:
             ``$FASTDATA_CACHE_LIMIT`` when set, else no limit. Defaults to None.
+        cache_check ("epoch" | "build"): when a cached shard's version is asked of the store: once per epoch
+            and node (a HEAD by the first process that opens it: one replaced between epochs is read as
+            it is now), or once per node after the dataset was built (fewer requests; a replacement is
+            seen by a dataset built later). Defaults to "epoch".
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         storage_options: dict[str, Any] | None = None,
         cache_dir: CacheDir = None,
         cache_limit: int | str | None = None,
+        cache_check: CacheCheck = "epoch",
     ) -> None:
         if shuffle_window is not None:
             check_positive("shuffle_window", shuffle_window)
@@ -159,6 +164,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
             dealt=batch_size is not None,
             streaming=True,
             cache=cache,
+            cache_check=cache_check,
         )
         self.total = sum(self.source.counts)
         # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote

@@ -4,6 +4,7 @@ iterable :class:`~fastdata.TarShardDataset` and the map-style :class:`~fastdata.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from fastdata.core import stages
 from fastdata.core._handles import HandleCache
 from fastdata.core._pipeline import SamplePipeline
 from fastdata.core._world import current_worker
-from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable
+from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
 from fastdata.formats._manifest import shard_listing
 from fastdata.formats.tar._checks import check_on_read, check_once
 from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
@@ -25,7 +26,7 @@ from fastdata.storage import Reader, is_remote, open_reader, open_remote, scheme
 from fastdata.storage._local import file_identity
 from fastdata.storage._remote import ObjectChanged
 from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
-from fastdata.storage.cache import NodeCache
+from fastdata.storage.cache import CacheCheck, NodeCache
 from fastdata.storage.cache._fill import Filler
 
 Sample = dict[str, Any]
@@ -118,6 +119,8 @@ class TarSource:
             to None (read from the store).
         read_ahead (int): with a cache, shards of this process's plan (:meth:`plan`) downloaded ahead of
             the one being read. Defaults to 2.
+        cache_check ("epoch" | "build"): when a cached shard's version is asked of the store (see
+            :data:`~fastdata.storage.cache.CacheCheck`). Defaults to "epoch".
 
     Attributes:
         counts (list[int]): samples per shard. sizes (list[int]): bytes per shard, -1 where unknown (from a
@@ -143,7 +146,11 @@ class TarSource:
         streaming: bool = False,
         cache: NodeCache | None = None,
         read_ahead: int = 2,
+        cache_check: CacheCheck = "epoch",
     ) -> None:
+        check_choice("cache_check", cache_check, CacheCheck)
+        self.cache_check = cache_check
+        self._built = time.time_ns()
         self.urls = urls
         self.cache = cache if any(is_remote(u) for u in urls) else None
         self.read_ahead = read_ahead
@@ -168,6 +175,7 @@ class TarSource:
             max_open = CACHED_OPEN
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
         self._versions: dict[str, Any] = {}  # remote URL -> the version this process read this epoch
+        self._epoch_began: int | None = None  # time.time_ns() when this process began its epoch
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each shard, where known (manifest, index, local file)
         self.counts = self._count_samples()
@@ -191,6 +199,7 @@ class TarSource:
     def plan(self, urls: Sequence[str]) -> None:
         """The shards this process will read next, in order: with a cache, each shard opened has the
         ``read_ahead`` after it in this order downloaded in the background."""
+        self._check_identities()  # a new epoch starts here: versions asked before it are not good for it
         self._ordered = list(dict.fromkeys(urls))
         self._order = {u: i for i, u in enumerate(self._ordered)}
         if self.cache is not None and self.read_ahead:
@@ -199,7 +208,12 @@ class TarSource:
     def _filling(self) -> Filler:
         if self._filler is None:
             self._filler = Filler(self.cache, self.remote, self.read_ahead, held=self._readers.max_open)  # type: ignore[arg-type]
+            self._filler.since = self._since()
         return self._filler
+
+    def _since(self) -> int | None:
+        """Versions asked of the store at or after this time are good (see NodeCache.version)."""
+        return self._built if self.cache_check == "build" else self._epoch_began
 
     def _fill_after(self, url: str) -> None:
         at = self._order.get(url)
@@ -218,7 +232,7 @@ class TarSource:
             if known is None and self._filler is not None:
                 known = self._filler.version(url)  # asked by the read-ahead, off this thread's path
             try:
-                cached = self.cache.open(url, self.remote(), known)
+                cached = self.cache.open(url, self.remote(), known, since=self._since())
             except ObjectChanged:  # evicted since, and replaced in the store: read it as it is now
                 self._versions.pop(url, None)
                 cached = self.cache.open(url, self.remote())
@@ -374,9 +388,12 @@ class TarSource:
         if epoch == self._checked_epoch:
             return
         self._checked_epoch = epoch
-        self._versions.clear()  # a new epoch asks the store again whether each object was replaced
+        # a new epoch asks again whether each object was replaced: the store, once per node (see
+        # NodeCache.version), for what this process opens
+        self._versions.clear()
+        self._epoch_began = time.time_ns()
         if self._filler is not None:
-            self._filler.forget()
+            self._filler.forget(self._since())
         for url, index in list(self._indexes.items()):
             # (a remote shard's version is asked for when it is opened: see _open_shard)
             if index.identity is not None and not scheme(url) and file_identity(url) != index.identity:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.storage.cache._config import CacheDir, cache_from, parse_limit
+    from fastdata.storage.cache._config import CacheCheck, CacheDir, cache_from, parse_limit
     from fastdata.storage.cache._file import CachedFile
     from fastdata.storage.cache._layout import is_cache
     from fastdata.storage.cache._node import COUNTERS, CacheError, CacheWarning, NodeCache
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "CacheCheck": "._config",
         "CacheDir": "._config",
         "cache_from": "._config",
         "parse_limit": "._config",
@@ -35,6 +36,7 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "COUNTERS",
+    "CacheCheck",
     "CacheDir",
     "CacheError",
     "CacheWarning",

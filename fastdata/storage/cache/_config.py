@@ -12,6 +12,12 @@ from fastdata.storage.cache._node import NodeCache
 CacheDir = Union[str, "os.PathLike[str]", Literal[False], None]
 """A folder; None: ``$FASTDATA_CACHE_DIR/remote`` when that variable is set, else no cache; False: no cache."""
 
+CacheCheck = Literal["epoch", "build"]
+"""When a cached object's version is asked of the store: ``"epoch"``, once per epoch and node (a HEAD, by
+the first process of the node that opens it in the epoch: an object replaced between epochs is read as
+it is now); ``"build"``, once per node after the dataset was built (objects are taken to stay as they
+were: a replacement is seen by a dataset built later)."""
+
 ENV_DIR = "FASTDATA_CACHE_DIR"
 ENV_LIMIT = "FASTDATA_CACHE_LIMIT"
 SUBFOLDER = "remote"  # under $FASTDATA_CACHE_DIR, beside the other things fastdata keeps there
@@ -69,4 +75,4 @@ def cache_from(cache_dir: CacheDir, cache_limit: int | str | None, counters: Any
     return NodeCache(os.path.abspath(os.fspath(cache_dir)), limit, counters)
 
 
-__all__ = ["ENV_DIR", "ENV_LIMIT", "CacheDir", "cache_from", "parse_limit"]
+__all__ = ["ENV_DIR", "ENV_LIMIT", "CacheCheck", "CacheDir", "cache_from", "parse_limit"]

@@ -11,7 +11,6 @@ from typing import Any
 
 from fastdata.storage._remote import Version
 
-
 COUNT_EVERY = 16 << 20  # bytes read between two updates of ``cache_local_bytes``
 
 

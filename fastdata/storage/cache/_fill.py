@@ -1,8 +1,10 @@
 """Read-ahead that fills the cache, in the order its reader will open objects:
 
-* the versions of the next ``check`` objects are asked of the store (HEADs) in parallel, by a few threads
-  of this process, so that opening an object finds its version already known: a shuffle window that
-  spans several shards opens all of them at once, and one HEAD after another would be on its path;
+* the versions of the next ``check`` objects are asked for in parallel, by a few threads of this process
+  (of the store, a HEAD each, unless another process of the node asked since this epoch began: see
+  :meth:`~fastdata.storage.cache._node.NodeCache.version`), so that opening an object finds its version
+  already known: a shuffle window that spans several shards opens all of them at once, and one HEAD
+  after another would be on its path;
 * the next ``depth`` objects are downloaded, one at a time, by one thread of this process (a download's
   parts still go to the store's own thread pool). An object already there costs nothing more; a
   download another process has under way is waited for (the entry's lock), never repeated.
@@ -28,7 +30,9 @@ _fill_threads: ProcessLocal[ThreadPoolExecutor] = ProcessLocal(
     lambda: ThreadPoolExecutor(1, thread_name_prefix="fastdata-cache-fill"), _shutdown, close_inherited=False
 )
 _check_threads: ProcessLocal[ThreadPoolExecutor] = ProcessLocal(
-    lambda: ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="fastdata-cache-check"), _shutdown, close_inherited=False
+    lambda: ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="fastdata-cache-check"),
+    _shutdown,
+    close_inherited=False,
 )
 
 
@@ -49,13 +53,14 @@ class Filler:
         self.cache, self.remote, self.depth, self.held, self.check = cache, remote, depth, held, check
         self._fills: dict[str, Future[None]] = {}
         self._versions: dict[str, Future[Version]] = {}  # asked of the store this epoch
+        self.since: int | None = None  # when this epoch began (see NodeCache.version)
 
     def ahead(self, urls: list[str]) -> None:
         """``urls`` come next, in order: ask the versions of the first ``check``, download the first ``depth``."""
         checks = _check_threads.get()
         for url in urls[: self.check]:
             if url not in self._versions:
-                self._versions[url] = checks.submit(self.remote().stat, url)
+                self._versions[url] = checks.submit(self.cache.version, url, self.remote(), self.since)
         for url, f in list(self._fills.items()):
             if f.done():
                 del self._fills[url]
@@ -80,7 +85,7 @@ class Filler:
             version = self.version(url)
             remote = self.remote()
             if version is None:
-                version = remote.stat(url)
+                version = self.cache.version(url, remote, self.since)
             limit = self.cache.limit
             if limit is not None and version.size * (self.depth + self.held + 1) > limit:
                 return  # filling ahead would evict what is about to be read: leave it to the reader
@@ -90,9 +95,10 @@ class Filler:
         if reader is not None:
             reader.close()
 
-    def forget(self) -> None:
-        """Forget the versions asked (a new epoch asks the store again)."""
+    def forget(self, since: int | None) -> None:
+        """Forget the versions asked: a new epoch, begun at ``since`` (``time.time_ns()``), asks again."""
         self._versions.clear()
+        self.since = since
 
     def cancel(self) -> None:
         """Drop the fills not started (a download under way finishes: it is of use next time)."""

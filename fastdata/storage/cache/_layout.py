@@ -14,6 +14,9 @@ eviction and ``fastdata inspect CACHE_DIR`` read.
         <url>-<version>.lock     its lock: shared by every reader that has it open, exclusive while it
                                  is downloaded or evicted
         <url>-<version>.part     a download under way (or one killed midway: deleted by the next)
+        <url>.checked            the object's version as the store last gave it, and when (so that the
+                                 processes of the node ask the store once per epoch, not each of them),
+        <url>.checked.lock       held by the one process asking
 
 ``<url>`` is the first 32 hex digits of the SHA-256 of the object's URL, ``<version>`` 16 of its ETag and
 size: a new version of an object is a new entry, and the old one is deleted once no reader holds it.
@@ -159,7 +162,7 @@ class Layout:
             for suffix in SUFFIXES:
                 if file.endswith(suffix):
                     base = file[: -len(suffix)]
-            if not base.endswith(".tmp"):
+            if not base.endswith(".tmp") and ".checked" not in file and "-" in base:
                 names.add(base)
         out = []
         for name in names:
