@@ -397,7 +397,9 @@ def ranks_section(args: argparse.Namespace, base: dict[str, Any], proxy: Any, wo
         shutil.rmtree(run, ignore_errors=True)
         run.mkdir()
         proxy.reset()
-        specs = [{**base, "what": what, "run": str(run), "rank": r, "world_size": args.ranks} for r in range(args.ranks)]
+        specs = [
+            {**base, "what": what, "run": str(run), "rank": r, "world_size": args.ranks} for r in range(args.ranks)
+        ]
         with multiprocessing.get_context("spawn").Pool(args.ranks) as pool:
             results = pool.starmap(child, [(s, args.timeout) for s in specs])
         fmt = "wds" if what.endswith("_wds") else "fastdata"
@@ -422,7 +424,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ranks", type=int, default=2, help="processes on the node for the bytes-per-node section (0: skip)")
+    p.add_argument(
+        "--ranks", type=int, default=2, help="processes on the node for the bytes-per-node section (0: skip)"
+    )
     p.add_argument("--contenders", default=",".join(CONTENDERS), help=f"comma-separated, of {', '.join(CONTENDERS)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600, help="seconds one contender's run may take")
