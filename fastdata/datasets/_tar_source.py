@@ -4,7 +4,6 @@ iterable :class:`~fastdata.TarShardDataset` and the map-style :class:`~fastdata.
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -17,17 +16,16 @@ from fastdata.core._handles import HandleCache
 from fastdata.core._pipeline import SamplePipeline
 from fastdata.core._world import current_worker
 from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
+from fastdata.datasets._cached_shards import CachedShards
 from fastdata.formats._manifest import shard_listing
 from fastdata.formats.tar._checks import check_on_read, check_once
 from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
 from fastdata.formats.tar._index import SidecarMismatch
 from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, scan
-from fastdata.storage import Reader, is_remote, open_reader, open_remote, scheme
+from fastdata.storage import Reader, is_remote, open_reader, scheme
 from fastdata.storage._local import file_identity
-from fastdata.storage._remote import ObjectChanged
 from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
 from fastdata.storage.cache import CacheCheck, NodeCache
-from fastdata.storage.cache._fill import Filler
 
 Sample = dict[str, Any]
 # Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
@@ -149,15 +147,8 @@ class TarSource:
         cache_check: CacheCheck = "epoch",
     ) -> None:
         check_choice("cache_check", cache_check, CacheCheck)
-        self.cache_check = cache_check
-        self._built = time.time_ns()
         self.urls = urls
         self.cache = cache if any(is_remote(u) for u in urls) else None
-        self.read_ahead = read_ahead
-        self._remote: Any = None  # the store's side of the cache, built on first use in each process
-        self._filler: Filler | None = None
-        self._order: dict[str, int] = {}  # this process's plan: shard -> place (see plan())
-        self._ordered: list[str] = []
         self.policy = policy
         self.pipeline = SamplePipeline(decoder, transform, policy)
         self._options = dict(storage_options or {})
@@ -171,11 +162,22 @@ class TarSource:
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
         if max_open is None and self.cache is not None and self.cache.limit is not None:
             # an open reader pins its shard in the cache (never evicted): hold few, so that a cache_limit
-            # of a few shards is kept; reopening costs no request (the version is remembered, below)
+            # of a few shards is kept; reopening costs no request (its version is remembered for the epoch)
             max_open = CACHED_OPEN
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
-        self._versions: dict[str, Any] = {}  # remote URL -> the version this process read this epoch
-        self._epoch_began: int | None = None  # time.time_ns() when this process began its epoch
+        self._cached = (
+            CachedShards(
+                self.cache,
+                next(u for u in urls if is_remote(u)),
+                self._options,
+                stats,
+                read_ahead=read_ahead,
+                check=cache_check,
+                held=self._readers.max_open,
+            )
+            if self.cache is not None
+            else None
+        )
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each shard, where known (manifest, index, local file)
         self.counts = self._count_samples()
@@ -187,57 +189,23 @@ class TarSource:
         state = self.__dict__.copy()
         state["_indexes"] = OrderedDict()  # rebuilt in the worker: cheaper than pickling them
         state["_clients"] = set()
-        state["_remote"], state["_filler"] = None, None
         return state
 
-    def remote(self) -> Any:
-        """The store's side of the cache (versions, whole downloads), built on first use."""
-        if self._remote is None:
-            self._remote = open_remote(self.urls[0], self._stats, **self._options)
-        return self._remote
-
     def plan(self, urls: Sequence[str]) -> None:
-        """The shards this process will read next, in order: with a cache, each shard opened has the
-        ``read_ahead`` after it in this order downloaded in the background."""
-        self._check_identities()  # a new epoch starts here: versions asked before it are not good for it
-        self._ordered = list(dict.fromkeys(urls))
-        self._order = {u: i for i, u in enumerate(self._ordered)}
-        if self.cache is not None and self.read_ahead:
-            self._filling().ahead(self._ordered)
-
-    def _filling(self) -> Filler:
-        if self._filler is None:
-            self._filler = Filler(self.cache, self.remote, self.read_ahead, held=self._readers.max_open)  # type: ignore[arg-type]
-            self._filler.since = self._since()
-        return self._filler
-
-    def _since(self) -> int | None:
-        """Versions asked of the store at or after this time are good (see NodeCache.version)."""
-        return self._built if self.cache_check == "build" else self._epoch_began
-
-    def _fill_after(self, url: str) -> None:
-        at = self._order.get(url)
-        if at is None or self.cache is None or not self.read_ahead:
-            return
-        self._filling().ahead(self._ordered[at + 1 :])
+        """The shards this process will read next, in order: with a cache, their versions are asked and
+        the next ones downloaded in the background (see :class:`~fastdata.datasets._cached_shards.CachedShards`)."""
+        if self._cached is not None:
+            self._check_identities()  # a new epoch starts here: versions asked before it are not good for it
+            self._cached.plan(urls)
 
     def open(self, url: str, **hints: Any) -> Reader:
         """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options;
         ``hints`` are the remote reader's access-pattern options (see :meth:`_open_shard`)."""
         if not scheme(url):
             return open_reader(url)
-        if self.cache is not None and is_remote(url):
-            # the version is asked of the store once per epoch in each process (a HEAD), then remembered
-            known = self._versions.get(url)
-            if known is None and self._filler is not None:
-                known = self._filler.version(url)  # asked by the read-ahead, off this thread's path
-            try:
-                cached = self.cache.open(url, self.remote(), known, since=self._since())
-            except ObjectChanged:  # evicted since, and replaced in the store: read it as it is now
-                self._versions.pop(url, None)
-                cached = self.cache.open(url, self.remote())
+        if self._cached is not None and is_remote(url):
+            cached = self._cached.open(url)
             if cached is not None:
-                self._versions[url] = cached.version
                 return cached
             hints = {}  # larger than the cache's limit: read from the store, as without one
         reader = open_reader(url, stats=self._stats, **hints, **self._options)
@@ -253,9 +221,9 @@ class TarSource:
         file its cached index was made from loses that index."""
         if not scheme(url):
             reader = open_reader(url)
-        elif self.cache is not None:
+        elif self._cached is not None:
             reader = self.open(url)  # its local copy (downloaded first if the node has none)
-            self._fill_after(url)
+            self._cached.opened(url)
         else:
             hints: dict[str, Any] = {
                 "companion": index_url(url),
@@ -303,13 +271,13 @@ class TarSource:
         as far as its layout and end show (a HEAD and one small ranged GET), or None without a sidecar.
         So counting the samples of shards that have sidecars does not download every shard now, in this
         process; the workers check each member when they read it from the cache."""
-        if self.cache is None or not is_remote(url):
+        if self._cached is None or not is_remote(url):
             return None
         try:
             self.open(index_url(url)).close()  # absent: no request for the shard itself
         except (SourceNotFound, SourceUnreadable):
             return None
-        options = {**self._options, "size": self.remote().stat(url).size, "prefetch": False}
+        options = {**self._options, "size": self._cached.remote().stat(url).size, "prefetch": False}
         reader = open_reader(url, stats=self._stats, **options)
         try:
             return sidecar_index(url, reader, self.open, end=True)
@@ -388,12 +356,8 @@ class TarSource:
         if epoch == self._checked_epoch:
             return
         self._checked_epoch = epoch
-        # a new epoch asks again whether each object was replaced: the store, once per node (see
-        # NodeCache.version), for what this process opens
-        self._versions.clear()
-        self._epoch_began = time.time_ns()
-        if self._filler is not None:
-            self._filler.forget(self._since())
+        if self._cached is not None:
+            self._cached.new_epoch()  # asks again whether each shard was replaced in the store
         for url, index in list(self._indexes.items()):
             # (a remote shard's version is asked for when it is opened: see _open_shard)
             if index.identity is not None and not scheme(url) and file_identity(url) != index.identity:
@@ -449,8 +413,8 @@ class TarSource:
     def close(self) -> None:
         """Close every reader this process opened, and the pooled connections of its S3 client; drop
         the cache's read-ahead not yet started."""
-        if self._filler is not None:
-            self._filler.cancel()
+        if self._cached is not None:
+            self._cached.close()
         self._readers.close()
         if self._clients:
             from fastdata.storage.s3._client import release

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import threading
-import time
 import warnings
 from typing import Any
 
-from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
+from fastdata.core.errors import ConfigError, FastdataError, SourceUnreadable
 from fastdata.storage._remote import ObjectChanged, Remote, Version
+from fastdata.storage.cache._checked import current_version
 from fastdata.storage.cache._file import CachedFile
 from fastdata.storage.cache._layout import Layout, Listed, Record, entry_name, url_digest
 from fastdata.storage.cache._locks import lock, relock
@@ -144,36 +143,10 @@ class NodeCache:
             return self._open(url, remote, self.version(url, remote, None))
 
     def version(self, url: str, remote: Remote, since: int | None = None) -> Version:
-        """The current version of ``url``: the one a process of this node asked of the store at or after
-        ``since`` (recorded in ``<url>.checked``), else asked now (one HEAD) and recorded.
-
-        So within an epoch the store is asked once per node and object, by whichever process opens it
-        first, and a process never uses an answer older than its own epoch (an object replaced before
-        the epoch began is read as it is now)."""
+        """The current version of ``url``: asked of the store by a process of this node at or after
+        ``since``, else now (see :func:`~fastdata.storage.cache._checked.current_version`)."""
         self._ready()
-        stamp = self.layout.path(url_digest(url), ".checked")
-        if since is None:
-            return self._ask(url, remote, stamp)
-        found = _stamped(url, stamp, since)
-        if found is not None:
-            return found
-        # one process of the node asks; the others wait for its answer rather than asking too
-        held = lock(f"{stamp}.lock", shared=False)
-        assert held is not None
-        try:
-            return _stamped(url, stamp, since) or self._ask(url, remote, stamp)
-        finally:
-            os.close(held)
-
-    def _ask(self, url: str, remote: Remote, stamp: str) -> Version:
-        at = time.time_ns()
-        try:
-            version = remote.stat(url)
-        except SourceNotFound as e:  # recorded too: a missing sidecar is asked for once per epoch and node
-            _record(stamp, {"url": url, "missing": str(e), "at": at})
-            raise
-        _record(stamp, {"url": url, "size": version.size, "etag": version.etag, "sha256": version.sha256, "at": at})
-        return version
+        return current_version(self.layout, url, remote, since)
 
     def _open(self, url: str, remote: Remote, version: Version) -> CachedFile | None:
         if self.limit is not None and version.size > self.limit:
@@ -353,36 +326,6 @@ class _Held:
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
             os.close(self.fd)
-
-
-def _record(stamp: str, record: dict[str, Any]) -> None:
-    tmp = f"{stamp}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, stamp)
-    except OSError:
-        pass  # not recorded: the next process asks again
-
-
-def _stamped(url: str, stamp: str, since: int) -> Version | None:
-    """The version recorded in ``stamp`` if it was asked of the store at or after ``since``.
-
-    Raises:
-        SourceNotFound: the store said then that there is no such object.
-    """
-    try:
-        with open(stamp) as f:
-            found = json.load(f)
-        if found["url"] != url or found["at"] < since:
-            return None
-        if "missing" in found:
-            missing = SourceNotFound(found["missing"], url)
-        else:
-            return Version(found["size"], found["etag"], found["sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    raise missing
 
 
 def _size_of(path: str) -> int:
