@@ -321,3 +321,21 @@ def test_the_store_is_asked_for_versions_at_most_once_per_process_and_epoch_or_o
     else:
         assert asked == 0
     assert fault_proxy.stats().get("bytes", 0) == 0
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_read_in_the_main_process_then_by_workers(
+    corpus: dict[str, Any], fault_proxy: Any, tmp_path: Path, context: str
+) -> None:
+    """A pass in the main process leaves read-ahead queued on its threads; workers forked (or spawned)
+    after it must not wait on what those threads will never give them."""
+    ds = fd.TarShardDataset(
+        corpus["urls"], shuffle=True, storage_options=via(fault_proxy), cache_dir=tmp_path / "cache"
+    )
+    assert keyed(ds) == corpus["expected"]
+    ds.set_epoch(1)
+    loader = DataLoader(
+        ds, batch_size=None, num_workers=2, multiprocessing_context=context, collate_fn=fd.as_is, timeout=120
+    )
+    assert keyed(loader) == corpus["expected"]
+    assert fault_proxy.stats()["bytes"] == corpus["bytes"]

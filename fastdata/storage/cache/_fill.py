@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from fastdata.core import _process as process
 from fastdata.core._handles import ProcessLocal
 from fastdata.storage._remote import Remote, Version
 from fastdata.storage.cache._node import NodeCache
@@ -54,9 +55,17 @@ class Filler:
         self._fills: dict[str, Future[None]] = {}
         self._versions: dict[str, Future[Version]] = {}  # asked of the store this epoch
         self.since: int | None = None  # when this epoch began (see NodeCache.version)
+        self._pid = process.pid()
+
+    def _mine(self) -> None:
+        """Forget what a parent process queued: its threads did not come through the fork, so its
+        futures would never finish here."""
+        if self._pid != process.pid():
+            self._fills, self._versions, self._pid = {}, {}, process.pid()
 
     def ahead(self, urls: list[str]) -> None:
         """``urls`` come next, in order: ask the versions of the first ``check``, download the first ``depth``."""
+        self._mine()
         checks = _check_threads.get()
         for url in urls[: self.check]:
             if url not in self._versions:
@@ -71,6 +80,7 @@ class Filler:
 
     def version(self, url: str) -> Version | None:
         """The version of ``url`` asked ahead (waiting for the answer if it is on its way), or None."""
+        self._mine()
         asked = self._versions.get(url)
         if asked is None:
             return None
@@ -102,6 +112,7 @@ class Filler:
 
     def cancel(self) -> None:
         """Drop the fills not started (a download under way finishes: it is of use next time)."""
+        self._mine()
         for f in self._fills.values():
             f.cancel()
         self._fills.clear()
