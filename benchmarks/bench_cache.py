@@ -21,7 +21,8 @@ contender's own writer:
   when it imports beside this torch (reported as not run otherwise, with the reason).
 
 Each contender runs in a fresh process of its own, with a fresh cache, reading ``--epochs`` shuffled
-epochs with ``--workers`` workers and batches of ``--batch``: the time to the first batch (from building
+epochs with ``--workers`` persistent workers (``--fresh-workers``: started again every epoch) and batches
+of ``--batch``: the time to the first batch (from building
 the dataset), samples/s of each epoch, and the bytes and requests the proxy relayed in each epoch (the
 first one includes building the dataset). Contenders take turns, round after round (``--repeats``),
 so a change of the shared machine's load reaches all of them; figures are medians, and ratios are taken
@@ -122,6 +123,7 @@ def _spec(args: argparse.Namespace, work: Path, what: str) -> dict[str, Any]:
         "batch": args.batch,
         "workers": args.workers,
         "epochs": args.epochs,
+        "persistent": not args.fresh_workers,
         "work": str(work),
     }
 
@@ -197,7 +199,7 @@ def fastdata_loader(spec: dict[str, Any]) -> Any:
         rank=spec.get("rank"),
         world_size=spec.get("world_size"),
     )
-    return fd.Loader(ds, num_workers=spec["workers"])
+    return fd.Loader(ds, num_workers=spec["workers"], persistent_workers=spec["persistent"] and spec["workers"] > 0)
 
 
 def litdata_loader(spec: dict[str, Any]) -> Any:
@@ -224,7 +226,12 @@ def litdata_loader(spec: dict[str, Any]) -> Any:
         storage_options={"endpoint_url": options["endpoint_url"]},
         transform=_bytes_of,
     )
-    return litdata.StreamingDataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"])
+    return litdata.StreamingDataLoader(
+        ds,
+        batch_size=spec["batch"],
+        num_workers=spec["workers"],
+        persistent_workers=spec["persistent"] and spec["workers"] > 0,
+    )
 
 
 def _bytes_of(item: dict[str, Any]) -> dict[str, Any]:
@@ -252,13 +259,18 @@ def streaming_loader(spec: dict[str, Any]) -> Any:
         batch_size=spec["batch"],
         cache_limit="50gb",
     )
-    return DataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"])
+    return DataLoader(
+        ds,
+        batch_size=spec["batch"],
+        num_workers=spec["workers"],
+        persistent_workers=spec["persistent"] and spec["workers"] > 0,
+    )
 
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    torch.set_num_threads(1)  # collate's stack stalls when another program holds a core (MEASURED.md)
+    torch.set_num_threads(1)  # collate.s stack stalls when another program holds a core
     what = spec["what"]
     remote = what != "fastdata_local"
     start = time.perf_counter()
@@ -423,6 +435,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument(
+        "--fresh-workers",
+        action="store_true",
+        help="start the DataLoader's workers again every epoch (default: persistent workers, so that epoch 2 "
+        "measures reading, not starting processes)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
         "--ranks", type=int, default=2, help="processes on the node for the bytes-per-node section (0: skip)"
