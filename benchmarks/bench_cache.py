@@ -270,7 +270,7 @@ def streaming_loader(spec: dict[str, Any]) -> Any:
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    torch.set_num_threads(1)  # collate.s stack stalls when another program holds a core
+    torch.set_num_threads(1)  # collate's stack stalls when another program holds a core
     what = spec["what"]
     remote = what != "fastdata_local"
     start = time.perf_counter()
