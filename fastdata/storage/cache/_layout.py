@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -100,7 +101,7 @@ class Layout:
         try:
             self.objects.mkdir(parents=True, exist_ok=True)
             if not marker.exists():
-                tmp = marker.with_name(f"{MARKER}.{os.getpid()}.tmp")
+                tmp = marker.with_name(f"{MARKER}.{os.getpid()}.{threading.get_ident()}.tmp")  # threads race here
                 tmp.write_text(json.dumps({"format": FORMAT}))
                 os.replace(tmp, marker)
             found = json.loads(marker.read_text()).get("format")
