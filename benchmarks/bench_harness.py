@@ -143,7 +143,7 @@ def probe_cost(
 
     from torch.utils.data import IterableDataset, default_collate
 
-    from fastdata.bench._probes import Probed, SystemProbe, payload_bytes
+    from fastdata.bench._probes import Probed, payload_bytes
     from fastdata.core import stages
 
     ds = factory()
@@ -171,8 +171,12 @@ def probe_cost(
     unpickle_extra = max(
         0.0, _median_time(lambda: pickle.loads(envelope), reps) - _median_time(lambda: pickle.loads(bare), reps)
     )
-    reader = SystemProbe([os.getpid()] * config.num_workers)  # stand-ins: reading a process costs the same
+    from fastdata.loading.observe._probe import Probe
+
+    reader = Probe(config.num_workers + 1)
+    reader.watch([os.getpid()] * config.num_workers)  # stand-ins: reading a process costs the same
     per_window = _median_time(reader.read, 50)
+    reader.close()
     batch_s = size / samples_per_s
     producers = max(1, config.num_workers)
 

@@ -35,7 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fastdata {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"fastdata {args.command}: interrupted", file=sys.stderr)
+        hint = getattr(args, "interrupted", None)  # a command's word on what to do next (convert: resume)
+        print(f"fastdata {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
         return 130
 
 

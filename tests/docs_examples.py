@@ -42,8 +42,18 @@ def _h5(folder: str, names: list[str]) -> None:
         make_h5(os.path.join(folder, name), 40, first_key=40 * k, seed=k, blob=False)
 
 
+def _photo_shards(folder: str, count: int, shards: int, prefix: str = "shard") -> None:
+    """A photo folder as users have one (JPEG and PNG, 200-600 px, a few grayscale), converted into
+    ``folder`` by ``fastdata convert``, manifest included."""
+    from fastdata.convert import convert
+    from tests.photogen import make_photo_folder
+
+    make_photo_folder("photos-src", count=count, sizes=(200, 400))
+    convert("photos-src", folder, shard_count=shards, prefix=prefix, progress=False, fsync=False)
+
+
 def _readme(s3: Callable[[], Any]) -> None:
-    _shards("shards", "shard", 100)
+    _photo_shards("shards", count=100, shards=100)
     _h5("data", ["part-0.h5", "part-1.h5"])
 
 
@@ -61,12 +71,16 @@ def _distributed(s3: Callable[[], Any]) -> None:
 
 
 def _hdf5(s3: Callable[[], Any]) -> None:
+    from tests.photogen import make_photo_folder
+
     _h5("data", ["train-0.h5", "train-1.h5"])
-    make_image_folder("photos", classes=2, per_class=4)
+    make_photo_folder("photos", count=8, classes=2)
 
 
 def _tar(s3: Callable[[], Any]) -> None:
-    make_image_folder("data/train", classes=3, per_class=6)
+    from tests.photogen import make_photo_folder
+
+    make_photo_folder("data/train", count=18)  # real photos: JPEG and PNG of many sizes, a few grayscale
     s3().client().create_bucket(Bucket="my-bucket")
 
 
@@ -102,7 +116,7 @@ def _monitor(s3: Callable[[], Any]) -> None:
 
 
 def _performance(s3: Callable[[], Any]) -> None:
-    _shards("shards", "train", 6)
+    _photo_shards("shards", count=18, shards=6, prefix="train")
 
 
 # page -> what its examples read, made in the page's folder (the current directory)

@@ -40,7 +40,7 @@ def simulate(
         t = (k + 1) * every
         extra = {name: fn(setting, t) for name, fn in fields.items()}
         extra.setdefault("cores", cores)
-        obs = Observation(t=t, setting=setting, rate=rate(setting, t), **extra)  # type: ignore[arg-type]
+        obs = Observation(t=t, setting=setting, samples_per_s=rate(setting, t), **extra)  # type: ignore[arg-type]
         seen.append(obs)
         change = t_.observe(obs)
         if change is not None:

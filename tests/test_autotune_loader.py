@@ -240,7 +240,7 @@ def test_the_tuner_reacts_when_another_program_takes_a_core() -> None:
             hog.wait()
         session.close()
     seen = [
-        (round(o.t - (started or 0), 1), o.setting.workers, round(o.rate), round(o.others, 2))
+        (round(o.t - (started or 0), 1), o.setting.workers, round(o.samples_per_s), round(o.others, 2))
         for o in session.observations
     ]
     assert started is not None and reacted is not None, f"no change within 15 s of the busy loop's start: {seen}"

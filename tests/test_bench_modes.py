@@ -23,6 +23,7 @@ from fastdata.bench._synthetic import CPUDataset, IOWaitDataset
 from fastdata.cli import main
 from fastdata.core.errors import ConfigError
 from fastdata.loading.observe._diagnosis import Evidence, classify
+from tests.bench_points import pt
 
 QUICK = {"seconds": 1.0, "window": 0.25, "warmup": 0.25, "confirm": False, "persistent_workers": [False]}
 TOLERANCE = 0.05  # recommend()'s default: a point within 5% of the best counts as as good
@@ -72,11 +73,15 @@ def test_a_sweep_over_modes_measures_every_mode_through_the_probes(three_modes: 
         assert p.window_rates and p.measured_s > 0
     threads, processes, hybrid = by_mode["threads"], by_mode["processes"], by_mode["hybrid"]
     # loader threads are threads of this process: no worker processes, each thread's CPU read by name
-    assert threads.per_worker_cores == [] and threads.pss_workers == []
-    own = [n for n in threads.main_threads if n.startswith(report.LOADER_THREAD)]
-    assert len(own) == 2, threads.main_threads
-    assert len(processes.per_worker_cores) == 2 and len(hybrid.per_worker_cores) == 2
-    assert hybrid.threads_worker > processes.threads_worker  # each worker runs its 2 loader threads too
+    assert threads.window.worker_cores == [] and threads.pss_workers == []
+    own = [n for n in threads.window.main_threads if n.startswith(report.LOADER_THREAD)]
+    assert len(own) == 2, threads.window.main_threads
+    assert len(processes.window.worker_cores) == 2 and len(hybrid.window.worker_cores) == 2
+
+    def most_threads(p: Point) -> int:
+        return max(w.threads for w in p.window.workers)
+
+    assert most_threads(hybrid) > most_threads(processes)  # each worker runs its 2 loader threads too
     assert three_modes.settings["modes"] == ["processes", "threads", "hybrid"]
     assert three_modes.settings["transport"] == ["stock"]
 
@@ -123,13 +128,19 @@ def test_the_recommended_mode_is_the_one_measured_best(dataset: object) -> None:
 
 
 def _thread_point(main_cores: float, others: float, cores: int = 4) -> tuple[Point, SweepResult]:
-    p = Point(Config(4, 2, batch_size=8, mode="threads"), usable_cores=cores, samples_per_s=100.0)
-    p.main_process_busy = p.main_loader_cores = p.main_cores = main_cores
-    p.main_busy = 0.1
-    p.machine_busy_cores = main_cores + others
-    p.main_threads = {f"{report.LOADER_THREAD}-{j}": main_cores / 4 for j in range(4)}
-    p.stage_ms = {"fetch": None, "decode": None, "transform": 1.0, "collate": 0.01}
-    p.stage_busy = {"fetch": None, "decode": None, "transform": 0.2, "collate": 0.0}
+    p = pt(
+        4,
+        100.0,
+        mode="threads",
+        usable_cores=cores,
+        main_busy=0.1,
+        main_process_busy=main_cores,
+        main_cores=main_cores,
+        machine_busy_cores=main_cores + others,
+        main_threads={f"{report.LOADER_THREAD}-{j}": (main_cores - 0.1) / 4 for j in range(4)},
+        stage_ms={"fetch": None, "decode": None, "transform": 1.0, "collate": 0.01},
+        stage_busy={"fetch": None, "decode": None, "transform": 0.2, "collate": 0.0},
+    )
     return p, SweepResult([p], {}, {"usable_cores": cores})
 
 
@@ -191,5 +202,5 @@ def test_cli_modes_flag_parses_and_rejects_an_unknown_mode(tmp_path: Path, capsy
 
 def test_a_thread_points_demand_counts_its_loader_threads() -> None:
     p, result = _thread_point(main_cores=1.5, others=0.0)
-    assert p.demand == p.main_process_busy == 1.5  # not the main thread's 0.1 alone
-    assert evidence(p, result).demand == 1.5
+    assert p.demand == pytest.approx(p.window.main_process_busy) and p.demand == pytest.approx(1.5)  # not 0.1
+    assert evidence(p, result).demand == pytest.approx(1.5)

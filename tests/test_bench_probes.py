@@ -14,9 +14,10 @@ from torch.utils.data import Dataset
 
 import fastdata as fd
 from fastdata.bench._loop import Timing, make_loader, measure
-from fastdata.bench._probes import Probed, ProbedCollate, StageTable, leading_dim, payload_bytes
+from fastdata.bench._probes import Probed, ProbedCollate, leading_dim, payload_bytes
 from fastdata.bench._result import Config
 from fastdata.core import stages
+from fastdata.loading.observe._stage_table import StageTable
 from tests.datagen import make_shards
 
 
@@ -137,7 +138,7 @@ def test_a_dataset_without_the_hook_still_benchmarks_with_stages_unknown() -> No
     assert point.ok, point.error
     assert point.stage_ms["fetch"] is None and point.stage_ms["decode"] is None
     assert point.stage_ms["collate"] is not None
-    assert point.worker_busy and point.pss_workers and point.pss_main > 0 and point.fds > 0
+    assert point.window.worker_busy and point.pss_workers and point.pss_main > 0 and point.fds > 0
 
 
 def test_a_failing_dataset_gives_a_failed_point_not_an_exception() -> None:
@@ -284,5 +285,5 @@ def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings()
     # what the workers computed is counted (each wrote its own CPU into the stage table): most of
     # the CPU the items they made cost (without it, most of it was lost: a third here)
     made = point.samples_per_s * point.measured_s
-    assert point.worker_cores * point.measured_s > 0.7 * made * per_item
-    assert point.ctx_voluntary + point.ctx_involuntary > 0
+    assert sum(point.window.worker_cores) * point.measured_s > 0.7 * made * per_item
+    assert sum(point.window.switches) > 0

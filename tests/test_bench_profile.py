@@ -53,3 +53,23 @@ def test_a_profile_records_the_workers_and_writes_a_flame_graph(tmp_path: Path) 
 def test_a_missing_py_spy_is_said_with_the_install_hint(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"pip install 'fastdata\[profile\]'"):
         record(lambda: CPUDataset(n=10), Config(0, batch_size=2), tmp_path, py_spy=str(tmp_path / "no-py-spy"))
+
+
+def test_profile_without_py_spy_fails_before_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fastdata.cli import main
+    from tests.datagen import make_shards
+
+    shards = make_shards(tmp_path / "shards", shards=2, per_shard=8, jpeg=True)
+    # no py-spy beside this Python, none on PATH: as in an environment without fastdata[profile]
+    monkeypatch.setattr("sys.executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    out = tmp_path / "out.json"
+    argv = ["bench", shards[0], "--workers", "0", "--quick", "--json", str(out), "--profile", str(tmp_path / "p")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--profile needs py-spy, which is not installed: pip install 'fastdata[profile]'" in err
+    assert not out.exists()  # nothing was measured
+    assert main(["bench", "--demo", "--profile", str(tmp_path / "p")]) == 2
+    assert "give a SPEC, not --demo" in capsys.readouterr().err

@@ -2,65 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import fastdata as fd
-from fastdata.bench._diagnose import classify
+from fastdata.bench._diagnose import label
 from fastdata.bench._result import Config, Point, SweepResult
 from fastdata.core.errors import ConfigError
-
-GIB = 2**30
-# what workers waiting on reads show: most of their time in fetch, little of it computing
-WAITING = {
-    "stage_ms": {"fetch": 9.0, "decode": None, "transform": None, "collate": 0.01},
-    "stage_busy": {"fetch": 0.9, "decode": None, "transform": None, "collate": 0.001},
-}
-
-
-def pt(workers: int, sps: float, *, prefetch: int = 2, **fields: Any) -> Point:
-    """A point that measured ``sps`` samples/s; other figures default to an unremarkable loader."""
-    config = Config(workers, prefetch if workers else None, False, False, 64)
-    defaults: dict[str, Any] = {
-        "samples_per_s": sps,
-        "mb_per_s": sps * 0.01,
-        "startup_s": 0.2,
-        "main_busy": 0.2,
-        "worker_busy": [0.2] * workers,
-        "per_worker_cores": [0.1] * workers,
-        "worker_cores": 0.1 * workers,
-        "main_cores": 0.2,
-        "usable_cores": 2,
-        "measured_s": 3.0,
-        "window_rates": [sps] * 3,
-        "pss_main": 0.3 * GIB,
-        "pss_workers": [0.1 * GIB] * workers,
-    }
-    defaults.update(fields)
-    # CPU used follows what the point is said to be busy with, unless given
-    if "per_worker_cores" not in fields and "worker_busy" in fields:
-        defaults["per_worker_cores"] = list(fields["worker_busy"])
-        defaults["worker_cores"] = sum(fields["worker_busy"])
-    if "main_loader_cores" not in fields:
-        defaults["main_loader_cores"] = fields.get("main_process_busy", defaults["main_busy"])
-    return Point(config, **defaults)
-
-
-def sweep_of(
-    *points: Point,
-    cores: int = 2,
-    memory: float = 16 * GIB,
-    step_time: float = 0.0,
-    epoch_samples: int | None = 1_000_000,
-) -> SweepResult:
-    return SweepResult(
-        list(points),
-        {"step_time": step_time, "batch_size": 64},
-        {"usable_cores": cores, "usable_memory": memory},
-        "hand-built",
-        epoch_samples,
-    )
+from tests.bench_points import GIB, WAITING, pt, sweep_of
 
 
 def test_the_smallest_configuration_within_five_percent_of_the_best() -> None:
@@ -152,7 +100,7 @@ def test_cpu_bound_when_the_workers_demand_every_core() -> None:
     assert "CPU-bound" in rec.diagnosis[0] and "decode (2.00 ms per sample)" in rec.diagnosis[0]
     assert any("cores are the limit" in s for s in rec.diagnosis)
     # one worker computing flat out with a core to spare: CPU-bound, and more workers would help
-    assert classify(result.points[1], 2) == "cpu"
+    assert label(result.points[1], result) == "cpu"
 
 
 def test_oversubscribed_cpu_bound_workers_are_not_recommended() -> None:
@@ -450,7 +398,7 @@ def test_busy_fetch_threads_on_a_crowded_machine_are_storage_not_cpu() -> None:
         100,
         main_busy=0.1,
         main_process_busy=0.9,
-        main_loader_cores=0.14,
+        main_cores=0.14,
         stage_ms={"fetch": 12.0, "decode": None, "transform": None, "collate": 0.01},
         stage_busy={"fetch": 0.99, "decode": None, "transform": None, "collate": 0.001},
     )

@@ -11,7 +11,7 @@ from rich.console import Console
 import fastdata as fd
 from fastdata.bench import _report as report
 from fastdata.bench._environment import describe
-from tests.test_bench_recommend import WAITING, pt, sweep_of
+from tests.bench_points import WAITING, pt, sweep_of
 
 
 def a_result(step_time: float = 0.0) -> fd.bench.SweepResult:

@@ -174,10 +174,22 @@ def test_without_moto_the_demo_skips_s3_with_an_install_hint(
     assert "pip install 'fastdata[demo]'" in out.replace("\n", "")
 
 
+# starts the child with SIGINT ignored, as a shell's background job is: exec keeps an ignored signal
+IGNORING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 @pytest.mark.slow
-def test_ctrl_c_stops_the_demo_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_ctrl_c_stops_the_demo_server(tmp_path: Path, inherited: str) -> None:
+    # A process started in the background by a non-interactive shell (a CI runner) inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler: the child takes Ctrl-C as a user's
+    # terminal sends it only because it installs the handler itself, before it says it is ready (the
+    # test's signal can only come after that line, so nothing races its start-up).
     script = textwrap.dedent("""
-        import socket, sys
+        import signal, socket, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from pathlib import Path
         from fastdata.bench import backends
 
@@ -193,8 +205,11 @@ def test_ctrl_c_stops_the_demo_server(tmp_path: Path) -> None:
             except OSError:
                 print("stopped", flush=True)
     """)
+    command = [sys.executable, "-c", script, str(tmp_path)]
+    if inherited == "ignored":
+        command = [sys.executable, "-c", IGNORING_SIGINT, *command]
     proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(tmp_path)],
+        command,
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -63,7 +63,7 @@ def test_cpu_bound_saturates_at_the_usable_cores(at_most_two_cores: None) -> Non
     assert rec.bottleneck == "cpu", rec.text()
     knee = by_workers(result)[cores]
     # the workers compute all the time (running, or runnable while another program holds the core)
-    assert min(knee.worker_busy) > 0.5
+    assert min(knee.window.worker_busy) > 0.5
 
 
 @pytest.mark.slow

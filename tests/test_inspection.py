@@ -93,7 +93,7 @@ def test_write_manifest_for_shards_made_by_webdataset(tmp_path: Path, capsys: py
 def test_unknown_files_and_empty_folders_are_refused(tmp_path: Path) -> None:
     make_shards(tmp_path / "s", shards=1, per_shard=2)
     (tmp_path / "e").mkdir()
-    with pytest.raises(fd.SourceNotFound, match="holds no file fastdata can inspect"):
+    with pytest.raises(fd.SourceNotFound, match="holds no shards, HDF5 files or videos"):
         inspect_paths(str(tmp_path / "e"))
     (tmp_path / "x.zip").write_bytes(b"")
     with pytest.raises(fd.ConfigError, match="cannot inspect"):

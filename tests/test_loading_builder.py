@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from torch.utils.data import Dataset as TorchDataset
-from torch.utils.data import RandomSampler, default_collate, default_convert
+from torch.utils.data import RandomSampler, default_convert
 
 import fastdata as fd
 from fastdata.bench._loop import make_loader
-from fastdata.bench._probes import ProbedCollate, ProbeInit, StageTable
+from fastdata.bench._probes import ProbedCollate
 from fastdata.bench._result import Config
 from fastdata.core._protocol import Warmable, WorkerAware
 from fastdata.core._seeding import WorkerInit
@@ -32,7 +32,8 @@ from fastdata.loading._protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
-from fastdata.loading.transport._collate import SlotCollate
+from fastdata.loading.observe._stage_table import ProbeInit, StageTable
+from fastdata.loading.transport._collate import SlotCollate, checked_default_collate
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 
@@ -85,7 +86,7 @@ def test_a_dataset_that_batches_itself_is_read_unbatched_as_is(shards: list[str]
     with pytest.raises(ConfigError, match="pass no sampler"):
         build_dataloader(ds, ReadPlan(sampler=[0]))
     per_sample = build_dataloader(fd.TarShardDataset(shards), ReadPlan(batch_size=4))  # the DataLoader batches
-    assert per_sample.batch_size == 4 and per_sample.collate_fn is default_collate
+    assert per_sample.batch_size == 4 and per_sample.collate_fn is checked_default_collate
 
 
 def test_a_map_style_dataset_reads_through_its_sampler_and_collate(h5: list[str]) -> None:
@@ -100,7 +101,7 @@ def test_a_map_style_dataset_reads_through_its_sampler_and_collate(h5: list[str]
     with pytest.raises(ConfigError, match="batch_sampler decides the batches"):
         build_dataloader(ds, ReadPlan(batch_size=4, batch_sampler=ds.chunk_sampler(4)))
     plain = build_dataloader(Plain(), ReadPlan(batch_size=2))  # not a fastdata dataset: torch shuffles it
-    assert isinstance(plain.sampler, RandomSampler) and plain.collate_fn is default_collate
+    assert isinstance(plain.sampler, RandomSampler) and plain.collate_fn is checked_default_collate
     assert build_dataloader(Plain()).collate_fn is default_convert
 
 
@@ -125,7 +126,7 @@ def test_worker_init_start_method_and_hooks() -> None:
     )
     kind, init = dl.worker_init_fn
     assert kind == "wrapped" and isinstance(init, WorkerInit) and init.then == (mine,)
-    assert seen == [(default_collate, True)]
+    assert seen == [(checked_default_collate, True)]
     assert dl.multiprocessing_context is multiprocessing.get_context("spawn")
     # no workers, no start method (torch refuses one there)
     assert build_dataloader(Plain(), multiprocessing_context="spawn").multiprocessing_context is None

@@ -14,7 +14,7 @@ import pytest
 from fastdata.core import stages
 from fastdata.core._pipeline import SKIP, SamplePipeline
 from fastdata.core._shared import SharedState
-from fastdata.core.errors import BadSampleWarning, DecodeFailed, ErrorPolicy
+from fastdata.core.errors import BadSampleWarning, DecodeFailed, ErrorPolicy, TransformFailed
 
 
 def decode(sample: dict[str, Any]) -> dict[str, Any]:
@@ -76,9 +76,57 @@ def test_the_transform_sees_the_decoded_sample() -> None:
     assert run.batch(samples(b"1", b"2")) == [10, 20]
     only = SamplePipeline(None, lambda s: len(s["txt"]), ErrorPolicy("raise", SharedState()))
     assert only.batch(samples(b"abc")) == [3]
-    failing = SamplePipeline(None, lambda s: 1 // 0, ErrorPolicy("skip", SharedState()))
-    with pytest.raises(ZeroDivisionError):  # the user's own error is not a bad sample: never skipped
-        failing.batch(samples(b"1"))
+
+
+def test_a_failing_transform_names_its_sample_and_chains_the_error() -> None:
+    def crop(s: dict[str, Any]) -> Any:
+        return s["png"]  # the user's mistake: the member is "txt"
+
+    run, shared = pipeline("raise", transform=crop)
+    with pytest.raises(TransformFailed) as caught:
+        run.batch([{"__url__": "a.tar", "__key__": "cat/001", "txt": b"1"}])
+    message = str(caught.value)
+    assert message.startswith("a.tar: sample (key 'cat/001'): transform")
+    assert "crop raised KeyError: 'png'" in message and "'txt'" in message  # the keys the sample has
+    assert isinstance(caught.value.__cause__, KeyError) and caught.value.source == "a.tar"
+    with pytest.raises(TransformFailed, match=r"index 7"):
+        run({"__index__": 7, "txt": b"1"})
+    assert shared.total("skipped") == 0
+
+
+def test_a_failing_transform_is_skipped_and_counted_like_a_failed_decode() -> None:
+    run, shared = pipeline("skip", transform=lambda s: 1 // (s["txt"] - 2))
+    with pytest.warns(BadSampleWarning, match=r"ZeroDivisionError"):
+        out = run.batch(samples(b"1", b"2", b"bad", b"3"))
+        one, _ = run(samples(b"2")[0])
+    assert out == [-1, 1] and one is SKIP
+    assert shared.total("skipped") == 3  # the transform's two and the decode's one
+
+
+def test_a_transform_that_raises_a_bad_sample_is_handled_as_it_is() -> None:
+    def reject(s: dict[str, Any]) -> Any:
+        raise DecodeFailed("a.tar: too small", "a.tar")
+
+    run, _ = pipeline("raise", transform=reject)
+    with pytest.raises(DecodeFailed, match=r"^a\.tar: too small$"):
+        run.batch(samples(b"1"))
+
+
+def row_three(sample: Any) -> tuple[str, str]:
+    return "f.h5", "f.h5: row 3"
+
+
+def pick_x(sample: dict[str, Any]) -> Any:
+    return sample["x"]
+
+
+def test_a_datasets_description_names_where_the_sample_is() -> None:
+    run = SamplePipeline(None, pick_x, ErrorPolicy("raise", SharedState()), describe=row_three)
+    with pytest.raises(TransformFailed, match=r"^f\.h5: row 3: transform"):
+        run({"txt": 1})
+    again = pickle.loads(pickle.dumps(run))  # the description travels into spawn workers
+    with pytest.raises(TransformFailed, match=r"^f\.h5: row 3"):
+        again({"txt": 1})
 
 
 def test_without_decoder_or_transform_a_batch_passes_untouched() -> None:

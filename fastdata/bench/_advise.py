@@ -165,7 +165,7 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
         workers = min(w, spare // procs_per_node)
         reason = "its workers compute, so each needs a physical core of its own"
     else:
-        used = rec.main_loader_cores if threads else rec.worker_cores
+        used = rec.window.main_cores if threads else sum(rec.window.worker_cores)
         per_worker = max(0.05, (used / w) if w else 0.0)
         fits = math.floor(spare / (procs_per_node * per_worker)) if spare else 0
         workers = min(w, fits)

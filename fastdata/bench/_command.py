@@ -244,6 +244,19 @@ def check_plot_support(args: argparse.Namespace) -> None:
             raise ConfigError("--plot needs matplotlib; install it with pip install 'fastdata[plot]'") from None
 
 
+def check_profile_support(args: argparse.Namespace) -> None:
+    """Fail before measuring, not after the whole sweep, when ``--profile`` cannot record: py-spy is not
+    installed, or it is asked for with ``--demo`` (which profiles nothing)."""
+    if not args.profile:
+        return
+    if args.demo:
+        raise ConfigError("--profile records one SPEC at its recommended setting: give a SPEC, not --demo")
+    from fastdata.bench._profile import INSTALL, py_spy_path
+
+    if py_spy_path() is None:
+        raise ConfigError(f"--profile needs py-spy, which is not installed: {INSTALL}")
+
+
 def check_outputs(args: argparse.Namespace) -> None:
     """Fail before measuring, not after, when an output cannot be written: the folders that ``--json`` and
     ``--plot`` write into, and the ``--profile`` folder, are created now when missing and must take a file
@@ -282,6 +295,7 @@ def _check_output(flag: str, path: Path, *, is_folder: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_plot_support(args)
+    check_profile_support(args)
     if args.demo:
         if args.spec:
             raise ConfigError("pass either SPEC or --demo, not both")
@@ -364,6 +378,8 @@ def run_spec(args: argparse.Namespace) -> int:
     from fastdata.bench import _report as report
     from fastdata.bench import backends
     from fastdata.bench._options import grid_size, progress_bar, sweep_args
+    from fastdata.bench.backends import public_options
+    from fastdata.formats._manifest import missing_local
     from fastdata.loading._loader import as_is
 
     kwargs = sweep_args(args, batch_size=64, seconds=1.0 if args.quick else 6.0)
@@ -383,16 +399,23 @@ def run_spec(args: argparse.Namespace) -> int:
         if made.ignored:
             settings["ignored_kwargs"] = made.ignored
     else:
+        missing = missing_local(args.spec)  # "no such file or folder", not "cannot tell its format"
+        if missing is not None:
+            raise missing
         backend = backends.get(args.fmt) if args.fmt else backends.detect(args.spec)
         if backend.dataset_batches and "batch_size" not in options:
             options["batch_size"] = args.batch_size or 64  # the dataset-batched path, as the README advises
+        # the decode measured (images of different sizes resized, so that batches batch), chosen once
+        swept, decode_note = backend.prepare(args.spec, options)
         # open once here, so a bad SPEC or option fails before any worker starts
-        probe_ds = backend.open(args.spec, **options)
-        factory, name = (lambda: backend.open(args.spec, **options)), backend.name
-        settings = {"spec": args.spec, "format": backend.name, "options": options}
-        decoded = options.get("decode", backend.default_decode)
+        probe_ds = backend.open(args.spec, **swept)
+        factory, name = (lambda: backend.open(args.spec, **swept)), backend.name
+        settings = {"spec": args.spec, "format": backend.name, "options": public_options(swept)}
+        decoded = swept.get("decode", backend.default_decode)
         if decoded is not None:
             settings["decoded"] = decoded != "raw"
+        if decode_note is not None:
+            settings["decode"] = decode_note
     if _batches_itself(probe_ds):
         kwargs["batch_size"] = None  # the dataset yields whole batches
         kwargs.setdefault("collate_fn", as_is)
@@ -413,6 +436,8 @@ def run_spec(args: argparse.Namespace) -> int:
     result.settings.update(settings)
     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
     report.print_report(result, rec, None if not out.is_terminal else out, title=f"fastdata bench {name}: {args.spec}")
+    if settings.get("decode"):
+        out.print(f"measured: {settings['decode']}")
     if settings.get("ignored_kwargs"):
         out.print(f"(the factory's {', '.join(settings['ignored_kwargs'])} were ignored: the sweep chooses them)")
     if args.json:

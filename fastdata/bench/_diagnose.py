@@ -29,13 +29,14 @@ from fastdata.loading.observe._diagnosis import (
     CORES_SATURATED,
     MAIN_BUSY,
     MEMORY_NEAR,
-    Evidence,
     Label,
     Verdict,
     agree,
     storage_signs,
 )
 from fastdata.loading.observe._diagnosis import classify as classify_evidence
+from fastdata.loading.observe._evidence import Context, Evidence
+from fastdata.loading.observe._evidence import evidence as window_evidence
 from fastdata.loading.observe._stage_table import StartSplit
 
 Bottleneck = Label
@@ -61,9 +62,7 @@ HEADLINE: dict[str, str] = {
 
 
 def _per_worker_busy(p: Point) -> float:
-    if p.worker_busy:
-        return sum(p.worker_busy) / len(p.worker_busy)
-    return p.worker_cores / max(1, p.config.processes)
+    return p.window.per_worker_busy
 
 
 def cores_saturated(p: Point, cores: int) -> bool:
@@ -78,7 +77,7 @@ def oversubscribed(p: Point, cores: int) -> bool:
     return (
         p.config.processes > cores
         and _per_worker_busy(p) >= WORKER_COMPUTING
-        and sum(p.worker_busy) >= CORES_SATURATED * cores
+        and sum(p.window.worker_busy) >= CORES_SATURATED * cores
     )
 
 
@@ -96,46 +95,32 @@ def memory_budget(result: SweepResult) -> float | None:
     return float(given) if given else result.usable_memory
 
 
-def evidence(p: Point, result: SweepResult) -> Evidence:
-    """The figures the label rules read, from one point of a sweep."""
+def context(p: Point, result: SweepResult) -> Context:
+    """What the label rules need beside one point's window."""
     split = p.restart_split or p.start_split
-    epoch_start = p.epoch_start
-    if not epoch_start and p.restart_s is None and result.epoch_samples and p.samples_per_s:
+    epoch_start = None
+    if not p.window.first_wait_s and p.restart_s is None and result.epoch_samples and p.samples_per_s:
         # no epoch ended while measuring: the first batch's wait against an epoch's time, predicted
         epoch_s = result.epoch_samples / p.samples_per_s
         epoch_start = p.startup_s / (p.startup_s + epoch_s)
-    return Evidence(
-        workers=p.config.processes,
+    return Context(
+        cores=result.usable_cores,
         # loader threads are threads of the main process: their CPU is in its figures, read per thread
         threads=p.config.num_workers if p.config.mode == "threads" else 0,
-        cores=result.usable_cores,
-        step=bool(result.step_time),
-        stall=p.stall,
-        main_busy=p.main_busy,
-        main_process_busy=p.main_process_busy or p.main_busy,
-        main_threads=dict(p.main_threads),
-        main_cores=p.main_loader_cores or p.main_cores,
-        recv=p.unpickle,
-        recv_cpu=p.unpickle_cpu,
-        pin=p.pin,
-        worker_busy=list(p.worker_busy),
-        worker_cores=list(p.per_worker_cores),
-        worker_threads=dict(p.worker_threads),
-        stage_busy=dict(p.stage_busy),
-        stage_ms=dict(p.stage_ms),
-        blkio=p.blkio_share,
-        blkio_known=p.blkio_known,
-        dstate=p.dstate_share,
-        device_mb_s=p.device_mb_s,
-        read_mb_s=p.read_mb_s,
-        epoch_start=epoch_start,
-        start=StartSplit(**split) if split else None,
-        pss=p.pss_total,
         memory=memory_budget(result),
-        parent_rss=p.parent_rss,
+        start=StartSplit(**split) if split else None,
         start_method=str(result.settings.get("multiprocessing_context") or "fork"),
-        others=max(0.0, p.machine_busy_cores - p.total_cores),
+        parent_rss=p.parent_rss,
+        blkio_known=p.blkio_known,
+        epoch_start=epoch_start,
+        stage_totals=p.stage_totals,
     )
+
+
+def evidence(p: Point, result: SweepResult) -> Evidence:
+    """The figures the label rules read, from one point of a sweep: the library's one builder over the
+    point's pooled window (:func:`fastdata.loading.observe._evidence.evidence`)."""
+    return window_evidence(p.window, context(p, result))
 
 
 def verdict(p: Point, result: SweepResult, stall_target: float = 0.05) -> Verdict:
@@ -148,12 +133,6 @@ def verdict(p: Point, result: SweepResult, stall_target: float = 0.05) -> Verdic
 def label(p: Point, result: SweepResult, stall_target: float = 0.05) -> Bottleneck:
     """The table's label of one point."""
     return verdict(p, result, stall_target).label
-
-
-def classify(p: Point, cores: int | None = None) -> Bottleneck:
-    """The label of one point on its own (no sweep around it: no epoch length, no step)."""
-    result = SweepResult([p], {}, {"usable_cores": cores or p.usable_cores})
-    return label(p, result)
 
 
 def _gib(n: float) -> str:
@@ -273,15 +252,15 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
         waits = storage_signs(evidence(rec, result))  # a slow store: the verdict is storage, not transfer
         # and with workers, receiving must be seen to cost: the main process busy, or rebuilding batches
         # (a decode-heavy loader that measured fastest with no workers on a crowded machine is not "ipc")
-        moving = top.main_busy >= TRANSFER_BUSY or top.unpickle + top.pin >= TRANSFER_BUSY / 2
-        computing = (rec.main_process_busy or rec.main_busy) >= MAIN_BUSY
+        moving = top.window.main_busy >= TRANSFER_BUSY or _receiving(top) + top.window.pinning >= TRANSFER_BUSY / 2
+        computing = rec.window.main_process_busy >= MAIN_BUSY
         if top.samples_per_s < rec.samples_per_s and computing and moving and not waits:
             text = (
                 f"items are so cheap that sending them between processes costs more than making them: no "
                 f"workers gives {rec.samples_per_s:,.0f} samples/s with the main process computing "
-                f"{rec.main_process_busy or rec.main_busy:.0%} of the time; the best with workers gives "
+                f"{rec.window.main_process_busy:.0%} of the time; the best with workers gives "
                 f"{top.samples_per_s:,.0f} ({top.config.describe()}, the main process receiving "
-                f"{top.unpickle:.0%} of the time)"
+                f"{_receiving(top):.0%} of the time)"
             )
             advice = "load in the main process, or do more work per item (decode, augment) before workers pay off"
             return Diagnosis("ipc", [text], [advice], notes, rec)
@@ -317,7 +296,7 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
         if larger:
             # the probes say cores are left, but the sweep measured more workers and they were no faster
             top = max(larger, key=lambda p: p.samples_per_s)
-            others = max(0.0, best.machine_busy_cores - best.total_cores)
+            others = best.window.others_cores
             todo = [
                 f"cores looked free, but {top.config.label()} measured no faster "
                 f"({top.samples_per_s:,.0f} against {best.samples_per_s:,.0f} samples/s): other programs held "
@@ -336,7 +315,7 @@ def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) ->
             "(sweep(rounds=3)) for a steadier answer."
         )
     cores = result.usable_cores
-    others = best.machine_busy_cores - best.total_cores
+    others = best.window.others_cores
     if others >= 0.25 * cores:
         out.append(
             f"Other programs used about {others:.1f} of the {cores} cores while this ran: figures are "
@@ -388,7 +367,7 @@ def checks(result: SweepResult, p: Point) -> list[Check]:
     step = result.step_time
     if step and p.samples_per_s:
         per_batch = _batch_size(result, p) / p.samples_per_s
-        wait_ms = 1000 * p.wait * per_batch
+        wait_ms = 1000 * (p.window.wait_s / p.window.seconds if p.window.seconds else 0.0) * per_batch
         out.append(
             Check(
                 "next batch vs step",
@@ -410,8 +389,8 @@ def checks(result: SweepResult, p: Point) -> list[Check]:
     out.append(
         Check(
             "pin time",
-            p.pin >= 0.05,
-            f"pinning takes {p.pin:.0%} of the main process's time (fires at 5%)"
+            p.window.pinning >= 0.05,
+            f"pinning takes {p.window.pinning:.0%} of the main process's time (fires at 5%)"
             + ("" if p.config.pin_memory else "; pin_memory is off"),
         )
     )
@@ -452,7 +431,7 @@ __all__ = [
     "Check",
     "Diagnosis",
     "checks",
-    "classify",
+    "context",
     "cores_saturated",
     "data_time_ms",
     "diagnose",
@@ -464,3 +443,8 @@ __all__ = [
     "startup_share",
     "verdict",
 ]
+
+
+def _receiving(p: Point) -> float:
+    """Share of the time the main process spent rebuilding received batches."""
+    return p.window.receiving[0]

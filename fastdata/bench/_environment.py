@@ -8,6 +8,7 @@ import os
 import platform
 from typing import Any
 
+from fastdata.core import _proc
 from fastdata.core._machine import affinity_cpus, cpu_quota, usable_cores, usable_memory, usable_physical_cores
 
 LIBRARIES = (
@@ -38,14 +39,7 @@ def versions() -> dict[str, str]:
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _proc.cpu_model() or platform.processor() or platform.machine()
 
 
 def start_method() -> str:

@@ -1,9 +1,11 @@
 """Measuring one DataLoader configuration: start-up, warm-up, then windows until the figure settles.
 
 The loop is a training loop without a model: ``next(loader)``, then the step (a sleep of ``step``
-seconds, or the user's function), and bookkeeping. Each window records what the main loop saw (batches,
-samples, bytes, time blocked in ``next``, time rebuilding and pinning batches) and, at its two ends,
-the probes' counters (:class:`~fastdata.bench._probes.SystemProbe`, the shared stage table).
+seconds, or the user's function), and bookkeeping. It counts each batch as the monitor does (the
+library's :class:`~fastdata.loading.observe._counter.BatchCounter`, plus what the sweep's envelope times:
+rebuilding and pinning each batch), and reads the library's probe
+(:class:`~fastdata.loading.observe._probe.Probe`) at each window's two ends: each window is the one
+measurement record, :class:`~fastdata.loading.observe._window.Window`.
 
 An epoch that runs out closes the current window, and the next window starts right there, so it holds
 the restart (new workers unless they persist, and whatever the dataset does before its first sample):
@@ -16,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import os
 import statistics
 import time
 import warnings
@@ -27,22 +28,17 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from fastdata.bench._probes import (
-    DStateSampler,
-    ProbedCollate,
-    ProbeInit,
-    StageTable,
-    SystemProbe,
-    delay_accounting,
-    leading_dim,
-)
-from fastdata.bench._result import Config, Point, Window
+from fastdata.bench._probes import ProbedCollate, leading_dim
+from fastdata.bench._result import Config, Point
+from fastdata.core._proc import delay_accounting, rss
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.loading._builder import build_dataloader
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset as FastdataDataset
-from fastdata.loading.observe import _stage_table as library
-from fastdata.loading.observe._stage_table import StartSplit, start_split
+from fastdata.loading.observe._counter import BatchCounter
+from fastdata.loading.observe._probe import Probe
+from fastdata.loading.observe._stage_table import ProbeInit, StageTable, StartSplit, start_split
+from fastdata.loading.observe._window import Window
 from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
 
 StepFn = Callable[[Any], object]
@@ -198,84 +194,8 @@ class _Feed:
             self.loader.close()  # the threads, and each one's dataset copy, closed in its thread
 
 
-_ZERO_SYS: dict[str, Any] = {
-    "main_cpu": 0.0,
-    "main_runq": 0.0,
-    "threads_cpu": 0.0,
-    "threads_runq": 0.0,
-    "main_threads": {},
-    "workers_cpu": [],
-    "workers_busy": [],
-    "worker_threads": {},
-    "voluntary": 0,
-    "involuntary": 0,
-    "blkio": 0.0,
-    "read_bytes": 0,
-    "rchar": 0,
-    "threads_main": 0,
-    "threads_worker": 0,
-    "machine_busy": 0.0,
-    "machine_iowait": 0.0,
-    "procs_blocked": 0,
-    "dstate": 0,
-    "dstate_looks": 0,
-    "dstate_blocked": 0,
-}
-_LAST = ("procs_blocked", "dstate", "threads_main", "threads_worker")  # as of the window's end, not differences
-
-
-def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, end in b.items():
-        start = a.get(key, _ZERO_SYS[key])
-        if key in _LAST:
-            out[key] = end
-        elif isinstance(end, list):  # per worker slot; a slot added since ``a`` counts from zero
-            out[key] = [y - (start[i] if i < len(start) else 0.0) for i, y in enumerate(end)]
-        elif isinstance(end, dict):
-            out[key] = {k: v - start.get(k, 0.0) for k, v in end.items() if v - start.get(k, 0.0) > 0}
-        else:
-            out[key] = max(type(end)(0), end - start) if key not in ("main_cpu", "main_runq") else end - start
-    return out
-
-
-class _Meter:
-    """Counts the batches of one window and reads the probes at its two ends."""
-
-    def __init__(self, probe: SystemProbe | None, table: StageTable | None, start: float | None = None) -> None:
-        self.probe, self.table = probe, table
-        self.start = perf_counter() if start is None else start
-        self.sys = probe.read() if probe else _ZERO_SYS
-        self.stages = table.totals() if table else {}
-        self.samples = self.batches = self.nbytes = 0
-        self.wait = self.unpickle = self.unpickle_cpu = self.pin = self.step = self.step_cpu = 0.0
-        self.restart_wait = 0.0
-
-    def close(self, end: float) -> Window:
-        sys = _diff(self.sys, self.probe.read()) if self.probe else _ZERO_SYS
-        st: dict[str, tuple[float, float]] = {}
-        if self.table is not None:
-            now = self.table.totals()
-            st = {k: (now[k][0] - self.stages[k][0], now[k][1] - self.stages[k][1]) for k in now}
-        return Window(
-            wall=end - self.start,
-            samples=self.samples,
-            batches=self.batches,
-            nbytes=self.nbytes,
-            wait=self.wait,
-            unpickle=self.unpickle,
-            unpickle_cpu=self.unpickle_cpu,
-            pin=self.pin,
-            step=self.step,
-            step_cpu=self.step_cpu,
-            stages=st,
-            restart_wait=self.restart_wait,
-            **sys,
-        )
-
-
 class _Run:
-    """The measurement of one configuration (see :func:`measure`)."""
+    """The measurement of one configuration (see :func:`measure`), through the library's probe."""
 
     def __init__(
         self, ds: Any, config: Config, timing: Timing, step: float | StepFn, probes: bool, loader_args: dict[str, Any]
@@ -283,26 +203,28 @@ class _Run:
         self.config, self.timing, self.probes = config, timing, probes
         self.step_fn = step if callable(step) else None
         self.step_s = 0.0 if callable(step) else float(step)
-        self.table = StageTable(config.num_workers + 1) if probes else None
-        self.loader = make_loader(ds, config, table=self.table, **loader_args)
+        self.probe = Probe(config.num_workers + 1)
+        self.counter = self.probe.counter
+        table = self.probe.table if probes else None
+        self.loader = make_loader(ds, config, table=table, **loader_args)
         self.windows: list[Window] = []
         self.measured = 0.0
         self.feed: _Feed | None = None
-        self.probe: SystemProbe | None = None
-        self.meter: _Meter | None = None
-        self.sampler = DStateSampler().start() if probes else None
+        self._start: Window | None = None  # the reading the current window began at
         self.parent_rss = 0.0
 
     def start(self) -> float:
         """Start the workers; seconds until the first batch."""
-        if self.table is not None and self.config.in_main_process:
-            self.table.attach(0)  # the main process produces the batches itself (or its loader threads do)
-        self.parent_rss = _rss()
+        if self.probes and self.config.in_main_process:
+            self.probe.attach_main()  # the main process produces the batches itself (or its loader threads do)
+        if self.probes:
+            self.probe.start()
+        self.parent_rss = rss()
         begin = perf_counter()
-        self.feed = _Feed(self.loader, self.table, self.config)
+        self.feed = _Feed(self.loader, self.probe.table if self.probes else None, self.config)
         self.feed.next()
         took = perf_counter() - begin
-        self.probe = SystemProbe(self.feed.worker_pids(), self.sampler, self.table) if self.probes else None
+        self.probe.watch(self.feed.worker_pids())
         return took
 
     def warm_up(self) -> float:
@@ -317,95 +239,97 @@ class _Run:
             gap, last, n = max(gap, now - last), now, n + 1
         return gap
 
-    def _close(self, at: float) -> None:
-        if self.meter is not None and self.meter.batches:
-            self.windows.append(self.meter.close(at))
-            self.measured += self.windows[-1].wall
+    def _read(self, memory: bool = False) -> Window:
+        return self.probe.read(memory=memory) if self.probes else _bare(self.counter, self.probe.t0)
 
-    def _epoch_end(self, at: float) -> None:
-        # close the window where the epoch ran out; the next one starts there and holds the restart
-        self._close(at)
-        self.meter = _Meter(self.probe, self.table, start=at)
+    def _close(self) -> Window:
+        """Close the current window here; the next begins where it ended. Each reading holds the processes'
+        memory (PSS, USS, descriptors: ~1 ms a process), so the point holds the most its processes held at a
+        window's end, whenever its workers came and went."""
+        assert self._start is not None
+        reading = self._read(memory=True)
+        window = reading.since(self._start)
+        if window.batches:
+            self.windows.append(window)
+            self.measured += window.seconds
+        self._start = reading
+        return window
 
     def measure(self, span: float) -> None:
         """Windows of ``span`` seconds until they agree, ``seconds`` are measured, or time runs out."""
-        feed, timing = self.feed, self.timing
+        feed, timing, counter = self.feed, self.timing, self.counter
         assert feed is not None
         limit = perf_counter() + 2 * timing.seconds + timing.warmup  # a very slow loader: bound the time
-        feed.on_epoch_end = self._epoch_end
-        self.meter = _Meter(self.probe, self.table)
+        # an epoch that runs out closes the window there; the next one starts there and holds the restart
+        feed.on_epoch_end = lambda at: self._close()
+        self._start = self._read()
+        asked = counter.clocks()
         while True:
-            t0 = perf_counter()
             item = feed.next()
-            t1 = perf_counter()
-            meter = self.meter
-            assert meter is not None
+            got = counter.clocks()
             if feed.restarted:
-                t0 = meter.start  # the wait for this batch began when the epoch ran out
-                meter.restart_wait += t1 - t0
-                if self.probe is not None and self.config.processes and not self.config.persistent_workers:
-                    self.probe.set_workers(feed.worker_pids())
+                asked = (self._start.seconds + self.probe.t0, asked[1])  # the wait began as the epoch ran out
+                if self.config.processes and not self.config.persistent_workers:
+                    self.probe.watch(feed.worker_pids())
             if self.probes:
-                n, nbytes, batch = item.n, item.nbytes, item.batch
-                meter.unpickle += item.unpickle_s
-                meter.unpickle_cpu += item.unpickle_cpu
-                meter.pin += item.pin_s
+                batch = item.batch
+                counter.handed(asked, got, item.n, first=feed.restarted)
+                counter.received(item.unpickle_s, item.unpickle_cpu, item.pin_s, item.nbytes)
             else:
                 batch = item
-                n, nbytes = leading_dim(batch), 0
+                counter.handed(asked, got, leading_dim(batch), first=feed.restarted)
             if self.step_fn is not None:
-                c0 = time.thread_time()
                 self.step_fn(batch)
-                meter.step_cpu += time.thread_time() - c0
             elif self.step_s > 0:
                 time.sleep(self.step_s)
-            t2 = perf_counter()
-            meter.wait += t1 - t0
-            meter.step += t2 - t1
-            meter.samples += n
-            meter.nbytes += nbytes
-            meter.batches += 1
-            if t2 - meter.start >= span:
-                self._close(t2)
-                self.meter = _Meter(self.probe, self.table)
+            asked = counter.clocks()
+            t = asked[0] - self.probe.t0
+            if t - self._start.seconds >= span:
+                self._close()
                 if _settled(self.windows, timing, span):
                     return
-            if self.measured + (t2 - self.meter.start) >= timing.seconds or t2 >= limit:
-                self._close(t2)
+            if self.measured + (t - self._start.seconds) >= timing.seconds or asked[0] >= limit:
+                self._close()
                 return
 
     def finish(self, startup: float, cores: int) -> Point:
-        """The point, with memory, descriptors and context switches read before the workers stop."""
+        """The point of this configuration."""
         assert self.feed is not None
-        point = Point.from_windows(
-            self.config,
-            self.windows,
-            startup_s=startup,
-            restart_s=self.feed.restarts,
-            step_time=self.step_fn is not None or self.step_s > 0,
-            usable_cores=cores,
-            stage_totals=self.table.totals() if self.table is not None else None,
-        )
-        if self.probe is not None:
-            point.pss_main, point.pss_workers = self.probe.memory()
-            point.fds = self.probe.descriptors()
-        point.parent_rss = self.parent_rss
-        point.blkio_known = delay_accounting()
         splits = self.feed.splits
-        if splits:
-            point.start_split = _split_dict([splits[0]])
-            if len(splits) > 1:
-                point.restart_split = _split_dict(splits[1:])
+        point = Point(
+            self.config,
+            windows=self.windows,
+            startup_s=startup,
+            restarts=list(self.feed.restarts),
+            step=self.step_fn is not None or self.step_s > 0,
+            stage_totals=self.probe.table.totals() if self.probes else {},
+            start_split=_split_dict(splits[:1]) if splits else {},
+            restart_split=_split_dict(splits[1:]) if len(splits) > 1 else {},
+            parent_rss=self.parent_rss,
+            blkio_known=delay_accounting(),
+            usable_cores=cores,
+        )
+        if not self.windows:
+            point.error = "no complete measurement window (the dataset may be too small or too slow)"
         return point
 
     def close(self) -> None:
         if self.feed is not None:
             self.feed.shutdown()
-        if self.sampler is not None:
-            self.sampler.stop()
-        if self.table is not None and self.config.in_main_process:
-            library.detach()
+        self.probe.close()
         self.feed = None
+
+
+def _bare(counter: BatchCounter, t0: float) -> Window:
+    """A reading of the loop alone (``probes=False``: measuring the probes' own cost)."""
+    return Window(
+        seconds=perf_counter() - t0,
+        loop_s=counter.loop_s,
+        batches=counter.batches,
+        samples=counter.samples,
+        wait_s=counter.wait_s,
+        step_s=counter.step_s,
+    )
 
 
 def measure(
@@ -462,14 +386,6 @@ def measure(
         gc.collect()
 
 
-def _rss() -> float:
-    try:
-        with open("/proc/self/statm") as f:
-            return float(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
 def _split_dict(splits: list[StartSplit]) -> dict[str, float]:
     """The median of each part of several splits."""
     names = [f.name for f in dataclasses.fields(StartSplit)]
@@ -477,10 +393,10 @@ def _split_dict(splits: list[StartSplit]) -> dict[str, float]:
 
 
 def _settled(windows: list[Window], timing: Timing, span: float) -> bool:
-    full = [w for w in windows if w.wall >= 0.5 * span]
+    full = [w for w in windows if w.seconds >= 0.5 * span]
     if len(full) < timing.min_windows:
         return False
-    rates = [w.rate for w in full[-timing.min_windows :]]
+    rates = [w.samples_per_s for w in full[-timing.min_windows :]]
     mid = statistics.median(rates)
     return mid > 0 and (max(rates) - min(rates)) / mid <= timing.max_spread
 

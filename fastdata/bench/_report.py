@@ -91,8 +91,8 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
         if stall:
             row.append(f"{p.stall:.0%}" if p.stall is not None else "-")
         row += [
-            f"{p.main_busy:.0%}",
-            f"{p.unpickle + p.pin:.0%}",
+            f"{p.window.main_busy:.0%}",
+            f"{p.window.receiving[0] + p.window.pinning:.0%}",
             f"{p.total_cores:.1f}/{p.demand:.1f}",
             stages,
             pss,
@@ -127,18 +127,20 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
     for p in points:
         if not p.ok:
             continue
-        blk = f"{p.blkio_share:.0%}" if p.blkio_known else "off"
-        io = f"{p.device_mb_s:.1f}/{p.read_mb_s:.1f}"
-        helpers = ", ".join(f"{n} {c:.2f}" for n, c in list(p.main_threads.items())[:3])
+        w = p.window
+        blk = f"{w.blkio(p.config.producers):.0%}" if p.blkio_known else "off"
+        io = f"{w.device_mb_s:.1f}/{w.read_mb_s:.1f}"
+        helpers = ", ".join(f"{n} {c:.2f}" for n, c in list(w.main_threads.items())[:3])
+        voluntary, involuntary = w.switches
         table.add_row(
             p.config.label(),
             "main",
-            f"{p.main_cores:.2f}",
-            f"{p.main_process_busy:.0%}",
-            str(p.threads_main),
-            f"{p.ctx_voluntary:,.0f}",
-            f"{p.ctx_involuntary:,.0f}",
-            f"{p.dstate_share:.0%}",
+            f"{w.main_cores:.2f}",
+            f"{w.main_process_busy:.0%}",
+            str(w.main.threads),
+            f"{voluntary:,.0f}",
+            f"{involuntary:,.0f}",
+            f"{w.dstate:.0%}",
             blk,
             io,
             helpers,
@@ -146,7 +148,7 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
         if p.config.mode == "threads":
             # loader threads are threads of the main process (their CPU is in its row): each one's CPU, read
             # from /proc/self/task; how long each waited for a core is not read per thread
-            own = {n: c for n, c in p.main_threads.items() if n.startswith(LOADER_THREAD)}
+            own = {n: c for n, c in w.main_threads.items() if n.startswith(LOADER_THREAD)}
             table.add_row(
                 "",
                 f"loader threads x{p.config.num_workers}",
@@ -161,15 +163,15 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
                 ", ".join(f"{n} {c:.2f}" for n, c in list(own.items())[:3]),
             )
         if p.config.processes:
-            busy = sum(p.worker_busy) / len(p.worker_busy) if p.worker_busy else 0.0
-            threads = ", ".join(f"{n} {c:.2f}" for n, c in list(p.worker_threads.items())[:3])
+            busy = w.per_worker_busy
+            threads = ", ".join(f"{n} {c:.2f}" for n, c in list(w.worker_threads.items())[:3])
             table.add_row(
                 "",
                 f"workers x{p.config.num_workers}"
                 + (f" ({p.config.threads_per_worker} threads each)" if p.config.mode == "hybrid" else ""),
-                f"{p.worker_cores:.2f}",
+                f"{sum(w.worker_cores):.2f}",
                 f"{busy:.0%} each",
-                str(p.threads_worker),
+                str(max((x.threads for x in w.workers), default=0)),
                 "",
                 "",
                 "",

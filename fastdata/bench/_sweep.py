@@ -11,7 +11,6 @@ turn, and each configuration's windows are pooled.
 from __future__ import annotations
 
 import itertools
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, cast
@@ -361,7 +360,7 @@ def persistent_candidates(result: SweepResult) -> list[Config]:
     out: list[Config] = []
     for p in [rec] if best is rec else [rec, best]:
         share = startup_share(result, p)
-        costly = (share is not None and share >= STARTUP_NOTE) or p.epoch_start >= STARTUP_NOTE
+        costly = (share is not None and share >= STARTUP_NOTE) or p.window.first_wait >= STARTUP_NOTE
         if p.config.processes and not p.config.persistent_workers and costly:
             out.append(replace(p.config, persistent_workers=True))
     return out
@@ -376,7 +375,7 @@ def doubts(result: SweepResult) -> list[Config]:
     * The recommended point is not the best, and either one's windows spread more than ``NOISY``: both.
     """
     from fastdata.bench._advise import fair_points, pick
-    from fastdata.bench._diagnose import NOISY, classify, cores_saturated
+    from fastdata.bench._diagnose import NOISY, cores_saturated, label
 
     rec = pick(result)
     ok = fair_points(result)
@@ -390,7 +389,7 @@ def doubts(result: SweepResult) -> list[Config]:
         for p in ok
         if p.config.series() == rec.config.series() and rec.config.num_workers < p.config.num_workers <= cores
     ]
-    if rec.config.processes and larger and classify(rec, cores) == "cpu" and not cores_saturated(rec, cores):
+    if rec.config.processes and larger and label(rec, result) == "cpu" and not cores_saturated(rec, cores):
         out = [rec.config, min(larger, key=lambda p: p.config.num_workers).config]
     elif best is not rec and max(rec.spread, best.spread) > NOISY:
         out = [rec.config, best.config]
@@ -405,31 +404,31 @@ def _length(ds: Any) -> int | None:
 
 
 def merge(points: list[Point]) -> Point:
-    """One point from several rounds of the same configuration: medians of the per-round figures, the
-    spread between rounds, every window's rate."""
+    """One point from several rounds of the same configuration: every round's windows pooled, the start-ups
+    the median round's, and each round's samples/s (their spread is how much the configuration moved between
+    rounds, the noise that matters when comparing points)."""
     ok = [p for p in points if p.ok]
     if len(points) == 1 or not ok:
         return points[0]
     base = ok[0]
-    rates = [r for p in ok for r in p.window_rates]
-    median = statistics.median
-    merged = Point(base.config, usable_cores=base.usable_cores)
-    for name, value in vars(base).items():
-        if name in ("config", "usable_cores", "error"):
-            continue
-        values = [getattr(p, name) for p in ok]
-        if isinstance(value, float) and all(isinstance(v, (int, float)) for v in values):
-            setattr(merged, name, float(median(values)))
-        elif isinstance(value, int) and not isinstance(value, bool):
-            setattr(merged, name, max(values))
-        else:
-            setattr(merged, name, value)
-    merged.window_rates = rates
-    # the spread that matters when comparing points is how much a configuration moved between rounds
-    per_round = [p.samples_per_s for p in ok]
-    merged.spread = (max(per_round) - min(per_round)) / merged.samples_per_s if merged.samples_per_s else 0.0
-    merged.measured_s = sum(p.measured_s for p in ok)
-    return merged
+    order = sorted(ok, key=lambda p: p.startup_s)
+    return replace(
+        base,
+        windows=[w for p in ok for w in p.windows],
+        startup_s=order[len(order) // 2].startup_s,
+        restarts=[r for p in ok for r in p.restarts],
+        stage_totals=_summed([p.stage_totals for p in ok]),
+        round_rates=[p.samples_per_s for p in ok],
+    )
+
+
+def _summed(totals: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    out: dict[str, tuple[float, float]] = {}
+    for t in totals:
+        for k, (secs, items) in t.items():
+            a, b = out.get(k, (0.0, 0.0))
+            out[k] = (a + secs, b + items)
+    return out
 
 
 __all__ = [

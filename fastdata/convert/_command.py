@@ -98,7 +98,8 @@ def register(sub: Any) -> None:
         "(or HDF5). Rerun the same command to resume an interrupted conversion.",
     )
     add_arguments(p)
-    p.set_defaults(run=run)
+    # what the CLI says after Ctrl-C: finished shards are kept (see Resuming in docs/tar.md)
+    p.set_defaults(run=run, interrupted="rerun the same command to resume (finished shards are kept)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing.util
-import os
 import resource
 import weakref
 from collections import Counter, OrderedDict
@@ -17,6 +16,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from fastdata.core import _process as process
+from fastdata.core._proc import open_fd_targets
 from fastdata.core._world import current_worker
 from fastdata.core.errors import ConfigError
 
@@ -213,15 +213,7 @@ def open_files(under: str = "/") -> Counter[str]:
     """The paths this process's descriptors point at now (from ``/proc/self/fd``), those under ``under``,
     each with its count of descriptors. Sockets, pipes and other anonymous descriptors have no path and
     are left out: what a dataset opens (files, shards, memory maps' descriptors) has one."""
-    paths: Counter[str] = Counter()
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:  # closed since listed (the listing's own descriptor among them)
-            continue
-        if target.startswith(under):
-            paths[target] += 1
-    return paths
+    return Counter(target for target in open_fd_targets() if target.startswith(under))
 
 
 __all__ = ["HandleCache", "ProcessLocal", "close_all_handles", "default_max_open", "open_files"]

@@ -14,8 +14,13 @@ or, sample by sample (a dataset whose samples arrive one at a time)::
 
 A decoder that rejects a sample raises :class:`~fastdata.core.errors.BadSample` (``DecodeFailed``);
 the :class:`~fastdata.core.errors.ErrorPolicy` then raises it (``on_error="raise"``) or counts it and
-warns once per file (``"skip"``). An exception from the user's transform is the user's and propagates.
-The time spent in each stage is added to :mod:`fastdata.core.stages` (nothing when probing is off).
+warns once per file (``"skip"``). An exception from the user's transform becomes
+:class:`~fastdata.core.errors.TransformFailed` (the original chained as its cause), naming the file or
+shard, the sample's key and index and the keys the sample has, and goes to the same policy: a bare
+``KeyError: 'png'`` from inside a DataLoader worker names none of that. Where the sample is, in words,
+comes from the dataset (``describe=``), or from the sample's own ``__url__``/``path``, ``__key__`` and
+``__index__``. The time spent in each stage is added to :mod:`fastdata.core.stages` (nothing when
+probing is off).
 
 With neither a decoder nor a transform (raw bytes, the fastest path), :meth:`SamplePipeline.batch`
 hands the list back as it is: no per-sample work. This module imports only core.
@@ -27,9 +32,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from fastdata.core import stages
-from fastdata.core.errors import BadSample, ErrorPolicy
+from fastdata.core.errors import BadSample, ErrorPolicy, TransformFailed
 
 Sample = dict[str, Any]
+Describe = Callable[[Any], "tuple[str, str]"]
+"""``describe(sample) -> (source, where)``: the file or shard holding a sample, and where it is in words
+(``"sample 17, key 'cat/001'"``), for error messages."""
 
 
 class _Skip:
@@ -57,25 +65,49 @@ class SamplePipeline:
             :class:`~fastdata.core.errors.BadSample` for bytes it rejects. None: samples stay raw.
         transform (Callable[[dict], Any] | None): the user's function, applied after decoding.
         policy (ErrorPolicy): what to do with a bad sample (raise, or count, warn and skip).
+        describe (Callable | None): ``describe(sample) -> (source, where)`` for the message of a failed
+            transform (see :data:`Describe`); called only then. Defaults to None: :func:`describe_sample`.
     """
 
-    __slots__ = ("decoder", "policy", "transform")
+    __slots__ = ("decoder", "describe", "policy", "transform")
 
     def __init__(
         self,
         decoder: Callable[[Sample], Sample] | None,
         transform: Callable[[Sample], Any] | None,
         policy: ErrorPolicy,
+        describe: Describe | None = None,
     ) -> None:
         self.decoder = decoder
         self.transform = transform
         self.policy = policy
+        self.describe = describe
 
-    def __getstate__(self) -> tuple[Any, Any, ErrorPolicy]:
-        return self.decoder, self.transform, self.policy
+    def __getstate__(self) -> tuple[Any, Any, ErrorPolicy, Any]:
+        return self.decoder, self.transform, self.policy, self.describe
 
-    def __setstate__(self, state: tuple[Any, Any, ErrorPolicy]) -> None:
-        self.decoder, self.transform, self.policy = state
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.decoder, self.transform, self.policy, self.describe = state
+
+    def failed(self, sample: Any, error: Exception) -> BadSample:
+        """The error for the user's transform raising ``error`` on ``sample`` (decoded, as it was given to
+        the transform): a :class:`~fastdata.core.errors.TransformFailed` naming where the sample is, the
+        transform and the exception, or ``error`` itself when it is a :class:`BadSample` already."""
+        if isinstance(error, BadSample):
+            return error  # the transform rejected the sample on purpose, in fastdata's terms
+        try:
+            source, where = (self.describe or describe_sample)(sample)
+        except Exception:  # noqa: BLE001 - the message must not fail in turn
+            source, where = describe_sample(sample)
+        name = getattr(self.transform, "__qualname__", None) or type(self.transform).__name__
+        keys = f"; the sample's keys are {', '.join(map(repr, sample))}" if isinstance(sample, dict) else ""
+        message = (
+            f"{where}: transform {name} raised {type(error).__name__}: {error}{keys}. Fix the transform, or pass "
+            "on_error='skip' to leave out (and count) the samples it fails on"
+        )
+        out = TransformFailed(message, source)
+        out.__cause__ = error
+        return out
 
     @property
     def passthrough(self) -> bool:
@@ -107,7 +139,11 @@ class SamplePipeline:
             t = stages.lap("decode", t)
         transform = self.transform
         if transform is not None:
-            sample = transform(sample)
+            try:
+                sample = transform(sample)
+            except Exception as e:  # noqa: BLE001 - the user's code: any exception, named with its sample
+                self.policy.handle(self.failed(sample, e))
+                return SKIP, stages.lap("transform", t)
             t = stages.lap("transform", t)
         return sample, t
 
@@ -133,7 +169,12 @@ class SamplePipeline:
                     continue
                 t = lap("decode", t)
             if transform is not None:
-                sample = transform(sample)
+                try:
+                    sample = transform(sample)
+                except Exception as e:  # noqa: BLE001 - the user's code: any exception, named with its sample
+                    self.policy.handle(self.failed(sample, e))
+                    t = lap("transform", t)
+                    continue
                 t = lap("transform", t)
             out.append(sample)
         return out
@@ -152,4 +193,24 @@ class SamplePipeline:
         return out, kept
 
 
-__all__ = ["SKIP", "SamplePipeline"]
+def describe_sample(sample: Any) -> tuple[str, str]:
+    """``(source, where)`` of a sample from what it carries: its file or shard (``__url__``, ``path``),
+    its key (``__key__``) and dataset index (``__index__``), or, for a video clip, its frames."""
+    if not isinstance(sample, dict):
+        return "", f"a sample ({type(sample).__name__})"
+    source = str(sample.get("__url__") or sample.get("path") or "")
+    parts = []
+    if "__index__" in sample:
+        parts.append(f"index {sample['__index__']}")
+    if "__key__" in sample:
+        parts.append(f"key {sample['__key__']!r}")
+    frames = sample.get("frames")
+    if frames is not None and hasattr(frames, "tolist"):
+        numbers = frames.tolist()
+        if numbers:
+            parts.append(f"frames {numbers[0]}..{numbers[-1]}")
+    where = f"sample ({', '.join(parts)})" if parts else "a sample"
+    return source, f"{source}: {where}" if source else where
+
+
+__all__ = ["SKIP", "Describe", "SamplePipeline", "describe_sample"]

@@ -1,6 +1,7 @@
-"""Probes of a running loader: what every process and thread of it does, read from ``/proc``.
+"""The one reader of ``/proc``: what every process and thread of a loader does, and the machine around it.
 
-Used by ``fastdata bench`` (sweeps) and meant for a monitor inside a training loop, so every reading is
+Every other part of fastdata that needs a ``/proc`` file asks here (the loader's probe, the stage table's
+own counters, open descriptors, memory), so there is one place that knows the files' layouts. Readings are
 cheap (a few small files per thread) and cumulative: the difference of two readings is a window.
 
 * :class:`ProcessProbe`: one process, every thread of it (helper threads included: a video decoder's
@@ -14,15 +15,18 @@ cheap (a few small files per thread) and cumulative: the difference of two readi
   threads a few times a second and counts the looks that found one in uninterruptible sleep (D: waiting
   for a disk, or an NFS/FUSE server).
 * :func:`machine_busy`: CPU used by every process on the CPUs we may run on (the neighbours' share).
-* The stage table the workers write into shared memory is :mod:`fastdata.loading.observe._stage_table`.
+* :func:`memory_of` (PSS and USS), :func:`open_fds`, :func:`open_fd_targets`, :func:`rss`,
+  :func:`own_counters` (this process, exited threads included), :func:`thread_runq`,
+  :func:`procs_blocked`, :func:`delay_accounting`, :func:`cpu_model`.
 
-Only the standard library, numpy and torch: this module sits in ``fastdata.loading``.
+Only the standard library: this module sits in ``fastdata.core``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
@@ -190,11 +194,29 @@ def python_thread_names() -> dict[int, str]:
 
 def pss(pid: int) -> float:
     """PSS of process ``pid`` in bytes, from ``/proc/PID/smaps_rollup`` (0 where it cannot be read)."""
+    return memory_of(pid)[0]
+
+
+def memory_of(pid: int) -> tuple[float, float]:
+    """(PSS, USS) of process ``pid`` in bytes, from one read of ``/proc/PID/smaps_rollup`` (zeros where it
+    cannot be read). PSS shares each page among the processes mapping it; USS counts the pages no other
+    process shares: what the process adds."""
     text = _read(f"/proc/{pid}/smaps_rollup") or ""
+    pss_kb = uss_kb = 0
     for line in text.splitlines():
         if line.startswith("Pss:"):
-            return float(line.split()[1]) * 1024
-    return 0.0
+            pss_kb = int(line.split()[1])
+        elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+            uss_kb += int(line.split()[1])
+    return pss_kb * 1024.0, uss_kb * 1024.0
+
+
+def rss() -> float:
+    """This process's resident memory in bytes, from ``/proc/self/statm`` (0 where it cannot be read)."""
+    try:
+        return float((_read("/proc/self/statm") or "").split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, IndexError):
+        return 0.0
 
 
 def open_fds(pid: int) -> int:
@@ -203,6 +225,62 @@ def open_fds(pid: int) -> int:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return 0
+
+
+def open_fd_targets() -> list[str]:
+    """What this process's descriptors point at now (from ``/proc/self/fd``): one entry per descriptor
+    (``socket:[...]``, ``pipe:[...]`` for the anonymous ones)."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{name}"))
+        except OSError:  # closed since listed (the listing's own descriptor among them)
+            continue
+    return out
+
+
+def thread_runq() -> float:
+    """Seconds the calling thread waited for a core (``/proc/thread-self/schedstat``)."""
+    parts = (_read("/proc/thread-self/schedstat") or "").split()
+    return int(parts[1]) / 1e9 if len(parts) > 1 else 0.0
+
+
+def own_counters() -> list[float]:
+    """This process's (CPU-seconds, run-queue seconds, voluntary and involuntary switches), every thread,
+    exited threads' CPU and switches included (``getrusage``; the run-queue wait of the living threads)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    runq = 0.0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            sched = _read(f"/proc/self/task/{tid}/schedstat")
+            if sched:
+                runq += int(sched.split()[1]) / 1e9
+    except OSError:
+        pass
+    return [ru.ru_utime + ru.ru_stime, runq, float(ru.ru_nvcsw), float(ru.ru_nivcsw)]
+
+
+def procs_blocked() -> int:
+    """Processes of the machine in uninterruptible sleep now (``procs_blocked`` of ``/proc/stat``)."""
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("procs_blocked"):
+            return int(line.split()[1])
+    return 0
+
+
+def delay_accounting() -> bool:
+    """Whether the kernel's per-task delay accounting (block-I/O delay) is on."""
+    return (_read("/proc/sys/kernel/task_delayacct") or "").strip() == "1"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` ("" where it is not there)."""
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return ""
 
 
 class DStateSampler:
@@ -222,6 +300,8 @@ class DStateSampler:
         self._pids = list(pids)
         self.looks = 0
         self.blocked = 0  # looks that found at least one of our threads in D state
+        self.cpu = 0.0  # CPU-seconds the looking thread used: the probe's own cost, not the loader's
+        self.native_id: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -247,10 +327,13 @@ class DStateSampler:
         return False
 
     def _run(self) -> None:
+        self.native_id = threading.get_native_id()
+        start = time.thread_time()
         while not self._stop.wait(self.interval):
             blocked = self._look()
             self.looks += 1
             self.blocked += blocked
+            self.cpu = time.thread_time() - start
 
     def counts(self) -> tuple[int, int]:
         """(looks so far, looks that found a thread in D state)."""
@@ -288,14 +371,23 @@ def machine_busy(cpus: Sequence[int]) -> tuple[float, float]:
 
 
 __all__ = [
+    "CLK_TCK",
     "DStateSampler",
     "ProcessCounters",
     "ProcessProbe",
     "ThreadReading",
+    "cpu_model",
+    "delay_accounting",
     "machine_busy",
+    "memory_of",
+    "open_fd_targets",
     "open_fds",
+    "own_counters",
+    "procs_blocked",
     "pss",
     "python_thread_names",
     "read_thread",
+    "rss",
+    "thread_runq",
     "usable_cpus",
 ]

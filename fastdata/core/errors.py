@@ -9,10 +9,13 @@
     ├── SourceUnreadable (PermissionError)     a file or key that exists but cannot be read
     ├── SourceUnavailable (ConnectionError)    a store that did not answer (S3 down, unreachable, throttling)
     ├── TooManyBadSamples                      under ``"skip"``: no good sample found to stand in for bad ones
+    ├── CannotBatch (RuntimeError)             samples that do not collate into one batch (images of
+    │                                          different sizes, PIL images): a setting to change, never skipped
     └── BadSample                              the data itself is bad; ``on_error`` decides
         ├── CorruptShard                       a truncated tar or a damaged header
         ├── UnsafeMember                       a member name with ``..``, an absolute path, a link
-        └── DecodeFailed                       bytes that the decoder (PIL, OpenCV, json ...) rejects
+        ├── DecodeFailed                       bytes that the decoder (PIL, OpenCV, json ...) rejects
+        └── TransformFailed                    the user's ``transform=`` raised on a sample
 
 ``on_error="raise"`` (the default) raises the first :class:`BadSample` with a message that names the
 file, member or key and says what to do. ``on_error="skip"`` drops the sample, counts it in a counter
@@ -98,6 +101,13 @@ class TooManyBadSamples(FastdataError):
     message names the files and the fix."""
 
 
+class CannotBatch(FastdataError, RuntimeError):
+    """The samples of one batch cannot be collated into one: tensors or arrays of different shapes under
+    one key (photos of different sizes), or values the collate function cannot batch (PIL images). The
+    message names the key, the samples and the fixes (resize as they are decoded, ``transform=``,
+    ``collate_fn=``). Raised at the first such batch under any ``on_error``: skipping would not help."""
+
+
 class BadSample(FastdataError):
     """The bytes of one sample (or of the file holding it) are bad. Subject to ``on_error``.
 
@@ -120,6 +130,12 @@ class UnsafeMember(BadSample):
 
 class DecodeFailed(BadSample):
     """A decoder rejected a member's bytes (corrupt JPEG, bad JSON, ...)."""
+
+
+class TransformFailed(BadSample):
+    """The user's ``transform=`` raised on a sample. The message names the file or shard, the sample's key
+    and index, and the exception (chained as ``__cause__``); under ``on_error="skip"`` the sample is
+    counted and left out, as a failed decode is."""
 
 
 def check_choice(name: str, value: object, allowed: object) -> None:
@@ -234,6 +250,7 @@ class SubstituteWarning(BadSampleWarning):
 __all__ = [
     "BadSample",
     "BadSampleWarning",
+    "CannotBatch",
     "ConfigError",
     "CorruptShard",
     "DecodeFailed",
@@ -246,6 +263,7 @@ __all__ = [
     "SourceUnreadable",
     "SubstituteWarning",
     "TooManyBadSamples",
+    "TransformFailed",
     "UnsafeMember",
     "check_choice",
     "check_positive",

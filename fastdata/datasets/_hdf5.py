@@ -20,6 +20,7 @@ from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets._hdf5_batch import Sample, SampleBatch, build_samples, collate
 from fastdata.formats._decode import DecodeMode, Decoder
+from fastdata.formats._manifest import resolve_sources
 from fastdata.formats.hdf5._handle import H5Handle, row_error
 from fastdata.formats.hdf5._reader import (
     DEFAULT_RDCC_NBYTES,
@@ -35,6 +36,12 @@ from fastdata.formats.hdf5._reader import (
 from fastdata.formats.hdf5._rows import read_field
 from fastdata.loading._chunk_sampler import ChunkBatchSampler
 from fastdata.storage import expand_urls, scheme
+
+
+def _remote(paths: Any) -> bool:
+    """Whether any of ``paths`` is a URL (refused below, with the fix, before any folder is resolved)."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    return any(scheme(os.fspath(p)) for p in items)
 
 
 class HDF5Dataset(MapDatasetBase, Dataset[Any]):
@@ -57,7 +64,9 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
     for compressed or variable-length fields) and ``collate_fn=ds.collate`` (no second copy of batches).
 
     Args:
-        paths (str | list[str]): HDF5 files; globs and brace ranges expand.
+        paths (str | list[str]): HDF5 files; globs and brace ranges expand; a folder is read through the
+            ``manifest.json`` that ``fastdata convert --format hdf5`` wrote in it (one without: its ``.h5``
+            files).
         fields (tuple[str, ...]): HDF5 paths of the datasets that form a sample, of equal length in every
             file. Defaults to ``("image", "label")``.
         transform (Callable | None): applied to each (decoded) sample dict.
@@ -109,7 +118,7 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
         self.fields = _check_fields(fields)
         self.cache = ChunkCache(rdcc_nbytes, rdcc_nslots, rdcc_w0)
         field_decoder, sample_decoder = _decoders(decode)  # a bad ``decode`` fails before any file is read
-        self.paths = expand_urls(paths)
+        self.paths = resolve_sources(paths, "hdf5") if not _remote(paths) else expand_urls(paths)
         for path in self.paths:
             if scheme(path):
                 raise ConfigError(
@@ -125,11 +134,13 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
             first = first or self.infos[-1]
         self._fields: tuple[FieldInfo, ...] = next((i.fields for i in self.infos if i is not None), ())
         self._dicts = tuple(f.name for f in self._fields if f.kind == "compound")  # rows built as dicts
+        # variable-length rows (numbers, strings): collated as lists where they do not stack
+        self._ragged = tuple(f.name for f in self._fields if f.kind in ("object", "str"))
         self._starts = np.concatenate([[0], np.cumsum([i.length if i else 0 for i in self.infos])]).astype(np.int64)
         if field_decoder is not None:
             byte_fields = tuple(f.name for f in self._fields if f.kind == "bytes")
             sample_decoder = FieldDecoder(field_decoder, byte_fields, self.paths, self._starts) if byte_fields else None
-        self.pipeline = SamplePipeline(sample_decoder, transform, self._policy)
+        self.pipeline = SamplePipeline(sample_decoder, transform, self._policy, describe=self._where)
         self._handles: HandleCache[int, H5Handle] = HandleCache(self._open, max_open=max_open, close_inherited=True)
         self._pool = BufferPool()
 
@@ -168,6 +179,13 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
         """``(file number, row in that file)`` of dataset index ``i``."""
         files, rows = self._locate(np.array([i], dtype=np.int64))
         return int(files[0]), int(rows[0])
+
+    def _where(self, sample: Any) -> tuple[str, str]:
+        """``(file, where)`` of a sample, for an error message: its file, row and dataset index."""
+        i = int(sample["__index__"])
+        files, rows = self._locate(np.array([i], dtype=np.int64))
+        path = self.paths[int(files[0])]
+        return path, f"{path}: row {int(rows[0])} (dataset index {i})"
 
     def _locate(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(self)
@@ -216,7 +234,9 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
         out = self._read(idx)
         if not out and len(idx):  # all bad: a batch of one substitute, so that the rank keeps its batch count
             j, sample = self._substitute(idx)
-            return SampleBatch((*self.fields, "__index__"), np.array([j], dtype=np.int64), None, [sample])
+            return SampleBatch(
+                (*self.fields, "__index__"), np.array([j], dtype=np.int64), None, [sample], ragged=self._ragged
+            )
         return out
 
     def _substitute(self, idx: np.ndarray) -> tuple[int, Any]:
@@ -257,8 +277,8 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
                     name: v[keep] if isinstance(v, np.ndarray) else [v[k] for k in keep.tolist()]
                     for name, v in read.items()
                 }
-                return SampleBatch(keys, idx[keep], None, rows=kept, dicts=self._dicts)
-            return SampleBatch(keys, idx, columns, rows=read, dicts=self._dicts)
+                return SampleBatch(keys, idx[keep], None, rows=kept, dicts=self._dicts, ragged=self._ragged)
+            return SampleBatch(keys, idx, columns, rows=read, dicts=self._dicts, ragged=self._ragged)
         good = np.flatnonzero(~bad)
         raw = build_samples(keys, idx, read, self._dicts, good.tolist())
         samples, kept_at = pipeline.batch_kept(raw, stages.lap("fetch", t, m))
@@ -268,7 +288,7 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
             bad[good[dropped]] = True
         # the whole-batch columns stand for the samples only when nothing but byte fields changed
         same = pipeline.transform is None and isinstance(pipeline.decoder, FieldDecoder) and not bad.any()
-        return SampleBatch(keys, idx[~bad], columns if same else None, samples)
+        return SampleBatch(keys, idx[~bad], columns if same else None, samples, ragged=self._ragged)
 
     def _read_file(
         self,

@@ -20,6 +20,8 @@ import torch
 from torch.utils.data import default_collate
 
 from fastdata.formats.hdf5._types import as_dict
+from fastdata.loading._batching import explain
+from fastdata.loading.transport._collate import checked_default_collate
 
 Sample = dict[str, Any]
 
@@ -68,9 +70,13 @@ class SampleBatch(Sequence[Any]):
         rows (Mapping[str, np.ndarray | list] | None): each field's rows, one per sample (see
             :func:`build_samples`); needed when ``samples`` is None.
         dicts (tuple[str, ...]): fields of compound rows (built as dicts).
+        ragged (tuple[str, ...] | None): fields of variable-length rows (numbers, strings): :func:`collate`
+            gives the list of their values where they do not stack. Other fields that do not stack (images
+            of different sizes, decoded from byte fields) raise :class:`~fastdata.core.errors.CannotBatch`.
+            Defaults to None: not known, every field that does not stack comes back as a list.
 
     Attributes:
-        columns, indices, keys: as given.
+        columns, indices, keys, ragged: as given.
     """
 
     def __init__(
@@ -82,8 +88,10 @@ class SampleBatch(Sequence[Any]):
         *,
         rows: Mapping[str, Any] | None = None,
         dicts: tuple[str, ...] = (),
+        ragged: tuple[str, ...] | None = None,
     ) -> None:
         self.keys, self.indices, self.columns = keys, indices, columns
+        self.ragged = ragged
         self._samples = samples
         self._rows = rows
         self._dicts = dicts
@@ -107,14 +115,15 @@ class SampleBatch(Sequence[Any]):
     def __getstate__(self) -> dict[str, Any]:
         if self._samples is None:  # the rows (columns and rows share their arrays: pickled once)
             return {"keys": self.keys, "indices": self.indices, "columns": self.columns, "rows": self._rows,
-                    "dicts": self._dicts, "samples": None}  # fmt: skip
+                    "dicts": self._dicts, "samples": None, "ragged": self.ragged}  # fmt: skip
         # the dicts hold views of the columns, which pickle as copies: send the dicts alone
         return {"keys": self.keys, "indices": self.indices, "columns": None, "rows": None, "dicts": (),
-                "samples": self._samples}  # fmt: skip
+                "samples": self._samples, "ragged": self.ragged}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.keys, self.indices, self.columns = state["keys"], state["indices"], state["columns"]
         self._samples, self._rows, self._dicts = state["samples"], state["rows"], state["dicts"]
+        self.ragged = state.get("ragged")
 
     def __repr__(self) -> str:
         return f"SampleBatch({len(self)} samples, keys={self.keys})"
@@ -128,11 +137,22 @@ def collate(samples: Sequence[Sample]) -> Any:
     compound fields as dicts of their members). Where ``default_collate`` fails, a field comes back as the
     batch's numpy array when torch has no tensor type for it (``np.longdouble``, fixed-length strings in
     rows of several values), and as the list of its values when they cannot be stacked (variable-length
-    arrays, rows of variable-length strings).
+    arrays, rows of variable-length strings), with or without a decode or a transform that keeps the
+    sample a dict of its fields. Images decoded from byte fields that differ in size raise
+    :class:`~fastdata.core.errors.CannotBatch` naming the field, the rows and the fixes.
     """
     columns = samples.columns if isinstance(samples, SampleBatch) else None
-    if not columns or not len(samples):
+    if not len(samples):
         return default_collate(samples)  # type: ignore[arg-type]
+    if not columns:
+        first = samples[0]
+        if (
+            isinstance(samples, SampleBatch)
+            and isinstance(first, dict)
+            and all(isinstance(s, dict) and s.keys() == first.keys() for s in samples)
+        ):  # fields as read (or decoded, or transformed into a dict of the same keys): field by field
+            return {key: _collate_values(key, samples, _ragged(samples, key)) for key in first}
+        return checked_default_collate(list(samples))
     assert isinstance(samples, SampleBatch)
     out: dict[str, Any] = {}
     for key in samples.keys:
@@ -142,17 +162,29 @@ def collate(samples: Sequence[Sample]) -> Any:
         elif key == "__index__":
             out[key] = torch.from_numpy(samples.indices)
         else:
-            out[key] = _collate_values([s[key] for s in samples])
+            out[key] = _collate_values(key, samples, _ragged(samples, key))
     return out
 
 
-def _collate_values(values: list[Any]) -> Any:
-    """``default_collate`` of one field's values, or the list of them where it cannot batch them (rows of
-    different lengths, arrays of strings)."""
+def _ragged(samples: SampleBatch, key: str) -> bool:
+    return samples.ragged is None or key in samples.ragged
+
+
+def _collate_values(key: str, samples: Sequence[Any], ragged: bool) -> Any:
+    """``default_collate`` of field ``key`` of ``samples``, or the list of its values where it cannot batch
+    them and the field is ``ragged`` (rows of different lengths, arrays of strings); values of another
+    field that do not stack (images of different sizes, decoded from bytes) raise
+    :class:`~fastdata.core.errors.CannotBatch` saying why."""
+    values = [s[key] for s in samples]
     try:
         return default_collate(values)
     except (TypeError, RuntimeError):  # default_collate's errors for what it cannot stack
-        return values
+        if ragged:
+            return values
+        why = explain([{key: v, "__index__": s.get("__index__")} for v, s in zip(values, samples)])
+        if why is None:
+            return values  # what torch has no type for (long doubles, fixed strings): as it comes
+        raise why from None
 
 
 def _collate_column(col: np.ndarray) -> Any:

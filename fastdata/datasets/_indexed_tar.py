@@ -13,9 +13,9 @@ from torch.utils.data import Dataset
 from fastdata.core._pipeline import SKIP
 from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
+from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
-from fastdata.storage import expand_urls, scheme
+from fastdata.storage import scheme
 from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 
 
@@ -33,7 +33,9 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
     :attr:`substituted` (see :mod:`fastdata.datasets._substitute`).
 
     Args:
-        urls (str | list[str]): shard paths or URLs (brace ranges and globs expand).
+        urls (str | list[str]): shard paths or URLs (brace ranges and globs expand); a folder is read
+            through the ``manifest.json`` that ``fastdata convert`` wrote in it (a local folder without
+            one: its ``.tar`` files).
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
         transform (Callable | None): applied to each decoded sample dict.
         on_error ("raise" | "skip"): Defaults to "raise".
@@ -73,7 +75,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         cache_limit: int | str | None = None,
         cache_check: CacheCheck = "epoch",
     ) -> None:
-        shard_urls = expand_urls(urls)
+        shard_urls = tar_urls(urls, storage_options)
         cache = cache_from(cache_dir, cache_limit) if any(scheme(u) for u in shard_urls) else None
         self._init_base(
             seed=seed,

@@ -33,10 +33,10 @@ from fastdata.datasets._epoch_reader import (
     worker_span,
 )
 from fastdata.datasets._substitute import find_substitute
-from fastdata.datasets._tar_source import Sample, TarSource, remote_counters
+from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
-from fastdata.storage import expand_urls, scheme
+from fastdata.storage import scheme
 from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 
 
@@ -62,7 +62,9 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
 
     Args:
         urls (str | list[str]): shard paths or URLs; brace ranges (``train-{000000..000099}.tar``) and
-            globs expand.
+            globs expand; a folder (``"shards/train"``, ``"s3://bucket/train/"``) is read through the
+            ``manifest.json`` that ``fastdata convert`` wrote in it (a local folder without one: its
+            ``.tar`` files).
         shuffle (bool): new shard order and sample order every epoch, from (seed, epoch). Defaults to False.
         seed (int): Defaults to 0.
         shuffle_window (int | None): samples shuffled together (a window of the rank's part of the epoch,
@@ -132,7 +134,7 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         if batch_size is not None:
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
-        shard_urls = expand_urls(urls)
+        shard_urls = tar_urls(urls, storage_options)
         cache = cache_from(cache_dir, cache_limit) if any(scheme(u) for u in shard_urls) else None
         self._init_base(
             seed=seed,

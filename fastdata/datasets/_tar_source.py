@@ -13,11 +13,11 @@ from tqdm import tqdm
 
 from fastdata.core import stages
 from fastdata.core._handles import HandleCache
-from fastdata.core._pipeline import SamplePipeline
+from fastdata.core._pipeline import SamplePipeline, describe_sample
 from fastdata.core._world import current_worker
 from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
 from fastdata.datasets._cached_shards import CachedShards
-from fastdata.formats._manifest import shard_listing
+from fastdata.formats._manifest import resolve_sources, shard_listing
 from fastdata.formats.tar._checks import check_on_read, check_once
 from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
 from fastdata.formats.tar._index import SidecarMismatch
@@ -41,6 +41,14 @@ def remote_counters(urls: list[str], cached: bool = False) -> tuple[str, ...]:
     from fastdata.storage.s3._client import COUNTERS
 
     return (*COUNTERS, *(CACHE_COUNTERS if cached else ()))
+
+
+def tar_urls(urls: Any, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """The shards a tar dataset's ``urls`` name: brace ranges and globs expanded, a folder (local, or an
+    ``s3://`` prefix ending in ``/``) read through its manifest (see
+    :func:`fastdata.formats._manifest.resolve_sources`)."""
+    options = dict(storage_options or {})
+    return resolve_sources(urls, "tar", lambda u: open_reader(u, **options) if scheme(u) else open_reader(u))
 
 
 def sidecar_index(
@@ -150,7 +158,7 @@ class TarSource:
         self.urls = urls
         self.cache = cache if any(is_remote(u) for u in urls) else None
         self.policy = policy
-        self.pipeline = SamplePipeline(decoder, transform, policy)
+        self.pipeline = SamplePipeline(decoder, transform, policy, describe=self.describe)
         self._options = dict(storage_options or {})
         self._stats = stats
         self._dealt = dealt
@@ -238,6 +246,19 @@ class TarSource:
         if index is not None and index.identity != getattr(reader, "identity", None):
             del self._indexes[url]  # replaced on disk since it was indexed: index it again
         return reader
+
+    def describe(self, sample: Any) -> tuple[str, str]:
+        """``(shard, where)`` of a sample, for an error message: its number in the shard (from the shard's
+        index, when this process holds it) and its key."""
+        source, where = describe_sample(sample)
+        index = self._indexes.get(source)
+        key = sample.get("__key__") if isinstance(sample, dict) else None
+        if index is not None and key is not None:
+            try:
+                where = f"{source}: sample {index.keys.index(key)} (key {key!r})"
+            except ValueError:
+                pass
+        return source, where
 
     def _count_samples(self) -> list[int]:
         """Samples per shard: from a manifest beside the shards, else from each shard's index."""

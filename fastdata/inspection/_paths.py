@@ -11,8 +11,8 @@ from dataclasses import asdict
 from typing import Any
 
 from fastdata.core.errors import ConfigError, SourceNotFound
-from fastdata.formats._manifest import MANIFEST, read_manifest
-from fastdata.inspection._registry import INSPECTORS, inspector_for, is_known
+from fastdata.formats._manifest import MANIFEST, missing_local, read_manifest
+from fastdata.inspection._registry import INSPECTORS, inspector_for, is_known, worth_sniffing
 from fastdata.inspection._report import FileReport
 from fastdata.inspection._report import _sha256 as sha256_of_reader
 
@@ -25,23 +25,39 @@ def is_prefix(path: str) -> bool:
 
 
 def find_files(path: str) -> list[str]:
-    """The data files named by ``path``: one file, a brace pattern or glob, or a folder's known files
-    (searched recursively, hidden entries left out, as video folders often have one folder per class)."""
+    """The data files named by ``path``: one file, a brace pattern or glob, or a folder's files that an
+    inspector reads (searched recursively, hidden entries left out, as video folders often have one
+    folder per class), each told by its content (magic bytes) where its name does not say.
+
+    Raises:
+        SourceNotFound: ``path`` names nothing on disk ("no such file or folder", with the nearest names),
+            or a folder that holds nothing to inspect.
+        ConfigError: a file no inspector reads.
+    """
     from fastdata.storage import expand_urls, scheme
 
+    missing = missing_local(path)
+    if missing is not None:
+        raise missing
     if not scheme(path) and os.path.isdir(path):
         found = []
         for folder, dirs, names in os.walk(path):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            found += [os.path.join(folder, e) for e in sorted(names) if not e.startswith(".") and is_known(e)]
+            for name in sorted(names):
+                full = os.path.join(folder, name)
+                if name.startswith("."):
+                    continue
+                if is_known(name) or (worth_sniffing(name) and inspector_for(full) is not None):
+                    found.append(full)
         if not found:
-            raise SourceNotFound(f"{path}: holds no file fastdata can inspect (suffixes: {', '.join(INSPECTORS)})")
+            raise SourceNotFound(f"{path}: holds no shards, HDF5 files or videos (by name or by content)", path)
         return found
     urls = expand_urls(path)
-    unknown = [u for u in urls if not is_known(u)]
+    unknown = [u for u in urls if inspector_for(u) is None]
     if unknown:
         raise ConfigError(
-            f"{unknown[0]}: fastdata cannot inspect this kind of file (suffixes: {', '.join(INSPECTORS)})"
+            f"{unknown[0]}: fastdata cannot inspect this kind of file: by its first bytes it is no tar shard, "
+            f"HDF5 file or video, nor by its name ({', '.join(INSPECTORS)})"
         )
     return urls
 
@@ -88,7 +104,9 @@ def inspect_paths(path: str, *, checksum: bool = False, progress: bool = False) 
         urls = find_files(path)
     reports = []
     for url in tqdm(urls, desc="fastdata inspect", unit="file", disable=not progress or len(urls) < 20, leave=False):
-        reports.append(inspector_for(url)(url, checksum))
+        inspector = inspector_for(url)
+        assert inspector is not None  # find_files and the prefix listing keep only those
+        reports.append(inspector(url, checksum))
     exts: Counter[str] = Counter()
     for r in reports:
         exts.update(r.extensions)

@@ -37,6 +37,7 @@ from fastdata.loading._plan import ReadPlan, as_is
 from fastdata.loading._protocol import Dataset, RankSampler
 from fastdata.loading.observe._autotune import AutoTune, Setting
 from fastdata.loading.observe._report import Stats
+from fastdata.loading.observe._reporting import Since
 from fastdata.loading.observe._session import Session, loader_session
 from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
 from fastdata.loading.transport import _slots as slots
@@ -284,7 +285,7 @@ class Loader:
             start = self._pending[1]
         self._pending = None
         if self._session is not None:  # --- monitor and autotune: a change waiting for this pass ---
-            change = self._session.pass_starts()
+            change = self._session.pass_starts(epoch)
             if change is not None:
                 self._configure(change.after)
         return self._count(self._open(epoch, start), epoch, start)
@@ -336,10 +337,12 @@ class Loader:
         self._configure(setting)
         return self._open(epoch, done)
 
-    def stats(self) -> Stats | None:
-        """The monitor's latest report (:class:`~fastdata.loading.observe._report.Stats`), or None without
-        ``monitor=`` or ``num_workers="auto"``, or before the first batch."""
-        return self._session.stats() if self._session is not None else None
+    def stats(self, since: Since = "report") -> Stats | None:
+        """A report of the monitor (:class:`~fastdata.loading.observe.Stats`) made now, over what was seen
+        since the last periodic report (``since="report"``, the default), the current epoch's start
+        (``"epoch"``) or the loader's (``"start"``). None without ``monitor=`` or ``num_workers="auto"``, or
+        before the first batch."""
+        return self._session.stats(since) if self._session is not None else None
 
     @property
     def changes(self) -> list[Any]:

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from torch.utils.data import IterableDataset, default_collate, default_convert
+from torch.utils.data import IterableDataset, default_convert
 
 from fastdata.core._sharding import Remainder
 from fastdata.core.errors import ConfigError
 from fastdata.loading._protocol import BatchingDataset, Collating, MapDataset, ResumableBatchSampler
 from fastdata.loading.transport._collate import batch_as_is as as_is
+from fastdata.loading.transport._collate import checked_default_collate
 
 Collate = Callable[[Any], Any]
 
@@ -42,7 +43,8 @@ class ReadPlan:
             Defaults to None (the sampler's default, "drop").
         drop_last (bool): drop the last, smaller batch (when the reader batches). Defaults to False.
         collate_fn (Callable | None): Defaults to the dataset's own ``collate`` (map-style, batched),
-            ``as_is`` (a dataset that batches itself), else torch's default.
+            ``as_is`` (a dataset that batches itself), else torch's ``default_collate`` (which, for
+            samples that do not batch, raises ``CannotBatch`` naming the samples and the fixes).
     """
 
     batch_size: int | None = None
@@ -78,7 +80,7 @@ class ReadPlan:
                 batch_size, batched, default = None, False, as_is
             else:
                 batched = batch_size is not None
-                default = default_collate if batched else default_convert
+                default = checked_default_collate if batched else default_convert
                 kwargs["drop_last"] = drop_last
             kwargs["batch_size"] = batch_size
         elif self.batch_sampler is not None:
@@ -89,7 +91,7 @@ class ReadPlan:
                 )
             kwargs["batch_sampler"] = self.batch_sampler
             batched = True
-            default = dataset.collate if isinstance(dataset, Collating) else default_collate
+            default = dataset.collate if isinstance(dataset, Collating) else checked_default_collate
         else:
             if isinstance(sampler, ResumableBatchSampler):
                 raise ConfigError(f"{type(sampler).__name__} yields whole batches: pass it as batch_sampler=")
@@ -102,11 +104,11 @@ class ReadPlan:
             kwargs.update(batch_size=batch_size, drop_last=drop_last)
             batched = batch_size is not None
             if batched:
-                default = dataset.collate if isinstance(dataset, Collating) else default_collate
+                default = dataset.collate if isinstance(dataset, Collating) else checked_default_collate
             else:
                 default = default_convert
         collate = self.collate_fn or default
-        return Resolved(kwargs, batched, collate, default=collate is default_collate)
+        return Resolved(kwargs, batched, collate, default=collate is checked_default_collate)
 
 
 @dataclass
@@ -119,8 +121,8 @@ class Resolved:
         batched (bool): the reader batches (True), or the dataset yields finished batches or samples.
         collate (Callable): the collate function chosen (the caller's, the dataset's own, ``as_is``,
             or torch's default), before any wrapping.
-        default (bool): ``collate`` is torch's ``default_collate``, chosen here (a transport may stack
-            its tensors elsewhere).
+        default (bool): ``collate`` is the default collate function, chosen here (torch's ``default_collate``
+            that says why samples do not batch: a transport may stack its tensors elsewhere).
     """
 
     kwargs: dict[str, Any]

@@ -16,6 +16,11 @@ The module provides::
         an s3:// prefix ... Cheap (look at the name, or a file's first bytes), and specific: a backend
         that is not sure says False.'''
 
+    def prepare(spec: str, options: dict) -> tuple[dict, str]:
+        '''Optional. Before the sweep, once: the options every open() of the sweep gets (a decode chosen
+        so that batches batch: images of different sizes resized, say), and which decode that measures,
+        in words, for the report. Raise ConfigError for options that cannot work on this data.'''
+
     def open(spec: str, **options) -> torch.utils.data.Dataset:
         '''The dataset to benchmark. ``options`` come from ``fastdata bench -o KEY=VALUE`` (values parsed
         as JSON when they parse, else strings); unknown ones raise ConfigError.'''
@@ -45,13 +50,14 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fastdata.core.errors import ConfigError
+from fastdata.core.errors import ConfigError, SourceNotFound
 
 MODULES = ("_tar", "_hdf5", "_video", "_s3")
 """The backend modules of this package (each is asked in its ``PRIORITY`` order, not this one)."""
@@ -146,6 +152,16 @@ class Backend:
     def open(self, spec: str, **options: Any) -> Any:
         return self._require().open(spec, **options)
 
+    def prepare(self, spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The options to sweep and which decode they measure (the backend's ``prepare``, where it has one;
+        else the options as they are and None)."""
+        mod = self._require()
+        prepare = getattr(mod, "prepare", None)
+        if not callable(prepare):
+            return dict(options), None
+        out, note = prepare(spec, dict(options))
+        return dict(out), note
+
     @contextlib.contextmanager
     def demo(self, folder: Path, scale: float = 1.0) -> Iterator[DemoData]:
         """Build the backend's demo data under ``folder`` (``scale`` times the usual amount, where the
@@ -209,12 +225,23 @@ def get(name: str) -> Backend:
 
 
 def detect(spec: str) -> Backend:
-    """The first backend (by priority) that recognises ``spec``."""
+    """The first backend (by priority) that recognises ``spec``.
+
+    Raises:
+        SourceNotFound: a folder no backend finds anything in ("holds no shards, HDF5 files or videos").
+        ConfigError: data no backend recognises: pass ``--format``.
+    """
     known = backends()
     for b in known:
         if b.detect(spec):
             return b
     names = ", ".join(b.name for b in known)
+    if "://" not in spec and os.path.isdir(spec):
+        raise SourceNotFound(
+            f"{spec}: holds no shards, HDF5 files or videos that a backend recognises; give the files or a "
+            f"pattern, or pass --format (one of {names})",
+            spec,
+        )
     raise ConfigError(f"{spec}: cannot tell its format; pass --format (one of {names})")
 
 

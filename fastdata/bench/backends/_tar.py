@@ -7,9 +7,15 @@ the AWS chain's settings. Options (``-o KEY=VALUE``): ``batch_size`` (the datase
 README advises: ``fastdata bench`` passes ``--batch-size``, 64 by default; ``batch_size=null`` reads
 sample by sample, batched by the DataLoader), ``decode`` ("raw", "pil", "numpy", "torch"; default
 "torch": images decoded to tensors, as training reads them; "raw" keeps the bytes, and the report says
-so), ``indexed`` (true: the map-style :class:`~fastdata.IndexedTarDataset` with random access, batched by
-the DataLoader; default false: the streaming :class:`~fastdata.TarShardDataset`), ``shuffle`` (default
-true), ``shuffle_window``, ``on_error``.
+so), ``size`` (``HxW``, e.g. ``224x224``, or one int: images resized as they are decoded), ``indexed``
+(true: the map-style :class:`~fastdata.IndexedTarDataset` with random access, batched by the DataLoader;
+default false: the streaming :class:`~fastdata.TarShardDataset`), ``shuffle`` (default true),
+``shuffle_window``, ``on_error``.
+
+Images of different sizes (a folder of real photos) do not batch as they are stored: before the sweep,
+:func:`prepare` looks at a few images' headers and, when their sizes differ and neither ``decode`` nor
+``size`` was given, measures ``decode="torch"`` at ``size=(224, 224)``, saying so in the report (see
+:mod:`fastdata.bench.backends._sizing`). A folder is read through its manifest, as the datasets read it.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ DEMO_SHARDS = 4
 DEMO_PER_SHARD = 1000
 DEMO_SIZE = (128, 128)
 
-_OPTIONS = {"decode", "indexed", "shuffle", "shuffle_window", "on_error", "max_open", "seed", "batch_size"}
+_OPTIONS = {"decode", "size", "indexed", "shuffle", "shuffle_window", "on_error", "max_open", "seed", "batch_size"}
 
 
 def _first(spec: str) -> str:
@@ -57,26 +63,64 @@ def detect(spec: str) -> bool:
     return os.path.isdir(spec) and any(Path(spec).glob("*.tar"))
 
 
-def _urls(spec: str) -> str | list[str]:
-    if "://" not in spec and os.path.isdir(spec):
-        shards = sorted(str(p) for p in Path(spec).glob("*.tar"))
-        if not shards:
-            raise ConfigError(f"{spec}: the folder has no .tar shards")
-        return shards
-    return spec
+def _urls(spec: str) -> list[str]:
+    """The shards of SPEC, a folder read through its manifest as the datasets read it."""
+    from fastdata.datasets._tar_source import tar_urls
+
+    return tar_urls(spec)
 
 
-def open(spec: str, **options: Any) -> Any:
-    """A :class:`~fastdata.TarShardDataset` (or, with ``indexed=True``, an :class:`~fastdata.IndexedTarDataset`)."""
-    import fastdata as fd
-
+def _check(options: dict[str, Any]) -> None:
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ConfigError(
             f"tar backend: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_OPTIONS))}"
         )
+
+
+def _peek(urls: list[str]) -> list[Any]:
+    """A few raw samples spread over the shards (read through their indexes), or the first few of a
+    stream where the shards cannot be read at random (compressed ones)."""
+    import fastdata as fd
+    from fastdata.bench.backends._sizing import PEEK
+    from fastdata.core.errors import FastdataError
+
+    try:
+        ds = fd.IndexedTarDataset(urls)
+        try:
+            picks: Any = np.unique(np.linspace(0, len(ds) - 1, min(PEEK, len(ds))).astype(int)) if len(ds) else []
+            return [ds[int(i)] for i in picks]
+        finally:
+            ds.close()
+    except FastdataError:
+        stream = fd.TarShardDataset(urls, on_error="skip")
+        try:
+            return [s for _, s in zip(range(PEEK), stream)]
+        finally:
+            stream.close()
+
+
+def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The options to sweep, ``decode`` chosen so that batches batch (see the module doc), and which
+    decode that is, in words, for the report."""
+    from fastdata.bench.backends._sizing import plan_decode
+
+    _check(options)
+    urls = _urls(spec)
+    return plan_decode(options, DEFAULT_DECODE, lambda: _peek(urls), batches=True)
+
+
+def open(spec: str, **options: Any) -> Any:
+    """A :class:`~fastdata.TarShardDataset` (or, with ``indexed=True``, an :class:`~fastdata.IndexedTarDataset`)."""
+    import fastdata as fd
+    from fastdata.bench.backends._sizing import parse_size
+
+    _check(options)
     indexed = bool(options.pop("indexed", False))
     options.setdefault("decode", DEFAULT_DECODE)
+    size = options.pop("size", None)
+    if size is not None:
+        options["decode"] = fd.Decoder(options["decode"], size=parse_size(size))
     urls = _urls(spec)
     if indexed:
         options.pop("shuffle", None)  # map-style: the sweep's sampler shuffles

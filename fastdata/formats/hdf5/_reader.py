@@ -35,6 +35,7 @@ from fastdata.core.errors import (
     ConfigError,
     CorruptShard,
     DecodeFailed,
+    FastdataError,
     SourceNotFound,
     SourceUnreadable,
     check_positive,
@@ -245,6 +246,15 @@ def open_file(path: str, cache: ChunkCache, *, driver: str | None = None) -> Any
         ) from None
 
 
+def damaged_metadata(path: str, e: BaseException) -> CorruptHDF5:
+    """The error for a file whose metadata HDF5 cannot read (``e``: h5py's error)."""
+    return CorruptHDF5(
+        f"{path}: HDF5 cannot read the file's metadata ({type(e).__name__}: {e}); the file is damaged: "
+        "re-create it (an interrupted copy or conversion?), or pass on_error='skip' to leave it out",
+        path,
+    )
+
+
 def describe(path: str, fields: tuple[str, ...], cache: ChunkCache | None = None) -> FileInfo:
     """Open ``path``, check that ``fields`` form samples, and close it again.
 
@@ -257,8 +267,16 @@ def describe(path: str, fields: tuple[str, ...], cache: ChunkCache | None = None
     """
     identity = file_identity(path)
     with open_file(path, cache or ChunkCache()) as f:
-        infos = tuple(_field(f, path, name) for name in fields)
-        lengths = {info.name: int(f[info.name].shape[0]) for info in infos}
+        try:
+            infos = tuple(_field(f, path, name) for name in fields)
+            lengths = {info.name: int(f[info.name].shape[0]) for info in infos}
+        except FastdataError:
+            raise
+        except (RuntimeError, KeyError, OSError, ValueError) as e:
+            # HDF5 opened the file but cannot read its metadata on the way to a field: a damaged object
+            # header, link or heap (one flipped bit is enough). h5py says so as a bare KeyError or
+            # RuntimeError ("bad object header version number") that names no file.
+            raise damaged_metadata(path, e) from None
     if len(set(lengths.values())) > 1:
         listed = ", ".join(f"{name!r}: {n}" for name, n in lengths.items())
         raise BadLayout(

@@ -273,6 +273,7 @@ __all__ = [
     "MAGIC",
     "MAX_BYTES",
     "RESIDENT_BYTES",
+    "UNDO",
     "CompressedShard",
     "Compression",
     "GzipShard",

@@ -39,7 +39,7 @@ from fastdata.formats.video._base import (
     resize_into,
     unreadable,
 )
-from fastdata.formats.video._crosscheck import unsupported
+from fastdata.formats.video._crosscheck import checked_probe, unsupported
 from fastdata.formats.video._stream import ProbedReader
 
 
@@ -158,5 +158,6 @@ class DecordReader(ProbedReader):
 
     @classmethod
     def probe(cls, path: str, *, threads: int = 1) -> VideoMeta:
-        with cls(path, threads=threads) as reader:
-            return reader.meta
+        """Open the file (its checks against the stream), and hold two of its frames to PyAV's
+        (:func:`~fastdata.formats.video._crosscheck.checked_probe`: decord misnumbered MPEG-TS frames)."""
+        return checked_probe(cls, path, threads)

@@ -5,14 +5,22 @@ video once. The results are kept in an index file (in the user's cache folder by
 ``index_cache`` points, e.g. beside the videos), keyed by path and checked against each file's size and
 modification time, so a second start opens only the videos that are new or changed. Layout::
 
-    {"version": 2, "decoder": "pyav",
+    {"version": 3, "decoder": "pyav",
      "videos": {"/data/a.mp4": {"size": 123456, "mtime_ns": 1700000000000000000,
                                 "meta": {"frames": 300, "fps": 30.0, "height": 224, "width": 224,
-                                         "extra": {...}}},
-                "/data/b.mp4": {"size": 0, "mtime_ns": ..., "error": "... cannot open it as a video ..."}}}
+                                         "extra": {...}},
+                                "check": "5f0c..."},
+                "/data/b.mp4": {"size": 0, "mtime_ns": ..., "error": "... cannot open it as a video ...",
+                                "check": "..."}}}
 
 Deterministic failures (a file that is not a video) are cached like results; a missing file or a
 probe that timed out is not (the next start tries again).
+
+Each entry carries ``check``, a SHA-256 (first 16 hex digits) of the entry's path, size, time and result:
+an entry damaged on disk (a flipped bit, a hand edit, a file cut and patched) used to be trusted as soon
+as size and time matched, giving a bare ``KeyError``, clips whose pixels are other frames than their
+numbers, or a sound video called damaged. An entry that does not check, or does not parse, is probed
+again (warned once per index file), and the index rewritten.
 """
 
 from __future__ import annotations
@@ -32,8 +40,37 @@ from tqdm import tqdm
 from fastdata.core.errors import BadSample, SourceNotFound, SourceUnreadable
 from fastdata.formats.video._base import DecodeTimeout, VideoMeta, VideoUnreadable
 
-VERSION = 2  # 2: the stream info (fastdata.formats.video._stream) in every decoder's meta
+VERSION = 3  # 2: the stream info (fastdata.formats.video._stream) in every decoder's meta; 3: "check"
 Outcome = VideoMeta | BadSample | SourceNotFound | SourceUnreadable
+
+
+def entry_check(key: str, record: dict[str, Any]) -> str:
+    """The ``check`` of an index entry: a digest of its path, size, time and result."""
+    body = {k: record[k] for k in ("size", "mtime_ns", "meta", "error") if k in record}
+    text = json.dumps([key, body], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _trusted(key: str, entry: Any, st: os.stat_result, path: str) -> Outcome | None:
+    """The outcome an index entry records for the file as it is now, or None when the entry is stale
+    (another size or time), damaged (it does not check) or does not parse: probe the file again."""
+    if not isinstance(entry, dict) or entry.get("size") != st.st_size or entry.get("mtime_ns") != st.st_mtime_ns:
+        return None
+    if entry.get("check") != entry_check(key, entry):
+        raise _Damaged
+    try:
+        if "error" in entry:
+            return VideoUnreadable(str(entry["error"]), path)
+        meta = VideoMeta.from_json(entry["meta"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise _Damaged from None
+    if meta.frames <= 0 or meta.height <= 0 or meta.width <= 0:
+        raise _Damaged
+    return meta
+
+
+class _Damaged(Exception):
+    """An index entry that does not check (see :func:`_trusted`)."""
 
 
 def default_cache_dir() -> Path:
@@ -71,7 +108,10 @@ class VideoIndex:
             data = json.loads(self.file.read_text())
             if data.get("version") != VERSION or data.get("decoder") != self.decoder:
                 return {}
-            return dict(data["videos"])
+            videos = data["videos"]
+            if not isinstance(videos, dict):
+                raise TypeError("'videos' is not a mapping")
+            return dict(videos)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             warnings.warn(f"{self.file}: unreadable video index ({e}); probing the videos again", stacklevel=3)
             return {}
@@ -81,6 +121,7 @@ class VideoIndex:
         the videos the index file does not know in their current state, and saves the file."""
         out: dict[str, Outcome] = {}
         todo: list[tuple[str, os.stat_result]] = []
+        damaged = 0
         for path in paths:
             try:
                 st = os.stat(path)
@@ -90,13 +131,22 @@ class VideoIndex:
             except PermissionError:
                 out[path] = SourceUnreadable(f"{path}: permission denied")
                 continue
-            entry = self._entries.get(os.path.abspath(path))
-            if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
-                out[path] = (
-                    VideoUnreadable(entry["error"], path) if "error" in entry else VideoMeta.from_json(entry["meta"])
-                )
+            key = os.path.abspath(path)
+            try:
+                known = _trusted(key, self._entries.get(key), st, path)
+            except _Damaged:
+                damaged += 1
+                known = None
+            if known is not None:
+                out[path] = known
             else:
                 todo.append((path, st))
+        if damaged:
+            warnings.warn(
+                f"{self.file}: {damaged} entr{'y' if damaged == 1 else 'ies'} of the video index did not check "
+                "(damaged on disk?); probing those videos again",
+                stacklevel=2,
+            )
         self.probed = len(todo)
         for path, st in tqdm(todo, desc="fastdata: indexing videos", unit="video", disable=len(todo) < 50, leave=False):
             record: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -110,7 +160,9 @@ class VideoIndex:
             except BadSample as e:
                 out[path] = e
                 record["error"] = str(e)
-            self._entries[os.path.abspath(path)] = record
+            key = os.path.abspath(path)
+            record["check"] = entry_check(key, record)
+            self._entries[key] = record
         if todo:
             self._save()
         return out

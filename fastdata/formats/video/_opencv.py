@@ -29,7 +29,7 @@ from fastdata.formats.video._base import (
     resize_into,
     unreadable,
 )
-from fastdata.formats.video._crosscheck import unsupported
+from fastdata.formats.video._crosscheck import checked_probe, unsupported
 from fastdata.formats.video._stream import ProbedReader
 
 # Grabbing forward beats seeking when the target is fewer frames ahead than OpenCV's seek decodes
@@ -107,7 +107,13 @@ class OpenCVReader(ProbedReader):
             if i > wanted[k]:
                 if k > 0 or retries == SEEK_RETRIES:  # the decoder skipped a frame wanted
                     self._pos = 1 << 62
-                    raise self.missing(wanted[k:], i, f" (frame {wanted[k]} was skipped)")
+                    # OpenCV's own limit where PyAV decodes the frames (an MPEG-TS file, whose first
+                    # frames no OpenCV seek reaches), else damage
+                    why = f"it skipped frame {wanted[k]}, landing at frame {i}"
+                    what = f"decode frames {wanted[k]}..{wanted[-1]} of"
+                    raise unsupported(self, self.info.codec, what, why, wanted[k:]) or self.missing(
+                        wanted[k:], i, f" (frame {wanted[k]} was skipped)"
+                    )
                 # the seek landed after the frame wanted: seek from further back
                 retries += 1
                 back = 0 if retries == SEEK_RETRIES else max(0, first - (i - first) - GRAB_AHEAD * retries)
@@ -127,6 +133,12 @@ class OpenCVReader(ProbedReader):
     def _failed(self, frames: list[int], error: str) -> FramesMissing | VideoUnsupported:
         what = f"decode frames {frames[0]}..{frames[-1]} of"
         return unsupported(self, self.info.codec, what, error, frames) or self.missing(frames, None, f" ({error})")
+
+    @classmethod
+    def probe(cls, path: str, *, threads: int = 1) -> VideoMeta:
+        """As :meth:`VideoReader.probe`, reading a frame after a seek too and holding both to PyAV's
+        (:func:`~fastdata.formats.video._crosscheck.checked_probe`)."""
+        return checked_probe(cls, path, threads)
 
     def close(self) -> None:
         cap, self._cap = getattr(self, "_cap", None), None

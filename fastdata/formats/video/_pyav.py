@@ -8,7 +8,10 @@ PyAV gives us the demuxer and decoder directly, so the seek strategy is ours:
   display matrix, applied to every frame converted);
 * a read jumps to the keyframe at or before its first frame and decodes forward; when the decoder
   already sits between that keyframe and the first frame (the next clip of a sequential read), it just
-  keeps going, without a seek;
+  keeps going, without a seek. A seek that lands after the frames wanted (a late index entry, an open
+  GOP's leading frames, an MPEG-TS file, where FFmpeg's timestamp search lands one keyframe group late)
+  is redone from an earlier keyframe, and from the first keyframe by the start of the file; the reader
+  remembers how far back its seeks must start, so that it pays for a late seek once, not per clip;
 * frames in between are decoded (they must be, to decode what follows) but only the ones asked for are
   converted to RGB, through one ``VideoReformatter`` per thread, shared by all readers (a new one per
   frame, as ``frame.to_ndarray(format="rgb24")`` makes, costs ~0.4 ms here; one per reader adds that
@@ -83,12 +86,24 @@ class PyAVReader(VideoReader):
         self._meta = meta
         self._frames: Iterator[Any] | None = None
         self._next = -1  # frame number the decoder produces next; -1: unknown, seek first
+        self._back = 0  # keyframes further back a seek starts from (learned from seeks that landed late)
 
     def _decode_from(self, key: int) -> None:
-        self._container.seek(self._table.pts(key), stream=self._stream, backward=True, any_frame=False)
+        if key <= self._table.keys[0]:
+            # the first keyframe: from the start of the file (a timestamp search can land late there, and
+            # nothing lies before it)
+            self._container.seek(0, backward=True, any_frame=False)
+        else:
+            self._container.seek(self._table.pts(key), stream=self._stream, backward=True, any_frame=False)
         self._stream.codec_context.flush_buffers()
         self._frames = self._decoded()
         self._next = key
+
+    def _earlier(self, key: int, times: int = 1) -> int:
+        """The keyframe ``times`` keyframes before ``key`` (the first one at the least)."""
+        for _ in range(times):
+            key = self._table.keyframe_before(key - 1) if key > 0 else 0
+        return key
 
     def _decoded(self) -> Iterator[Any]:
         for packet in self._container.demux(self._stream):
@@ -101,13 +116,17 @@ class PyAVReader(VideoReader):
         out = np.empty((len(wanted), h, w, 3), np.uint8)
         slot = {f: k for k, f in enumerate(wanted)}
         if not (self._frames is not None and key <= self._next <= first):
+            key = self._earlier(key, self._back)
             self._decode_from(key)
         seen = self._fill(out, slot, wanted[-1])
         for _ in range(SEEK_RETRIES):
             if not slot or (seen is not None and seen[0] <= min(slot)):
                 break
-            # the decoder started after a wanted frame (a late index entry, an open GOP): go back
-            key = self._table.keyframe_before(key - 1) if key > 0 else 0
+            # the decoder started after a wanted frame (a late index entry, an open GOP, an MPEG-TS seek):
+            # go back, and start this reader's later seeks that much earlier
+            if key > self._table.keys[0]:
+                self._back = min(self._back + 1, SEEK_RETRIES)
+            key = self._earlier(key)
             self._decode_from(key)
             seen = self._fill(out, slot, wanted[-1])
         if slot:

@@ -6,8 +6,15 @@ packets when it opens, so frame numbers are exact and the frame count is the rea
 ``get_frames_at`` seeks only when the next frame lies in another keyframe group. It is told the stream
 to read (FFmpeg's best, as every decoder reads; :mod:`fastdata.formats.video._stream`), and from 0.11 on
 turns frames by the display matrix's angle (a mirror is added here). Not installed on the machine
-where fastdata's decoder-agreement test runs: a frame count that differs from the stream's frame table
-is refused rather than trusted.
+where fastdata's decoder-agreement test was first written: a frame count that differs from the stream's
+frame table is refused rather than trusted.
+
+Every frame torchcodec returns is checked against the frame table by its timestamp (arithmetic on what
+``get_frames_at`` returns anyway): on an MPEG-4 Part 2 AVI with B-frames (FFmpeg's ``mpeg4`` encoder
+with ``-bf``, DivX/Xvid files) torchcodec 0.13 returns, after every seek, the frame before the one asked
+for under its number (44 frames of 60 in a sequential check), with no error. Such a file is refused
+(:class:`~fastdata.formats.video._base.VideoUnsupported`, naming ``decoder='pyav'``), at probe time:
+the probe reads a frame after a seek as well as the first.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from fastdata.formats.video._base import (
     resize_into,
     unreadable,
 )
-from fastdata.formats.video._crosscheck import unsupported
+from fastdata.formats.video._crosscheck import checked_probe, unsupported
 from fastdata.formats.video._stream import ProbedReader
 
 
@@ -62,9 +69,36 @@ class TorchCodecReader(ProbedReader):
                 path,
             )
 
+    @classmethod
+    def probe(cls, path: str, *, threads: int = 1) -> VideoMeta:
+        """As :meth:`VideoReader.probe`, reading a frame after a seek too and holding both to PyAV's
+        (:func:`~fastdata.formats.video._crosscheck.checked_probe`), so that a file whose frames
+        torchcodec misnumbers is refused now, not mid-epoch."""
+        return checked_probe(cls, path, threads)
+
+    def _check_times(self, wanted: list[int], seconds: Any) -> None:
+        """Refuse the file when a frame torchcodec returned is not the one asked for, by its timestamp."""
+        info = self.info
+        base = float(info.time_base)
+        tolerance = 0.3 / info.fps if info.fps > 0 else 1e-3  # under a third of a frame
+        got = np.asarray(seconds, dtype=np.float64)
+        expected = np.array([info.table.pts(i) for i in wanted], dtype=np.float64) * base
+        off = np.flatnonzero(np.abs(got - expected) > tolerance)
+        if len(off):
+            k = int(off[0])
+            raise VideoUnsupported(
+                f"{self.path}: torchcodec returns other frames than asked on this {info.codec} video (frame "
+                f"{wanted[k]} comes with the time {got[k]:.3f} s, the stream's frame {wanted[k]} is at "
+                f"{expected[k]:.3f} s: its frame numbers slip on this file, as on AVI files with B-frames and "
+                "MPEG-TS files); "
+                "use decoder='pyav'",
+                self.path,
+            )
+
     def _read(self, wanted: list[int]) -> np.ndarray:
         try:
-            frames = self._dec.get_frames_at(wanted).data.numpy()
+            batch = self._dec.get_frames_at(wanted)
+            frames = batch.data.numpy()
         except Exception as e:
             raise unsupported(
                 self, self.info.codec, f"decode frames {wanted[0]}..{wanted[-1]} of", e, wanted
@@ -74,6 +108,7 @@ class TorchCodecReader(ProbedReader):
                 "on_error='skip'",
                 self.path,
             ) from e
+        self._check_times(wanted, batch.pts_seconds.numpy())
         frames = self.info.display.after_rotation(frames)
         if self.size is not None and frames.shape[1:3] != self.size:
             out = np.empty((len(wanted), *self.size, 3), np.uint8)

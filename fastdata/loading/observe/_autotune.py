@@ -260,7 +260,7 @@ class Tuner:
             return None
         if self._trial is not None and self._trial[0] == cur:
             r_old = self._rate(self._trial[1])
-            if r_old and abs(obs.rate / r_old - 1) >= CLEAR:
+            if r_old and abs(obs.samples_per_s / r_old - 1) >= CLEAR:
                 return self.observe(replace(obs, early=False))
             return None
         clear_zero = obs.data_s is not None and obs.data_s + obs.step_s < obs.batch_s * CLEAR_ZERO
@@ -276,7 +276,7 @@ class Tuner:
         cur = obs.setting
         self.current = cur
         entry = self._table.setdefault(cur, _Entry())
-        entry.rates.append(obs.rate)
+        entry.rates.append(obs.samples_per_s)
         entry.others.append(obs.others)
         top, why_top = self.cap(obs)
         if cur.workers > top:
@@ -461,7 +461,7 @@ class Tuner:
         self._trial = (after, obs.setting) if trial else None
         self._last_change = obs.t
         self._changes_in_regime += 1
-        change = Change(obs.t, obs.setting, after, reason, at)
+        change = Change(obs.t, obs.setting, after, reason, at, obs.epoch, obs.batch)
         self.changes.append(change)
         self.current = after
         return change

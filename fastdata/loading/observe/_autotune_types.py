@@ -94,7 +94,7 @@ class Observation:
     Attributes:
         t (float): when the window ended, seconds (any monotonic clock).
         setting (Setting): what ran during it.
-        rate (float): samples per second of the training loop.
+        samples_per_s (float): samples per second of the training loop.
         stall (float): share of the loop's time waiting for the next batch.
         step (bool): the loop runs a training step between batches.
         label (str): the window's diagnosis (:data:`fastdata.loading.observe._diagnosis.Label`).
@@ -113,11 +113,12 @@ class Observation:
             it is clear (a trial ``CLEAR`` faster or slower, or no workers predicted to take ``CLEAR_ZERO`` of
             the loop's time per batch or less); else
             the whole window is observed again at its end.
+        epoch, batch (int): where the training was at the window's end (the epoch, and batches of it).
     """
 
     t: float
     setting: Setting
-    rate: float
+    samples_per_s: float
     stall: float = 1.0
     step: bool = False
     label: str = "unknown"
@@ -133,6 +134,8 @@ class Observation:
     data_s: float | None = None
     restart_s: float = 0.0
     early: bool = False
+    epoch: int = 0
+    batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ class Change:
         t (float): the observation's time. before, after (Setting): from and to.
         reason (str): the measurement behind it, in words.
         at ("now" | "next pass"): restart the workers at the next batch, or at the next pass's start.
+        epoch, batch (int): where the training was when it was decided.
     """
 
     t: float
@@ -150,10 +154,14 @@ class Change:
     after: Setting
     reason: str
     at: Literal["now", "next pass"] = "now"
+    epoch: int = 0
+    batch: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return {
             "t": self.t,
+            "epoch": self.epoch,
+            "batch": self.batch,
             "from": {"workers": self.before.workers, "prefetch": self.before.prefetch},
             "to": {"workers": self.after.workers, "prefetch": self.after.prefetch},
             "reason": self.reason,

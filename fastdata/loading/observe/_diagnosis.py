@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from fastdata.loading.observe._evidence import Evidence
 from fastdata.loading.observe._stage_table import StartSplit
 
 Label = Literal[
@@ -64,102 +65,6 @@ COMPUTING = 0.5  # a producer running or runnable this much of the time computes
 CORES_SATURATED = 0.85  # the loader's demand for cores, against the usable cores
 FETCH_WAIT = 0.3  # time in fetch minus CPU used, as a share of a producer's time: it waits on storage
 BLOCKED = 0.1  # share of time in block-I/O delay, or of looks finding a thread in D state: a disk wait
-
-
-@dataclass
-class Evidence:
-    """What one loader configuration did over a window. Fractions are of wall time; "cores" are
-    CPU-seconds per second.
-
-    Attributes:
-        workers (int): worker processes (0: the main process makes the batches).
-        threads (int): loader threads of the main process that make the batches (thread mode,
-            ``fd.Loader(..., workers="threads")``); 0 otherwise. Their CPU is read per thread from
-            ``/proc/self/task`` and counted in the main process's figures (``main_process_busy``,
-            ``main_cores``, ``main_threads``); there is no worker-process evidence for them.
-        cores (int): usable cores.
-        step (bool): a training step ran between batches.
-        stall (float | None): with a step, the share of the loop's time spent waiting for data.
-        main_busy (float): the main thread running or runnable, the step's own CPU left out.
-        main_process_busy (float): every thread of the main process running or runnable, summed, the
-            step left out (a decoder's helper thread counts here).
-        main_threads (dict[str, float]): cores used by the main process's threads other than the main
-            one, by name (``fastdata-decode``, ``pin_memory`` ...).
-        main_cores (float): cores the main process's threads used (CPU only, no run-queue wait), step left out.
-        recv, recv_cpu, pin (float): the main process rebuilding received batches (wall, CPU), pinning.
-        worker_busy (list[float]): per worker, its threads running or runnable, summed.
-        worker_cores (list[float]): per worker, cores used by all its threads.
-        worker_threads (dict[str, float]): cores used by the workers' threads, by name, summed over workers.
-        stage_busy (dict[str, float | None]): share of the producers' time in each stage.
-        stage_ms (dict[str, float | None]): milliseconds per sample in each stage.
-        blkio (float): block-I/O delay of all the loader's threads, per producer, as a share of time.
-        blkio_known (bool): the kernel's delay accounting is on (else ``blkio`` is 0 regardless).
-        dstate (float): share of looks that found one of the loader's threads in D state.
-        device_mb_s, read_mb_s (float): MB/s read from the storage device, and read through any call.
-        epoch_start (float): share of the time spent waiting for epochs' first batches.
-        start (StartSplit | None): how one such wait split (median over the epochs seen).
-        pss (float): PSS of the loader's processes, bytes. memory (float | None): bytes they may use.
-        parent_rss (float): the main process's resident memory, bytes (what fork copies page tables of).
-        start_method (str): fork, spawn or forkserver.
-        others (float): cores used by other programs meanwhile.
-    """
-
-    workers: int
-    cores: int
-    threads: int = 0
-    step: bool = False
-    stall: float | None = None
-    main_busy: float = 0.0
-    main_process_busy: float = 0.0
-    main_threads: dict[str, float] = field(default_factory=dict)
-    main_cores: float = 0.0
-    recv: float = 0.0
-    recv_cpu: float = 0.0
-    pin: float = 0.0
-    worker_busy: list[float] = field(default_factory=list)
-    worker_cores: list[float] = field(default_factory=list)
-    worker_threads: dict[str, float] = field(default_factory=dict)
-    stage_busy: dict[str, float | None] = field(default_factory=dict)
-    stage_ms: dict[str, float | None] = field(default_factory=dict)
-    blkio: float = 0.0
-    blkio_known: bool = False
-    dstate: float = 0.0
-    device_mb_s: float = 0.0
-    read_mb_s: float = 0.0
-    epoch_start: float = 0.0
-    start: StartSplit | None = None
-    pss: float = 0.0
-    memory: float | None = None
-    parent_rss: float = 0.0
-    start_method: str = "fork"
-    others: float = 0.0
-
-    @property
-    def per_worker_busy(self) -> float:
-        return sum(self.worker_busy) / len(self.worker_busy) if self.worker_busy else 0.0
-
-    @property
-    def producer_busy(self) -> float:
-        """How much of the time a producing process computes (runs or waits for a core)."""
-        if self.workers:
-            return self.per_worker_busy
-        return min(1.0, self.main_process_busy / max(1, self.threads))
-
-    @property
-    def producer_cpu(self) -> float:
-        """Cores one producer used (CPU only: a run-queue wait is not work done): a worker process, one
-        loader thread (the main process's CPU shared among them), or the main process."""
-        if self.workers:
-            return sum(self.worker_cores) / len(self.worker_cores) if self.worker_cores else 0.0
-        return self.main_cores / self.threads if self.threads else self.main_cores
-
-    @property
-    def demand(self) -> float:
-        """Cores the loader would keep busy if it had them (in thread mode, every thread of the main
-        process: the loader threads are there)."""
-        if self.threads:
-            return self.main_process_busy
-        return sum(self.worker_busy) + self.main_busy
 
 
 @dataclass
@@ -491,7 +396,6 @@ __all__ = [
     "LABELS",
     "ONE_CORE",
     "START_UP",
-    "Evidence",
     "Label",
     "Verdict",
     "agree",

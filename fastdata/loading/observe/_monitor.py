@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 from fastdata.core.errors import ConfigError
 from fastdata.loading.observe._autotune import Setting
 from fastdata.loading.observe._report import Monitor, Sink, Stats, as_monitor
+from fastdata.loading.observe._reporting import Since
 from fastdata.loading.observe._session import MonitoredCollate, Session
 from fastdata.loading.observe._stage_table import ProbeInit
 
@@ -55,17 +56,18 @@ class Monitored:
         self.passes = 0
 
     def __iter__(self) -> Iterator[Any]:
-        self._session.pass_starts()
-        batches = iter(self.dataloader)
         epoch, self.passes = self.passes, self.passes + 1
+        self._session.pass_starts(epoch)
+        batches = iter(self.dataloader)
         return self._session.run(batches, epoch, 0, _length(self.dataloader), None)
 
     def __len__(self) -> int:
         return len(self.dataloader)
 
-    def stats(self) -> Stats | None:
-        """The latest report, or one made now over what was seen so far (None before the first batch)."""
-        return self._session.stats()
+    def stats(self, since: Since = "report") -> Stats | None:
+        """A report made now over what was seen since the last periodic report (``since="report"``), the
+        current pass's start (``"epoch"``) or the first's (``"start"``); None before the first batch."""
+        return self._session.stats(since)
 
     def close(self) -> None:
         """Stop the monitor's D-state looks and close its report files (idempotent)."""

@@ -15,11 +15,12 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Union
 
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.loading.observe._window import Window
 
 LOGGER = "fastdata.monitor"
 
@@ -73,7 +74,7 @@ def as_monitor(spec: object) -> Monitor | None:
 
 @dataclass
 class ProcessStats:
-    """One process of the loader over a report's window.
+    """One process of the loader over a report's window (a view of the window's :class:`~._window.Process`).
 
     Attributes:
         role (str): "main" or "worker K". pid (int).
@@ -101,55 +102,122 @@ class ProcessStats:
 class Stats:
     """One report of the monitor (see the module docstring). Times in seconds, memory in bytes.
 
+    The figures are the window's (:class:`~._window.Window`, the record ``fastdata bench`` measures too),
+    read through the properties below; :meth:`to_dict` holds them and the window itself.
+
     Attributes:
-        time (float): when it was made (Unix time). seconds (float): the window it covers.
-        epoch (int), position (int): where the training is: batches of the epoch handed out.
-        batches, samples (int): handed out in the window. samples_per_s (float): of the training loop.
-        stall (float): share of the loop's time spent waiting for the next batch.
-        wait_ms, step_ms (float): per batch: the wait for it, and the time until the next is asked for.
+        time (float): when it was made (Unix time).
+        epoch (int), position (int): where the training is: the epoch, and the batches of it handed out.
+        window (Window): what the loader did since the previous report.
         workers (int), prefetch_factor (int | None): the setting at the report's end.
         auto (bool): ``num_workers="auto"`` moves them.
         loader_threads (int): with ``workers="threads"``, the threads of the main process that make the
             batches (``workers`` is then 0: the main process is the producer). Else 0.
-        stages (dict): per stage (fetch, decode, transform, collate): ``ms_per_sample`` and ``share`` of the
-            producers' time (None where the dataset does not time it).
-        processes (list[ProcessStats]): the main process, then each worker.
-        usable_cores (int), machine_cores (float), others_cores (float): cores we may use, busy on them,
-            and of those, used by other programs.
-        pss (float): the loader's processes together. memory_available (float): left to allocate.
+        usable_cores (int): cores we may use. memory_available (float): left to allocate.
         label (str), evidence (list[str]), advice (list[str]): the diagnosis of the window.
-        changes (list[dict]): what "auto" changed in the window: when, from, to, why.
+        changes (list[dict]): what "auto" changed in the window: at which epoch and batch, from, to, why.
     """
 
     time: float
-    seconds: float
     epoch: int
     position: int
-    batches: int
-    samples: int
-    samples_per_s: float
-    stall: float
-    wait_ms: float
-    step_ms: float
+    window: Window
     workers: int
     prefetch_factor: int | None
     auto: bool
     loader_threads: int = 0
-    stages: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    processes: list[ProcessStats] = field(default_factory=list)
     usable_cores: int = 1
-    machine_cores: float = 0.0
-    others_cores: float = 0.0
-    pss: float = 0.0
     memory_available: float = 0.0
     label: str = "unknown"
     evidence: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def seconds(self) -> float:
+        return self.window.seconds
+
+    @property
+    def batches(self) -> int:
+        return self.window.batches
+
+    @property
+    def samples(self) -> int:
+        return self.window.samples
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.window.samples_per_s
+
+    @property
+    def stall(self) -> float:
+        return self.window.stall
+
+    @property
+    def wait_ms(self) -> float:
+        """Per batch, the wait for it."""
+        w = self.window
+        return 1000 * w.wait_s / w.batches if w.batches else 0.0
+
+    @property
+    def step_ms(self) -> float:
+        """Per batch, the time after it until the next was asked for (a pass's first batch has none)."""
+        w = self.window
+        gaps = w.batches - w.starts
+        return 1000 * w.step_s / gaps if gaps > 0 else 0.0
+
+    @property
+    def stages(self) -> dict[str, dict[str, float | None]]:
+        """Per stage: ``ms_per_sample`` and ``share`` of the producers' time (None where not timed)."""
+        ms, busy = self.window.stage_ms(), self.window.stage_busy(self.loader_threads or None)
+        return {s: {"ms_per_sample": ms[s], "share": busy[s]} for s in ms}
+
+    @property
+    def processes(self) -> list[ProcessStats]:
+        """The main process, then each worker still running."""
+        w = self.window
+        out = []
+        secs = max(w.seconds, 1e-9)
+        live = [("main", w.main)] + [(f"worker {k}", p) for k, p in enumerate(w.workers) if p.pid]
+        for role, p in live:
+            out.append(
+                ProcessStats(
+                    role,
+                    p.pid,
+                    p.cpu_s / secs,
+                    (p.cpu_s + p.runq_s) / secs,
+                    p.voluntary,
+                    p.involuntary,
+                    p.threads,
+                    p.dstate,
+                    p.pss,
+                    p.uss,
+                    p.fds,
+                )
+            )
+        return out
+
+    @property
+    def machine_cores(self) -> float:
+        return self.window.machine_cores
+
+    @property
+    def others_cores(self) -> float:
+        return self.window.others_cores
+
+    @property
+    def pss(self) -> float:
+        return self.window.pss
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (what a JSON-lines file gets)."""
-        return asdict(self)
+        """A JSON-ready dict (what a JSON-lines file gets): the figures, and the raw window."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "window"}
+        for name in ("seconds", "batches", "samples", "samples_per_s", "stall", "wait_ms", "step_ms", "stages"):
+            out[name] = getattr(self, name)
+        out.update(machine_cores=self.machine_cores, others_cores=self.others_cores, pss=self.pss)
+        out["processes"] = [asdict(p) for p in self.processes]
+        out["window"] = self.window.to_dict()
+        return out
 
     def line(self) -> str:
         """The report in one line (what the log gets)."""

@@ -2,11 +2,11 @@
 
 A :class:`Session` belongs to one loader (an ``fd.Loader``, or a plain DataLoader wrapped by
 :func:`fastdata.monitor`). It installs the probes in the workers (the ``worker_init_fn`` and ``collate_fn``
-wrappers the DataLoader builder takes: :class:`~fastdata.loading.observe._stage_table.ProbeInit`,
-:class:`MonitoredCollate`), counts each batch as it is handed out (two clock reads and two CPU-clock reads
-a batch), and every window of about a second (``AutoTune.window``) gives the autotuner an
-:class:`~fastdata.loading.observe._autotune.Observation`; every ``Monitor.seconds`` it makes a report
-(:class:`~fastdata.loading.observe._report.Stats`).
+wrappers the DataLoader builder takes: :class:`~._stage_table.ProbeInit`, :class:`MonitoredCollate`) and
+counts each batch as it is handed out (:class:`~._counter.BatchCounter`: two clock and two CPU-clock reads
+a batch). Two separate parts read that count through the one probe (:class:`~._probe.Probe`): the
+:class:`~._reporting.Reporter` makes the monitor's reports, the :class:`~._tuning.Tuning` hands windows
+to the autotuner.
 
 A change the autotuner makes is applied at the next batch boundary: the DataLoader's iterator is shut down
 and the loader's ``reopen(epoch, batches_done, setting)`` returns a new one with the new setting that
@@ -18,36 +18,23 @@ one a fixed setting gives.
 from __future__ import annotations
 
 import functools
-import logging
 import multiprocessing
-import time
 from collections.abc import Callable, Iterator
-from time import perf_counter
 from typing import Any
 
 from fastdata.core import stages
-from fastdata.core._machine import memory_available
-from fastdata.core._proc import ProcessCounters
+from fastdata.core._machine import memory_available, usable_cores, usable_memory
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.loading.observe import _stage_table as stage_table
-from fastdata.loading.observe._autotune import EARLY, AutoTune, Change, Observation, Setting, Tuner
-from fastdata.loading.observe._diagnosis import classify
-from fastdata.loading.observe._probe import (
-    LiveProbe,
-    LoopCounters,
-    ProcessDetail,
-    Snapshot,
-    batch_samples,
-    evidence,
-    figures,
-    memory_of,
-    worker_pids,
-)
-from fastdata.loading.observe._report import Monitor, ProcessStats, Sinks, Stats, as_monitor, now
+from fastdata.loading.observe._autotune import AutoTune, Change, Setting, Tuner
+from fastdata.loading.observe._counter import BatchCounter
+from fastdata.loading.observe._evidence import Context
+from fastdata.loading.observe._probe import Probe, batch_samples, worker_pids
+from fastdata.loading.observe._report import Monitor, Stats, as_monitor
+from fastdata.loading.observe._reporting import Reporter, Since
 from fastdata.loading.observe._stage_table import ProbeInit, StartSplit, start_split
+from fastdata.loading.observe._tuning import Tuning
 
-CHANGES = "fastdata.autotune"  # the logger every change of setting goes to, at INFO
-USS_EVERY = 5  # windows between two reads of the workers' memory (smaps_rollup costs ~1 ms a process)
 Reopen = Callable[[int, int, Setting], Iterator[Any]]
 
 
@@ -88,7 +75,8 @@ class Session:
     """The monitor and autotuner of one loader (see the module docstring).
 
     Args:
-        monitor (Monitor | None): how often to report and where; None: no reports (``stats()`` still works).
+        monitor (Monitor | None): how often to report and where; None: no periodic reports (``stats()``
+            still works).
         tuner (Tuner | None): the autotuner; None: the setting stays.
         setting (Setting): the setting the loader starts with.
         rows (int): 1 + the most workers the loader may run.
@@ -108,32 +96,34 @@ class Session:
         persistent: bool = False,
         threads: int = 0,
     ) -> None:
-        self.monitor, self.tuner, self.setting, self.threads = monitor, tuner, setting, threads
-        self.sinks = Sinks(monitor.to) if monitor is not None else None
-        self.probe = LiveProbe(rows)
-        self.loop = LoopCounters()
+        self.setting, self.threads = setting, threads
         self.start_method, self.persistent = start_method, persistent
-        self.latest: Stats | None = None
-        self.observations: list[Observation] = []  # the autotuner's, latest last (bounded)
+        self.counter = BatchCounter()
+        self.probe = Probe(rows, self.counter)
+        stall_target = tuner.options.stall_target if tuner is not None else 0.05
+        self.reporter = Reporter(monitor, lambda: self.probe.read(memory=True), stall_target)
+        self.tuning = Tuning(tuner, lambda memory: self.probe.read(memory=memory)) if tuner is not None else None
         self.position = (0, 0)
-        self._restart: Change | None = None
-        self._pending: Change | None = None
-        self._window: Snapshot | None = None
-        self._report: Snapshot | None = None
-        self._before: dict[int, ProcessCounters] = {}
-        self._changes: list[Change] = []
         self._split: StartSplit | None = None
-        self._asked = perf_counter()
-        self._pids: list[int] = []
-        self._restart_s = 0.0
-        self._uss = 0.0
-        self._pss = 0.0
-        self._windows = 0
+        self._changes: list[Change] = []  # made since the last report
+        self._asked = self.counter.clocks()
         self._fresh = True  # the next first batch comes from workers started for it
-        self._early_done = False  # the current window's first quarter was observed
-        self._due = 0.0
-        self._due_batches = 0
         self._started = False
+
+    @property
+    def tuner(self) -> Tuner | None:
+        return self.tuning.tuner if self.tuning is not None else None
+
+    @tuner.setter
+    def tuner(self, tuner: Tuner) -> None:
+        """Another tuner for the same loader (the tests script one)."""
+        assert self.tuning is not None, "a session without num_workers='auto' has no tuner to replace"
+        self.tuning.tuner = tuner
+
+    @property
+    def observations(self) -> list[Any]:
+        """The autotuner's observations, latest last (empty without ``num_workers="auto"``)."""
+        return self.tuning.observations if self.tuning is not None else []
 
     @property
     def changes(self) -> list[Change]:
@@ -153,16 +143,27 @@ class Session:
         if setting.workers:
             if setting.prefetch is not None:
                 kw["prefetch_factor"] = setting.prefetch
-        elif self.tuner is not None:
+        elif self.tuning is not None:
             for name in ("prefetch_factor", "persistent_workers"):  # torch refuses them without workers
                 kw.pop(name, None)
         return kw
 
+    def context(self) -> Context:
+        """What the diagnosis needs beside a window."""
+        return Context(
+            cores=self.probe.cores,
+            threads=self.threads,
+            memory=self.probe.memory,
+            start=self._split,
+            start_method=self.start_method,
+        )
+
     # -- the pass ------------------------------------------------------------------------------------
 
-    def pass_starts(self) -> Change | None:
-        """Called just before ``iter(dataloader)``: returns the change waiting for this pass, if any."""
-        change, self._pending = self._pending, None
+    def pass_starts(self, epoch: int = 0) -> Change | None:
+        """Called just before ``iter(dataloader)`` for a pass over ``epoch``: returns the change waiting for
+        this pass, if any."""
+        change = self.tuning.take("next pass") if self.tuning is not None else None
         if change is not None:
             self.setting = change.after
             self._fresh = True
@@ -174,10 +175,10 @@ class Session:
             self.probe.detach_main()
         else:
             self.probe.attach_main()  # the main process makes the batches: it writes into row 0
-        if self._report is None:
-            self._report = self.probe.snapshot(self.loop, self.setting.workers)
-            self._set_due()
-        self._asked = perf_counter()
+        reading = self.probe.read()
+        self.reporter.begin(reading)  # the first report counts from the first pass's start
+        self.reporter.epoch_began(epoch, reading)
+        self._asked = self.counter.clocks()
         self._fresh = self._fresh or not self.persistent
         return change
 
@@ -187,231 +188,88 @@ class Session:
         """Hand out the pass's batches, counting them, and restart the workers where the tuner says."""
         it = batches
         self._began(it)
-        loop, done = self.loop, start
+        counter, probe, tuning, reporter = self.counter, self.probe, self.tuning, self.reporter
+        done = start
         self.position = (epoch, done)
-        t_prev, first, restarted = self._asked, True, False
-        while True:
-            t0, c0 = perf_counter(), time.thread_time()
-            change = self._restart
-            if change is not None and reopen is not None:
-                self._restart = None
-                _shutdown(it)
-                self.setting, self._fresh = change.after, True
-                it = reopen(epoch, done, change.after)
-                self._asked = t_prev = t0
-                self._began(it)
-                first = restarted = True
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            t1, c1 = perf_counter(), time.thread_time()
-            loop.wait += t1 - t0
-            loop.wait_cpu += c1 - c0
-            loop.loop += t1 - t_prev
-            t_prev = t1
-            loop.batches += 1
-            loop.samples += batch_samples(batch)
-            done += 1
-            self.position = (epoch, done)
-            if first:
-                first = False
-                self._first(t1, restarted)
-            if t1 >= self._due or loop.batches >= self._due_batches:
-                self._tick(t1, done, length)
-            yield batch
+        asked, first, restarted = self._asked, True, False  # a pass's first wait starts at iter()
+        due = self._due()
+        try:
+            while True:
+                if not first:
+                    asked = counter.clocks()
+                change = tuning.take("restart") if tuning is not None and reopen is not None else None
+                if change is not None and reopen is not None:
+                    _shutdown(it)
+                    self.setting, self._fresh = change.after, True
+                    asked = self._asked = counter.clocks()
+                    it = reopen(epoch, done, change.after)
+                    self._began(it)
+                    first = restarted = True
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                got = counter.clocks()
+                counter.handed(asked, got, batch_samples(batch), first=first)
+                done += 1
+                self.position = (epoch, done)
+                if first:
+                    first = False
+                    self._first(got[0], restarted)
+                    due = self._due()
+                if got[0] - probe.t0 >= due or reporter.due(got[0] - probe.t0, counter.batches):
+                    self._tick(got[0] - probe.t0, length, done)
+                    due = self._due()
+                yield batch
+        finally:
+            counter.pass_ended()
+
+    def _due(self) -> float:
+        """The probe time of the tuner's next look (the reporter keeps its own)."""
+        return self.tuning.due_at() if self.tuning is not None else float("inf")
+
+    def _tick(self, t: float, length: int | None, done: int) -> None:
+        left = None if length is None else length - done
+        if self.tuning is not None:
+            change = self.tuning.tick(t, self.counter.batches, self.context(), self.setting, self.position, left)
+            if change is not None:
+                self._changes.append(change)
+        if self.reporter.due(t, self.counter.batches):
+            self.reporter.report(self.context(), position=self.position, setting=self._setting())
+            self._changes = []
 
     def _began(self, iterator: Any) -> None:
-        self._pids = worker_pids(iterator) if self.setting.workers else []
-        self.probe.watch(self._pids)
+        self.probe.watch(worker_pids(iterator) if self.setting.workers else [])
 
-    def _first(self, t1: float, restarted: bool) -> None:
+    def _first(self, arrived: float, restarted: bool) -> None:
         """The first batch of a pass, or after a restart: its wait was a start-up."""
-        wait = t1 - self._asked
-        self.loop.first_wait += wait
-        self.loop.starts += 1
-        if restarted:
-            self._restart_s = wait
+        asked = self._asked[0]
+        if restarted and self.tuning is not None:
+            self.tuning.restart_s = arrived - asked
         slot = 1 if self.setting.workers else 0
-        self._split = start_split(self.probe.table, slot, self._asked, self._asked, t1, self._fresh)
+        self._split = start_split(self.probe.table, slot, asked, asked, arrived, self._fresh)
         self._fresh = False
-        if self.tuner is not None and self._window is None and self._restart is None:
-            self._window = self.probe.snapshot(self.loop, self.setting.workers)  # measure from here
-            self._set_due()
+        if self.tuning is not None:
+            self.tuning.started(self.probe.read())  # measure the setting from its first batch
 
-    def _set_due(self) -> None:
-        due, due_b = float("inf"), 1 << 62
-        if self.tuner is not None and self._window is not None:
-            early = self.tuner.wants_early() and not self._early_done
-            due = self._window.t + self.tuner.options.window * (EARLY if early else 1.0)
-        if self.monitor is not None and self._report is not None:
-            if self.monitor.seconds is not None:
-                due = min(due, self._report.t + self.monitor.seconds)
-            if self.monitor.every is not None:
-                due_b = self._report.loop.batches + self.monitor.every
-        self._due, self._due_batches = due, due_b
+    def _setting(self) -> dict[str, object]:
+        return {
+            "workers": self.setting.workers,
+            "prefetch_factor": self.setting.prefetch,
+            "auto": self.tuning is not None,
+            "loader_threads": self.threads,
+            "changes": [c.to_dict() for c in self._changes],
+        }
 
-    def _tick(self, t: float, done: int, length: int | None) -> None:
-        snap: Snapshot | None = None
-        w = self._window
-        if self.tuner is not None and w is not None and self._pending is None and self._restart is None:
-            opts = self.tuner.options
-            enough = self.loop.batches - w.loop.batches >= opts.min_batches
-            if enough and t - w.t >= opts.window:
-                snap = self.probe.snapshot(self.loop, self.setting.workers)
-                self._observe(w, snap, done, length)
-            elif enough and not self._early_done and self.tuner.wants_early() and t - w.t >= EARLY * opts.window:
-                self._early_done = True  # the window's first quarter, for a setting not measured yet
-                snap = self.probe.snapshot(self.loop, self.setting.workers)
-                self._observe(w, snap, done, length, early=True)
-        m, r = self.monitor, self._report
-        if m is not None and r is not None:
-            late = m.seconds is not None and t - r.t >= m.seconds
-            if late or (m.every is not None and self.loop.batches - r.loop.batches >= m.every):
-                snap = snap or self.probe.snapshot(self.loop, self.setting.workers)
-                stats = self._make_stats(r, snap)
-                assert self.sinks is not None
-                self.sinks.emit(stats)
-        self._set_due()
-
-    # -- the autotuner --------------------------------------------------------------------------------
-
-    def _observe(self, a: Snapshot, b: Snapshot, done: int, length: int | None, early: bool = False) -> None:
-        assert self.tuner is not None
-        fig = figures(a, b)
-        ev = evidence(
-            fig,
-            workers=self.setting.workers,
-            cores=self.probe.cores,
-            memory=self.probe.memory,
-            pss=self._pss,
-            start=self._split,
-            start_method=self.start_method,
-        )
-        verdict = classify(ev, self.tuner.options.stall_target)
-        self._windows += 1
-        if self._pids and (self._windows % USS_EVERY == 1 or not self._uss):
-            readings = [memory_of(p) for p in self._pids]
-            self._uss = max(u for _, u in readings)
-            self._pss = sum(p for p, _ in readings) + memory_of(self.probe.pid)[0]
-        obs = Observation(
-            t=b.t,
-            setting=self.setting,
-            rate=fig.rate,
-            stall=fig.stall,
-            step=fig.step,
-            label=verdict.label,
-            worker_busy=fig.per_worker_busy,
-            others=fig.others,
-            cores=self.probe.cores,
-            memory_available=float(memory_available()),
-            memory_total=self.probe.memory,
-            worker_bytes=self._uss if self.setting.workers else 0.0,
-            batches_left=length - done if length is not None else None,
-            batch_s=fig.loop / fig.batches if fig.batches else 0.0,
-            step_s=fig.step_ms / 1000,
-            data_s=_data_s(fig),
-            restart_s=self._restart_s,
-            early=early,
-        )
-        self.observations = [*self.observations[-999:], obs]
-        if not early:
-            self._window, self._early_done = b, False
-        change = self.tuner.observe(obs)
-        if change is None:
-            return
-        logging.getLogger(CHANGES).info("%s -> %s (%s): %s", change.before, change.after, change.at, change.reason)
-        self._changes.append(change)
-        self._window, self._early_done = None, False  # measure the new setting from its first batch
-        if change.at == "now":
-            self._restart = change
-        else:
-            self._pending = change
-
-    # -- the monitor ----------------------------------------------------------------------------------
-
-    def _make_stats(self, a: Snapshot, b: Snapshot) -> Stats:
-        fig = figures(a, b)
-        details = self.probe.details(self._pids)
-        ev = evidence(
-            fig,
-            workers=self.setting.workers,
-            cores=self.probe.cores,
-            memory=self.probe.memory,
-            pss=sum(d.pss for d in details),
-            start=self._split,
-            start_method=self.start_method,
-            details=details,
-            before=self._before,
-        )
-        verdict = classify(ev, self.tuner.options.stall_target if self.tuner is not None else 0.05)
-        processes = [self._process(d, fig) for d in details]
-        stats = Stats(
-            time=now(),
-            seconds=fig.seconds,
-            epoch=self.position[0],
-            position=self.position[1],
-            batches=fig.batches,
-            samples=fig.samples,
-            samples_per_s=fig.rate,
-            stall=fig.stall,
-            wait_ms=fig.wait_ms,
-            step_ms=fig.step_ms,
-            workers=self.setting.workers,
-            prefetch_factor=self.setting.prefetch,
-            auto=self.tuner is not None,
-            loader_threads=self.threads,
-            stages={s: {"ms_per_sample": fig.stage_ms[s], "share": fig.stage_busy[s]} for s in fig.stage_ms},
-            processes=processes,
-            usable_cores=self.probe.cores,
-            machine_cores=fig.machine,
-            others_cores=fig.others,
-            pss=ev.pss,
-            memory_available=float(memory_available()),
-            label=verdict.label,
-            evidence=verdict.evidence,
-            advice=verdict.advice,
-            changes=[c.to_dict() for c in self._changes],
-        )
-        self.latest = stats
-        self._report, self._changes = b, []
-        self._before = {d.pid: d.counters for d in details}
-        return stats
-
-    def _process(self, d: ProcessDetail, fig: Any) -> ProcessStats:
-        was = self._before.get(d.pid)
-        win = d.counters.minus(was) if was is not None else d.counters
-        if d.role == "main":
-            cores, busy = fig.main_cores, fig.main_cores + win.runq / fig.seconds
-        else:
-            k = int(d.role.split()[1])
-            cores = fig.worker_cores[k] if k < len(fig.worker_cores) else win.cpu / fig.seconds
-            busy = fig.worker_busy[k] if k < len(fig.worker_busy) else cores
-        return ProcessStats(
-            d.role, d.pid, cores, busy, win.voluntary, win.involuntary, d.threads, d.dstate, d.pss, d.uss, d.fds
-        )
-
-    def stats(self) -> Stats | None:
-        """The latest report; before the first one is due, one made now over what was seen so far."""
-        if self.latest is None and self._report is not None and self.loop.batches > self._report.loop.batches:
-            return self._make_stats(self._report, self.probe.snapshot(self.loop, self.setting.workers))
-        return self.latest
+    def stats(self, since: Since = "report") -> Stats | None:
+        """A report made now over what was seen since the last periodic report (``since="report"``), the
+        current epoch's start (``"epoch"``) or the loader's (``"start"``); None before the first batch."""
+        return self.reporter.stats(self.context(), position=self.position, setting=self._setting(), since=since)
 
     def close(self) -> None:
         """Stop the D-state looks and close the report files (idempotent)."""
         self.probe.close()
-        if self.sinks is not None:
-            self.sinks.close()
-
-
-def _data_s(fig: Any) -> float | None:
-    """Seconds one process needs to make one batch, from the window's stage times (None: the dataset times
-    no stage but collate)."""
-    if not fig.batches:
-        return None
-    per_batch = fig.samples / fig.batches
-    ms = fig.data_ms(per_batch)
-    return ms / 1000 if ms is not None else None
+        self.reporter.close()
 
 
 def loader_session(
@@ -452,8 +310,6 @@ def loader_session(
     method = method or multiprocessing.get_start_method(allow_none=True) or "fork"
     tuner = None
     if auto_workers or auto_prefetch:
-        from fastdata.core._machine import usable_cores, usable_memory
-
         tuner = Tuner(
             autotune or AutoTune(),
             usable_cores(),
@@ -469,4 +325,4 @@ def loader_session(
     return Session(spec, tuner, setting, rows, start_method=str(method), persistent=persistent), base
 
 
-__all__ = ["CHANGES", "MonitoredCollate", "Reopen", "Session", "loader_session"]
+__all__ = ["MonitoredCollate", "Reopen", "Session", "loader_session"]

@@ -20,7 +20,7 @@ from time import perf_counter
 import torch
 
 from fastdata.core import stages
-from fastdata.core._proc import _read
+from fastdata.core._proc import own_counters
 from fastdata.core.stages import STAGES
 
 NSTAGE = 2 * len(STAGES)
@@ -106,23 +106,6 @@ class _Attached:
         for i, name in enumerate(SELF):
             self.row[_COL[name]] = self.base[i] + max(0.0, current[i] - self.start[i])
         self.updated = now
-
-
-def own_counters() -> list[float]:
-    """This process's (CPU-seconds, run-queue seconds, voluntary and involuntary switches), every thread,
-    exited threads' CPU and switches included (``getrusage``)."""
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    runq = 0.0
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            sched = _read(f"/proc/self/task/{tid}/schedstat")
-            if sched:
-                runq += int(sched.split()[1]) / 1e9
-    except OSError:
-        pass
-    return [ru.ru_utime + ru.ru_stime, runq, float(ru.ru_nvcsw), float(ru.ru_nivcsw)]
 
 
 _attached: _Attached | None = None
@@ -276,6 +259,5 @@ __all__ = [
     "batch_begin",
     "batch_end",
     "detach",
-    "own_counters",
     "start_split",
 ]

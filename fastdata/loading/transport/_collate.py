@@ -47,12 +47,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
-from torch.utils.data._utils.collate import collate, default_collate_fn_map
+from torch.utils.data._utils.collate import (
+    collate,
+    collate_tensor_fn,
+    default_collate_err_msg_format,
+    default_collate_fn_map,
+    np_str_obj_array_pattern,
+)
 
 from fastdata.core import _process as process
 from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.loading._batching import Unequal, as_tensors, check_shapes, explain
 from fastdata.loading.transport._layout import BytesAs, PackedBytes, Stack, packed_lists
 from fastdata.loading.transport._slots import (
     PipeBatch,
@@ -107,31 +115,67 @@ class SlotOptions:
 
 
 def _stack_later(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> Stack:
+    check_shapes(batch)  # here, where the samples are known, not in the slot (see _checked)
     return Stack(list(batch))
 
 
-_LATER_MAP = {**default_collate_fn_map, torch.Tensor: _stack_later}
+def _arrays(batch: list[np.ndarray], *, collate_fn_map: Any = None) -> Any:
+    """Numpy arrays as ``default_collate`` batches them (as tensors), read-only ones without torch's
+    warning (see :func:`fastdata.loading._batching.as_tensors`)."""
+    if np_str_obj_array_pattern.search(batch[0].dtype.str) is not None:
+        raise TypeError(default_collate_err_msg_format.format(batch[0].dtype))
+    return collate(as_tensors(batch), collate_fn_map=collate_fn_map)
+
+
+def _stack_checked(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
+    check_shapes(batch)
+    return collate_tensor_fn(batch, collate_fn_map=collate_fn_map)  # in a worker: into shared memory
+
+
+def _checked(samples: list[Any], collate_fn_map: dict[Any, Any]) -> Any:
+    """``collate`` with ``collate_fn_map``; where the samples do not batch (images of different sizes, PIL
+    images), a :class:`~fastdata.core.errors.CannotBatch` naming the key, the samples and the fixes."""
+    try:
+        return collate(samples, collate_fn_map=collate_fn_map)
+    except (Unequal, RuntimeError, TypeError) as e:
+        why = explain(samples)
+        if why is None:
+            raise
+        raise why from (None if isinstance(e, Unequal) else e)
+
+
+_LATER_MAP = {**default_collate_fn_map, torch.Tensor: _stack_later, np.ndarray: _arrays}
+_CHECKED_MAP = {**default_collate_fn_map, torch.Tensor: _stack_checked, np.ndarray: _arrays}
+
+
+def checked_default_collate(samples: list[Any]) -> Any:
+    """``default_collate``, except that samples that do not batch raise
+    :class:`~fastdata.core.errors.CannotBatch` saying why and what to do, and read-only numpy arrays do
+    not make torch warn."""
+    return _checked(samples, _CHECKED_MAP)
 
 
 def slot_default_collate(samples: list[Any]) -> Any:
     """``default_collate``, except that tensors (and numpy arrays, which it turns into tensors) are left
     to be stacked straight into the slot: in a worker, ``default_collate`` would stack them into fresh
-    shared memory, the very cost slots avoid."""
-    return collate(samples, collate_fn_map=_LATER_MAP)
+    shared memory, the very cost slots avoid. Samples that do not batch raise
+    :class:`~fastdata.core.errors.CannotBatch`, as :func:`checked_default_collate` does."""
+    return _checked(samples, _LATER_MAP)
 
 
 def _stack_private(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
+    check_shapes(batch)
     return torch.stack(batch, 0)
 
 
-_PRIVATE_MAP = {**default_collate_fn_map, torch.Tensor: _stack_private}
+_PRIVATE_MAP = {**default_collate_fn_map, torch.Tensor: _stack_private, np.ndarray: _arrays}
 
 
 def private_default_collate(samples: list[Any]) -> Any:
     """``default_collate``, except that in a worker it stacks tensors into private memory, not into a new
     shared tensor per batch: for a collate function that wraps ``default_collate`` and must see finished
     tensors (the harness's probes) under :class:`SlotCollate`, which copies the batch into its slot."""
-    return collate(samples, collate_fn_map=_PRIVATE_MAP)
+    return _checked(samples, _PRIVATE_MAP)
 
 
 def batch_as_is(batch: Any) -> Any:
@@ -150,8 +194,9 @@ def batch_default_collate(samples: list[Any]) -> Any:
     ``default_collate``, except in a worker whose :class:`SlotCollate` hands the dataset's batches on
     unchanged (``prebatched=True``), where tensors are left to be stacked straight into the slot (as
     :func:`slot_default_collate` does) instead of into a fresh shared tensor per batch that the slot
-    would then copy."""
-    return slot_default_collate(samples) if stacking() else default_collate(samples)
+    would then copy. Samples that do not batch raise :class:`~fastdata.core.errors.CannotBatch` naming
+    the key, the samples and the fixes (see :mod:`fastdata.loading._batching`)."""
+    return slot_default_collate(samples) if stacking() else checked_default_collate(samples)
 
 
 class SlotCollate:
@@ -284,6 +329,7 @@ __all__ = [
     "SlotOptions",
     "batch_as_is",
     "batch_default_collate",
+    "checked_default_collate",
     "private_default_collate",
     "release",
     "reset_counts",

@@ -1,0 +1,82 @@
+"""The one per-batch counter: what the training loop sees, fed batch by batch by whoever iterates.
+
+The sweep's measuring loop (``fastdata bench``) and the monitor's hook around a training loop both call
+:meth:`BatchCounter.handed` once per batch with two clock and two CPU-clock readings (when the batch was
+asked for and when it arrived), so both count the loop the same way: the wait inside ``next()``, the step
+between a batch and the next request, a pass's first wait. The probe (:mod:`._probe`) copies the counts
+into each reading, so a window's loop figures are differences of this counter.
+"""
+
+from __future__ import annotations
+
+import time
+from time import perf_counter
+
+
+class BatchCounter:
+    """Cumulative counts of the training loop. Times in seconds; CPU is the loop thread's.
+
+    Attributes:
+        batches, samples, nbytes (int): handed out (nbytes: payload, where the caller measures it).
+        wait_s, wait_cpu_s (float): inside ``next()``: time, and the loop thread's CPU.
+        step_s, step_cpu_s (float): between a batch and the next request inside a pass: the step.
+        loop_s (float): inside passes: from each pass's start to its last batch.
+        first_wait_s (float), starts (int): waits for a pass's first batch (or the first after a restart).
+        recv_s, recv_cpu_s, pin_s (float | None): rebuilding and pinning received batches, where the caller
+            times them (the sweep's envelope); None otherwise.
+    """
+
+    def __init__(self) -> None:
+        self.batches = self.samples = self.nbytes = self.starts = 0
+        self.wait_s = self.wait_cpu_s = self.step_s = self.step_cpu_s = self.loop_s = self.first_wait_s = 0.0
+        self.recv_s: float | None = None
+        self.recv_cpu_s: float | None = None
+        self.pin_s: float | None = None
+        self._last: tuple[float, float] | None = None  # (time, CPU) when the last batch was handed out
+
+    @staticmethod
+    def clocks() -> tuple[float, float]:
+        """(wall clock, the calling thread's CPU clock) now."""
+        return perf_counter(), time.thread_time()
+
+    def handed(
+        self, asked: tuple[float, float], got: tuple[float, float], samples: int, *, first: bool = False
+    ) -> None:
+        """Count one batch, asked for at ``asked`` and handed out at ``got`` (each a :meth:`clocks` reading).
+
+        Args:
+            samples (int): samples in it.
+            first (bool): the first batch of a pass or after a restart: its wait was a start-up, and no step
+                came before it (``asked`` is when the pass began).
+        """
+        t0, c0 = asked
+        t1, c1 = got
+        self.wait_s += t1 - t0
+        self.wait_cpu_s += c1 - c0
+        if first or self._last is None:
+            self.loop_s += t1 - t0
+            if first:
+                self.first_wait_s += t1 - t0
+                self.starts += 1
+        else:
+            last_t, last_c = self._last
+            self.step_s += max(0.0, t0 - last_t)
+            self.step_cpu_s += max(0.0, c0 - last_c)
+            self.loop_s += t1 - last_t
+        self._last = got
+        self.batches += 1
+        self.samples += samples
+
+    def received(self, recv_s: float, recv_cpu_s: float, pin_s: float, nbytes: int) -> None:
+        """Add what the sweep's envelope timed for the batch just counted."""
+        self.recv_s = (self.recv_s or 0.0) + recv_s
+        self.recv_cpu_s = (self.recv_cpu_s or 0.0) + recv_cpu_s
+        self.pin_s = (self.pin_s or 0.0) + pin_s
+        self.nbytes += nbytes
+
+    def pass_ended(self) -> None:
+        """The pass ran out: the time until the next pass's first batch is not a step."""
+        self._last = None
+
+
+__all__ = ["BatchCounter"]
