@@ -288,11 +288,9 @@ class TarShardDataset(DatasetBase, IterableDataset[Any]):
         # batch ``first + j * stride`` is this worker's j-th: worker_ranges deals units from ``first``
         # to slot ``worker`` of ``stride`` (slot 0 when ``first`` is already this worker's own)
         base = (first - worker) * unit
-        ranges = worker_ranges(epoch.length, worker=worker, num_workers=stride, unit=unit, start=base)
-        if self.source.cache is not None:  # the cache fills ahead in this worker's order of shards
-            ranges = list(ranges)  # type: ignore[assignment]
-            if ranges:
-                self.source.plan(epoch.shards_at(np.concatenate([shuffled.positions(lo, hi) for lo, hi in ranges])))
+        ranges = list(worker_ranges(epoch.length, worker=worker, num_workers=stride, unit=unit, start=base))
+        if self.source.cache is not None and ranges:  # the cache fills ahead in this worker's order of shards
+            self.source.plan(epoch.shards_at(np.concatenate([shuffled.positions(lo, hi) for lo, hi in ranges])))
         mine = ((lo, hi, shuffled.positions(lo, hi)) for lo, hi in ranges)
         ahead = None
         try:
