@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastdata.core.errors import SourceNotFound
@@ -19,9 +20,16 @@ from fastdata.storage.cache._layout import Layout, url_digest
 from fastdata.storage.cache._locks import lock
 
 
-def current_version(layout: Layout, url: str, remote: Remote, since: int | None) -> Version:
+def current_version(
+    layout: Layout,
+    url: str,
+    remote: Remote,
+    since: int | None,
+    replaced: Callable[[Version], None] | None = None,
+) -> Version:
     """``url``'s version: the one recorded if a process of the node asked the store at or after ``since``
     (``time.time_ns()``), else asked now (one HEAD) and recorded. ``since=None``: always asked.
+    ``replaced(old)`` is called when the store's answer is another version than the one recorded before.
 
     Raises:
         SourceNotFound: the store says (or said, since then) that there is no such object; and whatever
@@ -29,26 +37,32 @@ def current_version(layout: Layout, url: str, remote: Remote, since: int | None)
     """
     stamp = layout.path(url_digest(url), ".checked")
     if since is None:
-        return _ask(url, remote, stamp)
+        return _ask(url, remote, stamp, replaced)
     found = _recorded(url, stamp, since)
     if found is not None:
         return found
     held = lock(f"{stamp}.lock", shared=False)
     assert held is not None
     try:
-        return _recorded(url, stamp, since) or _ask(url, remote, stamp)
+        return _recorded(url, stamp, since) or _ask(url, remote, stamp, replaced)
     finally:
         os.close(held)
 
 
-def _ask(url: str, remote: Remote, stamp: str) -> Version:
+def _ask(url: str, remote: Remote, stamp: str, replaced: Callable[[Version], None] | None) -> Version:
     at = time.time_ns()  # before the request: the answer is at least this fresh
     try:
         version = remote.stat(url)
     except SourceNotFound as e:  # recorded too: a missing sidecar is looked for once per epoch and node
         _record(stamp, {"url": url, "missing": str(e), "at": at})
         raise
+    try:
+        old = _recorded(url, stamp, 0)
+    except SourceNotFound:
+        old = None
     _record(stamp, {"url": url, "size": version.size, "etag": version.etag, "sha256": version.sha256, "at": at})
+    if old is not None and old != version and replaced is not None:
+        replaced(old)
     return version
 
 

@@ -19,7 +19,8 @@ eviction and ``fastdata inspect CACHE_DIR`` read.
         <url>.checked.lock       held by the one process asking
 
 ``<url>`` is the first 32 hex digits of the SHA-256 of the object's URL, ``<version>`` 16 of its ETag and
-size: a new version of an object is a new entry, and the old one is deleted once no reader holds it.
+size: a new version of an object is a new entry; the old one is deleted when the new version is found, unless
+a reader holds it (then eviction deletes it later).
 """
 
 from __future__ import annotations

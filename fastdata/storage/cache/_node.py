@@ -35,7 +35,7 @@ from fastdata.core.errors import ConfigError, FastdataError, SourceUnreadable
 from fastdata.storage._remote import ObjectChanged, Remote, Version
 from fastdata.storage.cache._checked import current_version
 from fastdata.storage.cache._file import CachedFile
-from fastdata.storage.cache._layout import Layout, Listed, Record, entry_name, url_digest
+from fastdata.storage.cache._layout import Layout, Listed, Record, entry_name
 from fastdata.storage.cache._locks import lock, relock
 
 COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_remote_bytes", "cache_local_bytes")
@@ -146,7 +146,12 @@ class NodeCache:
         """The current version of ``url``: asked of the store by a process of this node at or after
         ``since``, else now (see :func:`~fastdata.storage.cache._checked.current_version`)."""
         self._ready()
-        return current_version(self.layout, url, remote, since)
+        return current_version(self.layout, url, remote, since, lambda old: self._drop(url, old))
+
+    def _drop(self, url: str, old: Version) -> None:
+        """The store holds a newer version of ``url``: delete the copy of ``old`` unless a reader holds it
+        (then the least recently used rule deletes it later)."""
+        self._evict(entry_name(url, old), count=False)
 
     def _open(self, url: str, remote: Remote, version: Version) -> CachedFile | None:
         if self.limit is not None and version.size > self.limit:
@@ -235,17 +240,6 @@ class NodeCache:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
                 self._unreserve(version.size)
-        self._drop_old_versions(url, name)
-
-    def _drop_old_versions(self, url: str, keep: str) -> None:
-        """Delete the other versions of ``url`` that no reader holds (a newer one is now here)."""
-        prefix = url_digest(url) + "-"
-        try:
-            names = {f.split(".", 1)[0] for f in os.listdir(self.layout.objects) if f.startswith(prefix)}
-        except FileNotFoundError:
-            return
-        for name in names - {keep}:
-            self._evict(name, count=False)
 
     # -- space -------------------------------------------------------------------------------------------
     def _reserve(self, need: int, stale: int, keep: str) -> None:
