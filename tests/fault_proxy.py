@@ -54,6 +54,7 @@ class Faults:
         stall_at ("head" | "body"): hold back before the headers, or after half of the body.
         latency_ms (float): added before every relayed request (a network round trip), ms.
         deny (str): keys containing this substring are answered ``403 AccessDenied`` (any method).
+        only (str): when set, faults apply only to keys containing this substring.
         methods (list[str]): methods faults apply to. Defaults to ["GET"].
         listings (bool): fault bucket-level requests (listings) too. Defaults to False.
         seed (int): seeds the fault draws (one draw sequence per configuration).
@@ -68,6 +69,7 @@ class Faults:
     stall_at: str = "head"
     latency_ms: float = 0.0
     deny: str = ""
+    only: str = ""
     methods: list[str] = field(default_factory=lambda: ["GET"])
     listings: bool = False
     seed: int = 0
@@ -119,7 +121,7 @@ class Proxy:
             return "deny", 0.0
         parts = path.split("?", 1)[0].lstrip("/").split("/", 1)
         is_object = len(parts) == 2 and parts[1] != ""
-        if method not in f.methods or not (is_object or f.listings):
+        if method not in f.methods or not (is_object or f.listings) or (f.only and f.only not in path):
             return "", 0.0
         u, where = self.rng.random(), self.rng.uniform(0.1, 0.9)
         for name, p in (("slowdown", f.slowdown), ("reset", f.reset), ("cut", f.cut), ("stall", f.stall)):

@@ -4,6 +4,7 @@ conformance suite against a real S3 server (moto, over HTTP on 127.0.0.1)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from tests.datagen import make_shards
 from tests.s3_server import MotoServer, upload_files
 
 EXPECTED = [f"s{i:06d}" for i in range(33)]
+SHARD_DIR: list[str] = []  # where shard_urls wrote the shards it uploaded
 
 
 def keys_of(batch: dict) -> list[str]:
@@ -35,7 +37,9 @@ def objects_prefix(s3_server: MotoServer) -> str:
 @pytest.fixture(scope="module")
 def shard_urls(s3_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> str:
     # 3 shards of 11, as in the local tar conformance: fewer shards than workers, uneven splits
-    paths = make_shards(tmp_path_factory.mktemp("shards"), shards=3, per_shard=11, seed=1)
+    folder = tmp_path_factory.mktemp("shards")
+    SHARD_DIR[:] = [str(folder)]
+    paths = make_shards(folder, shards=3, per_shard=11, seed=1)
     client = s3_server.client()
     client.create_bucket(Bucket="conformance-shards")
     upload_files(client, "conformance-shards", {f"tar/{os.path.basename(p)}": p for p in paths})
@@ -73,5 +77,41 @@ class TestIndexedTarDatasetOnS3(Conformance):
     def backend(self, shard_urls: str, s3_env: dict[str, str]) -> Backend:
         def make(seed: int, shuffle: bool) -> fd.IndexedTarDataset:
             return fd.IndexedTarDataset(shard_urls, seed=seed)
+
+        return Backend(make, EXPECTED, keys_of, iterable=False)
+
+
+class TestTarShardDatasetThroughACache(Conformance):
+    """Remote shards read from a node-local cache, with a limit of two of the three shards (each worker
+    holds at most two open: eviction and pins under every mode of the suite)."""
+
+    @pytest.fixture
+    def backend(self, shard_urls: str, s3_env: dict[str, str], tmp_path: Path) -> Backend:
+        limit = 3 * max(p.stat().st_size for p in Path(SHARD_DIR[0]).glob("*.tar"))
+
+        def make(seed: int, shuffle: bool) -> fd.TarShardDataset:
+            return fd.TarShardDataset(
+                shard_urls,
+                seed=seed,
+                shuffle=shuffle,
+                shuffle_window=8,
+                batch_size=4,
+                cache_dir=tmp_path / "cache",
+                cache_limit=limit,
+            )
+
+        return Backend(make, EXPECTED, keys_of, iterable=True)
+
+
+class TestS3DatasetThroughACache(Conformance):
+    @pytest.mark.parametrize("context", ["fork"])
+    @pytest.mark.parametrize("num_workers", [0, 2, 3])
+    def test_every_sample_exactly_once(self, backend: Backend, num_workers: int, context: str) -> None:
+        super().test_every_sample_exactly_once(backend, num_workers, context)
+
+    @pytest.fixture
+    def backend(self, objects_prefix: str, s3_options: dict[str, Any], tmp_path: Path) -> Backend:
+        def make(seed: int, shuffle: bool) -> fd.S3Dataset:
+            return fd.S3Dataset(objects_prefix, seed=seed, cache_dir=tmp_path / "cache", **s3_options)
 
         return Backend(make, EXPECTED, keys_of, iterable=False)

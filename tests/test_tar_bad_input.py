@@ -311,3 +311,43 @@ def test_a_pax_size_past_the_end_is_truncated_never_bytes_beyond_the_member(tmp_
         keys(loader(fd.TarShardDataset(url), num_workers=0))
     report = inspect_tar(url)
     assert not report.complete and report.samples == 2 and any("truncated" in b for b in report.bad)
+
+
+@pytest.mark.slow
+def test_a_shard_cut_anywhere_ends_cleanly_only_where_tarfile_does(tmp_path: Path) -> None:
+    """Every cut point of a shard without manifest or sidecar (members of odd sizes, so that each is
+    followed by zero padding): wherever Python's tarfile finds the shard cut, fastdata says "truncated"
+    too (raises under "raise", counts a skip under "skip"); a cut inside the padding after a member once
+    read as a shard that ended cleanly."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(3):
+            for ext, n in (("jpg", 300 + 37 * i), ("cls", 1 + i)):
+                info = tarfile.TarInfo(f"s{i:04d}.{ext}")
+                info.size = n
+                t.addfile(info, io.BytesIO(bytes([65 + i]) * n))
+    data = buf.getvalue()
+    end = data.index(b"s0002.cls") + 1024  # past the last member's padding: the end-of-archive zeros follow
+    in_padding = 0
+    for cut in range(1, end):
+        path = tmp_path / f"cut{cut}.tar"
+        path.write_bytes(data[:cut])
+        try:
+            with tarfile.open(path) as t:
+                for m in t.getmembers():
+                    t.extractfile(m).read()  # type: ignore[union-attr]
+            tarfile_cut = False
+        except tarfile.ReadError:
+            tarfile_cut = True
+        padding = data[cut - 1] == 0 and cut % 512 != 0
+        if not tarfile_cut or not (padding or cut % 8 == 0):  # every cut in the padding, and 1 in 8 of the rest
+            continue
+        in_padding += padding
+        with pytest.raises(fd.CorruptShard, match=rf"cut{cut}\.tar: truncated"):
+            list(fd.TarShardDataset(str(path)))
+        ds = fd.TarShardDataset(str(path), on_error="skip")
+        with pytest.warns(fd.BadSampleWarning, match="truncated"):
+            list(ds)
+        assert ds.skipped >= 1, cut
+        path.unlink()
+    assert in_padding > 1500  # the padding after the members was among the cuts tried

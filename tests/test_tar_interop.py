@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
+import lzma
 import subprocess
 import tarfile
 import warnings
@@ -12,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
+import zstandard
 from torch.utils.data import DataLoader
 
 import fastdata as fd
@@ -171,6 +175,82 @@ def test_a_cut_gzip_shard_keeps_the_samples_before_the_cut(tmp_path: Path) -> No
     with pytest.warns(fd.BadSampleWarning, match="gzip stream is cut short"):
         got = [as_bytes(s) for s in ds]
     assert 10 < len(got) < 40 and got == [as_bytes(s) for s in written[: len(got)]] and ds.skipped == 1
+
+
+# GNU tar's option for each compression, and the Python module that writes the same stream
+COMPRESSIONS = {"xz": ("-J", "tar.xz"), "bz2": ("-j", "tar.bz2"), "zstd": ("--zstd", "tar.zst")}
+
+
+def compress(data: bytes, compression: str) -> bytes:
+    if compression == "xz":
+        return lzma.compress(data)
+    if compression == "bz2":
+        return bz2.compress(data)
+    return zstandard.ZstdCompressor().compress(data)
+
+
+def decompress(data: bytes, compression: str) -> bytes:
+    if compression == "zstd":
+        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read()
+    return lzma.decompress(data) if compression == "xz" else bz2.decompress(data)
+
+
+@pytest.mark.parametrize("maker", ["gnu-tar", "python"])
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+def test_xz_bz2_and_zstd_shards_are_streamed_as_tarfile_reads_them(
+    tmp_path: Path, compression: str, maker: str
+) -> None:
+    option, suffix = COMPRESSIONS[compression]
+    urls, expected = [], []
+    for shard in range(3):
+        written = samples(5, seed=20 + shard)
+        for s in written:
+            s["__key__"] = f"{shard}-{s['__key__']}"
+        expected.extend(as_bytes(s) for s in written)
+        url = tmp_path / f"{shard}-{maker}.{suffix}"
+        if maker == "gnu-tar":  # the real tool, through xz, bzip2 and zstd themselves
+            names = write_files(
+                tmp_path / f"src{shard}", [(f"{s['__key__']}.{e}", s[e]) for s in written for e in EXTS]
+            )
+            gnu_tar(url, tmp_path / f"src{shard}", names, option)
+        else:  # a webdataset shard, compressed by Python's modules (two concatenated streams for the last one)
+            with wds.TarWriter(str(tmp_path / "plain.tar")) as sink:
+                for s in written:
+                    sink.write(dict(s))
+            plain = (tmp_path / "plain.tar").read_bytes()
+            packed = compress(plain, compression)
+            if shard == 2:
+                half = len(plain) // 1024 * 512
+                packed = compress(plain[:half], compression) + compress(plain[half:], compression)
+            url.write_bytes(packed)
+        urls.append(str(url))
+    # what tarfile finds in them, decompressed by the command-line tools' own libraries
+    for url in urls:
+        with tarfile.open(fileobj=io.BytesIO(decompress(Path(url).read_bytes(), compression))) as t:
+            assert len([m for m in t.getmembers() if m.isfile()]) == 15
+    assert streamed(urls) == sorted(expected)
+    assert sorted(as_bytes(s) for s in fd.TarShardDataset(urls, shuffle=True, batch_size=None)) == sorted(expected)
+    with pytest.raises(fd.ConfigError, match=rf"is {compression}-compressed, so its samples cannot be read in random"):
+        fd.IndexedTarDataset(urls)
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+def test_a_cut_xz_bz2_or_zstd_shard_says_truncated_and_keeps_what_came_before(tmp_path: Path, compression: str) -> None:
+    option, suffix = COMPRESSIONS[compression]
+    written = samples(40, seed=7)
+    names = write_files(tmp_path / "src", [(f"{s['__key__']}.{e}", s[e]) for s in written for e in EXTS])
+    whole = Path(gnu_tar(tmp_path / f"whole.{suffix}", tmp_path / "src", names, option))
+    url = tmp_path / f"cut.{suffix}"
+    url.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 3])
+    with pytest.raises(
+        fd.CorruptShard, match=rf"cut\.{suffix.replace('.', '[.]')}: .*the {compression} stream is cut short"
+    ):
+        list(fd.TarShardDataset(str(url)))
+    ds = fd.TarShardDataset(str(url), on_error="skip")
+    with pytest.warns(fd.BadSampleWarning, match=f"the {compression} stream is cut short"):
+        got = [as_bytes(s) for s in ds]
+    # bzip2 and xz decode in blocks, so the cut loses the whole block it falls in: fewer samples, never wrong ones
+    assert len(got) < 40 and got == [as_bytes(s) for s in written[: len(got)]] and ds.skipped == 1
 
 
 def test_members_without_an_extension_are_left_out_with_one_warning(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._samples import slot_sample, slot_samples
+from fastdata.storage import scheme
+from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 
 
 class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
@@ -45,6 +47,17 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).
+        cache_dir (str | PathLike | False | None): a folder on this node where remote shards are kept whole,
+            shared by every worker and rank on the node (each downloaded once per node, when first read).
+            None: ``$FASTDATA_CACHE_DIR/remote`` when that variable is set, else no cache; False: no cache.
+            See docs/s3.md. Defaults to None.
+        cache_limit (int | str | None): the most bytes the cache folder may hold (``"50GB"`` or bytes); least
+            recently used shards no reader on the node has open are deleted to keep under it. None:
+            ``$FASTDATA_CACHE_LIMIT`` when set, else no limit. Defaults to None.
+        cache_check ("epoch" | "build"): when a cached shard's version is asked of the store: once per epoch
+            and node (a HEAD by the first process that opens it: one replaced between epochs is read as
+            it is now), or once per node after the dataset was built (fewer requests; a replacement is
+            seen by a dataset built later). Defaults to "epoch".
     """
 
     def __init__(
@@ -59,11 +72,21 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         world_size: int | None = None,
         max_open: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
+        cache_check: CacheCheck = "epoch",
     ) -> None:
         shard_urls = tar_urls(urls, storage_options)
+        cache = cache_from(cache_dir, cache_limit) if any(scheme(u) for u in shard_urls) else None
         self._init_base(
-            seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
+            seed=seed,
+            on_error=on_error,
+            rank=rank,
+            world_size=world_size,
+            counters=remote_counters(shard_urls, cached=cache is not None),
         )
+        if cache is not None:
+            cache.count_into(self._shared)
         self.source = TarSource(
             shard_urls,
             policy=self._policy,
@@ -72,6 +95,8 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
             max_open=max_open,
             storage_options=storage_options,
             stats=self._shared,
+            cache=cache,
+            cache_check=cache_check,
         )
         self._starts = [0, *accumulate(self.source.counts)]
 

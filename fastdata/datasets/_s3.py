@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
@@ -11,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
+from fastdata.core import _process as process
 from fastdata.core import stages
 from fastdata.core._handles import ProcessLocal
 from fastdata.core._pipeline import SKIP, SamplePipeline
@@ -28,7 +30,10 @@ from fastdata.datasets._base import MapDatasetBase
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.formats.tar._reader import split_key
 from fastdata.storage import open_reader
+from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
+from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 from fastdata.storage.s3._client import COUNTERS, client, release
+from fastdata.storage.s3._download import S3Remote
 from fastdata.storage.s3._fetch import ObjectChanged, S3Unavailable
 from fastdata.storage.s3._list import resolve
 from fastdata.storage.s3._reader import S3Config, Stats, executor
@@ -117,6 +122,18 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         progress (bool | None): listing progress bar; None shows it for prefixes of more than one page.
         config (S3Config | None): client settings; ``**options`` (its field names: ``max_attempts``,
             ``read_timeout``, ``concurrency``, credentials ...) override them.
+        cache_dir (str | PathLike | False | None): a folder on this node where the objects are kept,
+            shared by every worker and rank on the node: each object is downloaded once per node, and an
+            epoch that finds it there reads it from the local copy (its version checked with a HEAD).
+            None: ``$FASTDATA_CACHE_DIR/remote`` when that variable is set, else no cache; False: no cache.
+            See docs/s3.md. Defaults to None.
+        cache_limit (int | str | None): the most bytes the cache folder may hold (``"50GB"`` or bytes); least
+            recently used objects no reader on the node has open are deleted to keep under it. None:
+            ``$FASTDATA_CACHE_LIMIT`` when set, else no limit. Defaults to None.
+        cache_check ("epoch" | "build"): when a cached object's version is asked of the store: once per epoch
+            and node (a HEAD by the first process that opens it: one replaced between epochs is read as
+            it is now), or once per node after the dataset was built (fewer requests; a replacement is
+            seen by a dataset built later). Defaults to "epoch".
     """
 
     def __init__(
@@ -136,6 +153,9 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         page_size: int = 1000,
         progress: bool | None = None,
         config: S3Config | None = None,
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
+        cache_check: CacheCheck = "epoch",
         **options: Any,
     ) -> None:
         check_choice("on_missing", on_missing, OnMissing)
@@ -143,7 +163,15 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         if endpoint_url is not None:
             options["endpoint_url"] = endpoint_url
         self.config = S3Config.from_options(config, **options)
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=COUNTERS)
+        check_choice("cache_check", cache_check, CacheCheck)
+        self.cache = cache_from(cache_dir, cache_limit)
+        self.cache_check = cache_check
+        self._built = time.time_ns()
+        self._epoch_began: tuple[int, int, int] = (-1, -1, 0)  # (pid, epoch, time.time_ns() it began here)
+        counters = (*COUNTERS, *(CACHE_COUNTERS if self.cache is not None else ()))
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=counters)
+        if self.cache is not None:
+            self.cache.count_into(self._shared)
         self._missing = ErrorPolicy(on_missing, self._shared)
         self.stats = Stats(self._shared)
         self.pipeline = SamplePipeline(make_decoder(decode), transform, self._policy)
@@ -183,6 +211,15 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         an :class:`~fastdata.storage.s3._reader.S3Reader`: one GET when the listing gave the size or the object is
         under 256 KiB (an empty one takes a GET and a HEAD: S3 has no byte range of nothing)."""
         url, listed = self.urls[i], int(self.sizes[i])
+        if self.cache is not None:
+            # fetch() runs on the process's thread pool: the download's parts must not queue behind it there
+            local = self.cache.open(url, S3Remote(self.config, self.stats, parallel=False), since=self._since())
+            if local is not None:
+                try:
+                    self._check_size(url, local.size, listed)
+                    return local.read(0, local.size)
+                finally:
+                    local.close()
         first = listed if listed > 0 else OPEN_BYTES
         reader = open_reader(
             url,
@@ -194,18 +231,33 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         )
         try:
             size = reader.size
-            if listed >= 0 and size != listed:
-                changed = ObjectChanged(
-                    f"{url}: the object has {size} bytes, {listed} were expected (it was "
-                    "replaced since it was listed); list it again"
-                )
-                changed.source = url  # type: ignore[attr-defined]  # what the policy warns about, once per object
-                raise changed
+            self._check_size(url, size, listed)
             if size <= first:
                 return reader.read(0, size)  # what the first GET brought: no copy
             return reader.read(0, first) + reader.read(first, size - first)
         finally:
             reader.close()
+
+    def _since(self) -> int:
+        """Versions asked of the store at or after this time are good (see NodeCache.version): the start
+        of this process's epoch, or the dataset's construction (``cache_check="build"``)."""
+        if self.cache_check == "build":
+            return self._built
+        pid, epoch, began = self._epoch_began
+        if (pid, epoch) != (process.pid(), self.epoch):
+            began = time.time_ns()
+            self._epoch_began = (process.pid(), self.epoch, began)
+        return began
+
+    @staticmethod
+    def _check_size(url: str, size: int, listed: int) -> None:
+        if listed >= 0 and size != listed:
+            changed = ObjectChanged(
+                f"{url}: the object has {size} bytes, {listed} were expected (it was "
+                "replaced since it was listed); list it again"
+            )
+            changed.source = url  # type: ignore[attr-defined]  # what the policy warns about, once per object
+            raise changed
 
     def _sample(self, i: int, data: bytes) -> Sample:
         url = self.urls[i]

@@ -47,6 +47,7 @@ from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
 from fastdata.loading.transport._samples import slot_samples
 from fastdata.storage import scheme
+from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
 
 
 class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
@@ -99,6 +100,18 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).
+        cache_dir (str | PathLike | False | None): a folder on this node where remote shards are kept whole,
+            shared by every worker and rank on the node: each shard is downloaded once per node (and read
+            from the local copy by every epoch that finds it there), the next shards of each worker's
+            plan downloaded ahead. None: ``$FASTDATA_CACHE_DIR/remote`` when that variable is set, else no
+            cache; False: no cache. Local shards are read where they are. See docs/s3.md. Defaults to None.
+        cache_limit (int | str | None): the most bytes the cache folder may hold (``"50GB"`` or bytes): the
+            least recently used shards no reader on the node has open are deleted to keep under it. None:
+            ``$FASTDATA_CACHE_LIMIT`` when set, else no limit. Defaults to None.
+        cache_check ("epoch" | "build"): when a cached shard's version is asked of the store: once per epoch
+            and node (a HEAD by the first process that opens it: one replaced between epochs is read as
+            it is now), or once per node after the dataset was built (fewer requests; a replacement is
+            seen by a dataset built later). Defaults to "epoch".
     """
 
     def __init__(
@@ -120,6 +133,9 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         world_size: int | None = None,
         max_open: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
+        cache_check: CacheCheck = "epoch",
     ) -> None:
         if shuffle_window is not None:
             check_positive("shuffle_window", shuffle_window)
@@ -129,14 +145,22 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
         shard_urls = tar_urls(urls, storage_options)
+        cache = cache_from(cache_dir, cache_limit) if any(scheme(u) for u in shard_urls) else None
         self._init_base(
-            seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=remote_counters(shard_urls)
+            seed=seed,
+            on_error=on_error,
+            rank=rank,
+            world_size=world_size,
+            counters=remote_counters(shard_urls, cached=cache is not None),
         )
+        if cache is not None:
+            cache.count_into(self._shared)
         self.shuffle, self.shuffle_window = shuffle, shuffle_window or DEFAULT_WINDOW
         self.shuffle_bytes = shuffle_bytes
         self.batch_size, self.drop_last, self.remainder = batch_size, drop_last, remainder
         self.collate_fn = collate_fn or batch_default_collate
-        self.remote = any(scheme(u) for u in shard_urls)
+        # remote shards read from a node-local cache are read like local ones (from the local copy)
+        self.remote = any(scheme(u) for u in shard_urls) and cache is None
         options = dict(storage_options or {})
         if self.remote:
             # windows are fetched whole when they are needed: nothing to guess ahead of that
@@ -151,6 +175,8 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             stats=self._shared,
             dealt=batch_size is not None,
             streaming=True,
+            cache=cache,
+            cache_check=cache_check,
         )
         self.total = sum(self.source.counts)
         # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote
@@ -233,6 +259,8 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         within = epoch.offsets[1:-1] - epoch.start  # where shards start, in this rank's part
         within = within[(within > 0) & (within < epoch.length)]
         lo, hi = worker_span(epoch.length, world.worker, world.num_workers, within)
+        if self.source.cache is not None:  # the cache fills ahead in this worker's order of shards
+            self.source.plan(epoch.shards_at(np.arange(lo, hi, dtype=np.int64)))
         windows = (self._window(w, min(hi, w + self._reads), world.epoch) for w in range(lo, hi, self._reads))
         if not self.remote:
             try:
@@ -269,7 +297,9 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         # batch ``first + j * stride`` is this worker's j-th: worker_ranges deals units from ``first``
         # to slot ``worker`` of ``stride`` (slot 0 when ``first`` is already this worker's own)
         base = (first - worker) * unit
-        ranges = worker_ranges(epoch.length, worker=worker, num_workers=stride, unit=unit, start=base)
+        ranges = list(worker_ranges(epoch.length, worker=worker, num_workers=stride, unit=unit, start=base))
+        if self.source.cache is not None and ranges:  # the cache fills ahead in this worker's order of shards
+            self.source.plan(epoch.shards_at(np.concatenate([shuffled.positions(lo, hi) for lo, hi in ranges])))
         mine = ((lo, hi, shuffled.positions(lo, hi)) for lo, hi in ranges)
         ahead = None
         try:

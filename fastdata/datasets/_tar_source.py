@@ -15,27 +15,32 @@ from fastdata.core import stages
 from fastdata.core._handles import HandleCache
 from fastdata.core._pipeline import SamplePipeline, describe_sample
 from fastdata.core._world import current_worker
-from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable
+from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
+from fastdata.datasets._cached_shards import CachedShards
 from fastdata.formats._manifest import resolve_sources, shard_listing
 from fastdata.formats.tar._checks import check_on_read, check_once
-from fastdata.formats.tar._gzip import GzipShard, is_gzip, refusal
+from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
 from fastdata.formats.tar._index import SidecarMismatch
 from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, scan
-from fastdata.storage import Reader, open_reader, scheme
+from fastdata.storage import Reader, is_remote, open_reader, scheme
 from fastdata.storage._local import file_identity
+from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
+from fastdata.storage.cache import CacheCheck, NodeCache
 
 Sample = dict[str, Any]
 # Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
 INDEX_CACHE_SHARDS = 64
+CACHED_OPEN = 2  # shard readers kept open per process when the cache has a limit (each pins its shard)
 
 
-def remote_counters(urls: list[str]) -> tuple[str, ...]:
-    """Names of the counters the readers of ``urls`` keep (S3 requests, retries ...), if any is remote."""
+def remote_counters(urls: list[str], cached: bool = False) -> tuple[str, ...]:
+    """Names of the counters the readers of ``urls`` keep (S3 requests, retries ...), if any is remote,
+    and with ``cached`` the node-local cache's (hits, misses, bytes from the store and from the cache)."""
     if not any(scheme(u) == "s3" for u in urls):
         return ()
     from fastdata.storage.s3._client import COUNTERS
 
-    return tuple(COUNTERS)
+    return (*COUNTERS, *(CACHE_COUNTERS if cached else ()))
 
 
 def tar_urls(urls: Any, storage_options: dict[str, Any] | None = None) -> list[str]:
@@ -115,15 +120,22 @@ class TarSource:
             of :class:`~fastdata.storage.s3._client.S3Config` such as ``endpoint_url``, and the
             ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
         stats: where remote readers count requests and retries (the dataset's shared state).
+        cache (NodeCache | None): where remote shards (and their sidecars and manifest) are kept on this
+            node: every remote URL is read from its local copy there, downloaded once per node. Defaults
+            to None (read from the store).
+        read_ahead (int): with a cache, shards of this process's plan (:meth:`plan`) downloaded ahead of
+            the one being read. Defaults to 2.
+        cache_check ("epoch" | "build"): when a cached shard's version is asked of the store (see
+            :data:`~fastdata.storage.cache.CacheCheck`). Defaults to "epoch".
 
     Attributes:
         counts (list[int]): samples per shard. sizes (list[int]): bytes per shard, -1 where unknown (from a
             manifest, the shard's index or, for local files, the file).
         dealt (bool): the dataset deals batches to its DataLoader workers in turn, so each worker reads
             every n-th stretch of a shard (a hint for remote read-ahead). Defaults to False.
-        streaming (bool): the dataset reads its part of each shard in one pass, so gzip-compressed
-            shards are read (decompressed in memory, see :mod:`fastdata.formats.tar._gzip`); without,
-            they are refused. Defaults to False.
+        streaming (bool): the dataset reads its part of each shard in one pass, so compressed shards
+            (gzip, xz, bzip2, zstd) are read (decompressed in memory, see
+            :mod:`fastdata.formats.tar._compressed`); without, they are refused. Defaults to False.
     """
 
     def __init__(
@@ -138,8 +150,13 @@ class TarSource:
         stats: Any = None,
         dealt: bool = False,
         streaming: bool = False,
+        cache: NodeCache | None = None,
+        read_ahead: int = 2,
+        cache_check: CacheCheck = "epoch",
     ) -> None:
+        check_choice("cache_check", cache_check, CacheCheck)
         self.urls = urls
+        self.cache = cache if any(is_remote(u) for u in urls) else None
         self.policy = policy
         self.pipeline = SamplePipeline(decoder, transform, policy, describe=self.describe)
         self._options = dict(storage_options or {})
@@ -148,10 +165,27 @@ class TarSource:
         self._streaming = streaming
         self._checked_epoch: int | None = None  # the epoch whose start this process last checked shards for
         self._noted: set[str] = set()  # what this process warned about: "ignored", shards that changed
-        self._gzip: set[str] = set()  # shards found to be gzip-compressed (read decompressed)
+        self._compressed: dict[str, Compression] = {}  # shards found to be compressed (read decompressed)
         self._distrusted: set[str] = set()  # shards whose sidecar a read found wrong: scanned from now on
         self._clients: set[Any] = set()  # client settings of the remote readers this process opened
+        if max_open is None and self.cache is not None and self.cache.limit is not None:
+            # an open reader pins its shard in the cache (never evicted): hold few, so that a cache_limit
+            # of a few shards is kept; reopening costs no request (its version is remembered for the epoch)
+            max_open = CACHED_OPEN
         self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
+        self._cached = (
+            CachedShards(
+                self.cache,
+                next(u for u in urls if is_remote(u)),
+                self._options,
+                stats,
+                read_ahead=read_ahead,
+                check=cache_check,
+                held=self._readers.max_open,
+            )
+            if self.cache is not None
+            else None
+        )
         self._indexes: OrderedDict[str, ShardIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each shard, where known (manifest, index, local file)
         self.counts = self._count_samples()
@@ -165,11 +199,23 @@ class TarSource:
         state["_clients"] = set()
         return state
 
+    def plan(self, urls: Sequence[str]) -> None:
+        """The shards this process will read next, in order: with a cache, their versions are asked and
+        the next ones downloaded in the background (see :class:`~fastdata.datasets._cached_shards.CachedShards`)."""
+        if self._cached is not None:
+            self._check_identities()  # a new epoch starts here: versions asked before it are not good for it
+            self._cached.plan(urls)
+
     def open(self, url: str, **hints: Any) -> Reader:
         """A reader for ``url`` (a shard, its sidecar index or a manifest) with this source's options;
         ``hints`` are the remote reader's access-pattern options (see :meth:`_open_shard`)."""
         if not scheme(url):
             return open_reader(url)
+        if self._cached is not None and is_remote(url):
+            cached = self._cached.open(url)
+            if cached is not None:
+                return cached
+            hints = {}  # larger than the cache's limit: read from the store, as without one
         reader = open_reader(url, stats=self._stats, **hints, **self._options)
         config = getattr(reader, "config", None)
         if config is not None:
@@ -183,6 +229,9 @@ class TarSource:
         file its cached index was made from loses that index."""
         if not scheme(url):
             reader = open_reader(url)
+        elif self._cached is not None:
+            reader = self.open(url)  # its local copy (downloaded first if the node has none)
+            self._cached.opened(url)
         else:
             hints: dict[str, Any] = {
                 "companion": index_url(url),
@@ -191,8 +240,8 @@ class TarSource:
             if self._sizes.get(url, -1) > 0:
                 hints["size"] = self._sizes[url]  # known: the reader opens without a request of its own
             reader = self.open(url, **hints)
-        if url in self._gzip:
-            reader = GzipShard(reader)
+        if url in self._compressed:
+            reader = CompressedShard(reader, self._compressed[url])
         index = self._indexes.get(url)
         if index is not None and index.identity != getattr(reader, "identity", None):
             del self._indexes[url]  # replaced on disk since it was indexed: index it again
@@ -227,7 +276,7 @@ class TarSource:
             try:
                 # the count plans every epoch: a remote sidecar's end of the archive is checked now (a
                 # sidecar that leaves the last samples out would drop them from the plan)
-                index = self.index(url, end=True)
+                index = self._count_from_sidecar(url) or self.index(url, end=True)
                 known[url] = len(index)
                 self._sizes.setdefault(url, index.size)
             except (SourceNotFound, SourceUnreadable) as e:
@@ -237,6 +286,24 @@ class TarSource:
             finally:
                 self._readers.discard(url)
         return [known[u] for u in self.urls]
+
+    def _count_from_sidecar(self, url: str) -> ShardIndex | None:
+        """With a cache: a remote shard's index from its sidecar, checked against the shard in the store
+        as far as its layout and end show (a HEAD and one small ranged GET), or None without a sidecar.
+        So counting the samples of shards that have sidecars does not download every shard now, in this
+        process; the workers check each member when they read it from the cache."""
+        if self._cached is None or not is_remote(url):
+            return None
+        try:
+            self.open(index_url(url)).close()  # absent: no request for the shard itself
+        except (SourceNotFound, SourceUnreadable):
+            return None
+        options = {**self._options, "size": self._cached.remote().stat(url).size, "prefetch": False}
+        reader = open_reader(url, stats=self._stats, **options)
+        try:
+            return sidecar_index(url, reader, self.open, end=True)
+        finally:
+            reader.close()
 
     def index(self, url: str, *, end: bool = False) -> ShardIndex:
         """The index of shard ``url``, from this process's cache, its sidecar, or a scan; ``end``: a
@@ -258,13 +325,14 @@ class TarSource:
         return index
 
     def _scan(self, url: str, reader: Reader) -> ShardIndex:
-        """Index the shard by scanning it. The gzip sniff runs here only: a sidecar that matches the
-        shard says it is a plain tar, and the sniff's small read would fetch a remote shard's first
+        """Index the shard by scanning it. The compression sniff runs here only: a sidecar that matches
+        the shard says it is a plain tar, and the sniff's small read would fetch a remote shard's first
         megabytes (a read-ahead window) in every worker."""
-        if url not in self._gzip and is_gzip(reader):
+        packed = compression_of(reader) if url not in self._compressed else None
+        if packed is not None:
             if not self._streaming:
-                raise refusal(url)
-            self._gzip.add(url)
+                raise refusal(url, packed)
+            self._compressed[url] = packed
             self._readers.discard(url)
             reader = self._readers.get(url)  # reopened, decompressed
         return scan(reader)
@@ -309,8 +377,11 @@ class TarSource:
         if epoch == self._checked_epoch:
             return
         self._checked_epoch = epoch
+        if self._cached is not None:
+            self._cached.new_epoch()  # asks again whether each shard was replaced in the store
         for url, index in list(self._indexes.items()):
-            if index.identity is not None and file_identity(url) != index.identity:
+            # (a remote shard's version is asked for when it is opened: see _open_shard)
+            if index.identity is not None and not scheme(url) and file_identity(url) != index.identity:
                 del self._indexes[url]
                 self._readers.discard(url)
 
@@ -361,7 +432,10 @@ class TarSource:
                     self.policy.handle(problem)
 
     def close(self) -> None:
-        """Close every reader this process opened, and the pooled connections of its S3 client."""
+        """Close every reader this process opened, and the pooled connections of its S3 client; drop
+        the cache's read-ahead not yet started."""
+        if self._cached is not None:
+            self._cached.close()
         self._readers.close()
         if self._clients:
             from fastdata.storage.s3._client import release

@@ -21,7 +21,9 @@ def register(sub: Any) -> None:
         "S3 through the standard AWS chain, e.g. AWS_ENDPOINT_URL), and check them "
         "against manifest.json. Exit status 1 when anything is bad.",
     )
-    p.add_argument("path", help="a file, a brace pattern or glob, a folder, or an s3://bucket/prefix")
+    p.add_argument(
+        "path", help="a file, a brace pattern or glob, a folder, an s3://bucket/prefix, or a cache_dir (what it holds)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--checksum",
@@ -38,6 +40,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fastdata.inspection._cache import cache_folder, run_cache
+
+    cache = cache_folder(args.path)
+    if cache is not None:  # a node-local cache folder (cache_dir=): what it holds
+        return run_cache(cache, args.json)
     report = inspect_paths(args.path, checksum=args.checksum, progress=not args.json)
     if args.json:
         print(json.dumps(report, indent=1))

@@ -11,11 +11,11 @@ from fastdata.inspection._report import FileReport, _sha256
 def inspect_tar(url: str, checksum: bool = False) -> FileReport:
     """Index a tar shard by scanning its headers (never extracting anything) and report on it.
 
-    A gzip-compressed shard (told by its first bytes) is decompressed in memory and scanned; its
+    A compressed shard (gzip, xz, bzip2, zstd: told by its first bytes) is decompressed in memory and scanned; its
     sidecar index, if any, is checked against the shard's headers as readers check it.
     """
     from fastdata.formats.tar._checks import check_index
-    from fastdata.formats.tar._gzip import GzipShard, is_gzip
+    from fastdata.formats.tar._compressed import UNDO, CompressedShard, compression_of
     from fastdata.formats.tar._reader import ShardIndex, index_url, scan
     from fastdata.storage import open_reader
 
@@ -23,11 +23,12 @@ def inspect_tar(url: str, checksum: bool = False) -> FileReport:
     tar = reader
     try:
         notes = []
-        if is_gzip(reader):
-            tar = GzipShard(reader)
+        packed = compression_of(reader)
+        if packed is not None:
+            tar = CompressedShard(reader, packed)
             notes.append(
-                f"gzip-compressed ({tar.size} bytes of tar): TarShardDataset reads it (decompressed in memory); "
-                "IndexedTarDataset needs it decompressed ('gunzip -k')"
+                f"{packed}-compressed ({tar.size} bytes of tar): TarShardDataset reads it (decompressed in memory); "
+                f"IndexedTarDataset needs it decompressed ('{UNDO[packed]}')"
             )
         index = scan(tar)
         report = FileReport(url, "tar", len(index), reader.size, notes=notes)

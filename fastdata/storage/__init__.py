@@ -2,7 +2,9 @@
 
 ``reader.size``, ``reader.read(offset, length)``, ``reader.read_ranges([(offset, length), ...])``,
 ``reader.close()``. Backends are chosen by URL scheme and imported on first use, so that reading local
-files never imports boto3.
+files never imports boto3. A remote store also has a :class:`~fastdata.storage._remote.Remote` side
+(:func:`open_remote`): versions and whole downloads, what the node-local cache (:mod:`fastdata.storage.cache`)
+asks of it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,27 @@ def open_reader(url: str, **options: Any) -> Reader:
     return backend(url)(url, **options)  # type: ignore[no-any-return]
 
 
+# scheme -> (module, class) of the Remote that the cache downloads through
+_REMOTES = {"s3": ("fastdata.storage.s3._download", "S3Remote")}
+
+
+def is_remote(url: str) -> bool:
+    """Whether ``url`` names an object in a remote store (one a cache can hold)."""
+    return scheme(url) in _REMOTES
+
+
+def open_remote(url: str, stats: Any = None, *, parallel: bool = True, **options: Any) -> Any:
+    """The :class:`~fastdata.storage._remote.Remote` of ``url``'s store, for the cache: built from the same
+    ``options`` as its reader (for ``s3://``: the ``S3Config`` fields and ``part_size``; the reader's other
+    options are left out), counting into ``stats`` (a counter sink: a dataset's shared state)."""
+    name = scheme(url)
+    if name not in _REMOTES:
+        raise ConfigError(f"{url}: the cache holds copies of remote objects ({', '.join(_REMOTES)}://), not this")
+    backend(url)  # the install hint, when boto3 is missing
+    module, cls = _REMOTES[name]
+    return getattr(importlib.import_module(module), cls).from_options(stats, parallel=parallel, **options)
+
+
 def expand_urls(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
     """Expand brace ranges (``train-{000000..000099}.tar``) and, for local paths, globs.
 
@@ -86,4 +109,4 @@ def expand_urls(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]])
     return urls
 
 
-__all__ = ["Reader", "backend", "expand_urls", "open_reader", "scheme"]
+__all__ = ["Reader", "backend", "expand_urls", "is_remote", "open_reader", "open_remote", "scheme"]

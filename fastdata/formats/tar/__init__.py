@@ -1,7 +1,8 @@
 """Tar shards (the WebDataset layout): the reader (``_reader``: one pass over the 512-byte headers into a
 :class:`ShardIndex`, and reads of its samples), the headers it parses (``_headers``), the index and its
 ``.idx`` sidecar (``_index``), the checks of a sidecar against its shard (``_checks``, ``_checked_reads``),
-gzip shards (``_gzip``), and the writer (``_writer``, with the headers it writes in ``_writer_headers``).
+compressed shards (``_compressed``: gzip, xz, bzip2, zstd), and the writer (``_writer``, with the headers
+it writes in ``_writer_headers``).
 The bytes on disk: ``README.md`` beside this file."""
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fastdata.core.errors import BadSample, CorruptShard, UnsafeMember
+from fastdata.formats.tar._compressed import MAGIC
 from fastdata.formats.tar._headers import (
     BLOCK,
     EXTENDED,
@@ -85,6 +86,7 @@ def scan(reader: Reader) -> ShardIndex:
     cur_start = 0
     chain = Chain()
     ended = False  # met the end-of-archive marker
+    last_name = ""  # the last member's name, for a cut in the padding after it
     damage: _Damage | None = None
     at = 0
     try:
@@ -92,6 +94,16 @@ def scan(reader: Reader) -> ShardIndex:
             raise _Damage("is empty (0 bytes), not a tar archive", 0)
         while True:
             if at + BLOCK > size:
+                if at > size and chain.start >= 0:
+                    raise _Damage("truncated: the shard ends in the padding of an extended header", chain.start)
+                if at > size:
+                    # the last member's data is whole but the zero padding after it is cut: the shard was cut
+                    # (tarfile raises here too), and whatever followed the member is lost
+                    raise _Damage(
+                        f"truncated: the shard ends {at - size} bytes short of the end of the zero padding "
+                        f"after member {last_name!r}",
+                        size,
+                    )
                 if at < size:
                     partial = bytes(buf[at:size]) if buf is not None else read(at, size - at)
                     cut_name = chain.name or (text(partial[:100]) if len(partial) >= 100 else None)
@@ -163,6 +175,7 @@ def scan(reader: Reader) -> ShardIndex:
                     name,
                 )
             at = end + (-data_len % BLOCK)
+            last_name = name
             if folder or (name.startswith("__") and name.endswith("__") and "/" not in name):
                 continue  # folders, and webdataset's metadata members, carry no sample data
             key, ext = split_key(name)
@@ -214,7 +227,8 @@ def _not_a_header(problem: str, found: bytes, at: int) -> str:
     found = found.rstrip(b"\0")
     if at:
         return f"damaged header ({problem}; found {found!r})"
-    hint = "; gzip-compressed? TarShardDataset reads those" if found[:2] == GZIP_MAGIC else ""
+    packed = next((name for magic, name in MAGIC.items() if found.startswith(magic)), None)
+    hint = f"; {packed}-compressed? TarShardDataset reads those" if packed else ""
     return f"not a tar archive: the first 512 bytes are not a tar header ({problem}; found {found!r}{hint})"
 
 

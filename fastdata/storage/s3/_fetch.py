@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound, SourceUnavailable, SourceUnreadable
+from fastdata.storage._remote import ObjectChanged
 from fastdata.storage.s3._client import S3Config, Stats, client, error_code, observing, without_secrets
 
 log = logging.getLogger("fastdata.s3")
@@ -58,10 +59,6 @@ class S3Unreachable(S3Unavailable):
 
 class S3CredentialsMissing(ConfigError):
     """The AWS credential chain found no credentials (or incomplete ones) for a request that needs them."""
-
-
-class ObjectChanged(FastdataError, OSError):
-    """An object was replaced while it was being read (its ETag changed)."""
 
 
 @dataclass
