@@ -1,7 +1,9 @@
 """Shared fixtures: a real S3 server (moto, in its own process) and a fault-injecting proxy in front of
 it, each started once per test session on a free port on 127.0.0.1 and stopped at its end.
 
-Tests that need none of them start nothing: every fixture here is requested explicitly.
+Tests that need none of them start nothing: every fixture here is requested explicitly, but for one:
+fastdata's own cache folder (``XDG_CACHE_HOME``, where a dataset keeps remote shards it had to download to
+index them) points into the session's temporary folder, never the home of whoever runs the tests.
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from tests.fault_proxy import FaultProxy
 from tests.s3_server import CREDENTIALS, REGION, MotoServer
 
 _buckets = itertools.count()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
 
 
 @pytest.fixture(scope="session")

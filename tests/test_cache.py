@@ -93,6 +93,26 @@ def test_shards_without_sidecars_are_fetched_once_over_epochs_and_workers(
     assert counters["cache_hits"] >= 4 and counters["cache_local_bytes"] >= 2 * corpus["bytes"]
 
 
+def test_shards_without_sidecars_are_fetched_once_without_a_cache_asked_for(
+    corpus: dict[str, Any], fault_proxy: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # no cache_dir, no FASTDATA_CACHE_DIR: indexing a shard with no sidecar downloads it whole, so the
+    # download is kept in fastdata's own cache folder and read from (it was fetched twice: 2.00x)
+    monkeypatch.delenv("FASTDATA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    with pytest.warns(CacheWarning, match=r"no \.idx sidecar and no manifest.*cache_dir=False"):
+        ds = fd.TarShardDataset(corpus["urls"], shuffle=True, storage_options=via(fault_proxy))
+    assert epoch_of(ds, 0, 2, False) == corpus["expected"]
+    # construction and the epoch together: 1.00x the shards (and the two 404s that found no manifest or sidecar)
+    assert corpus["bytes"] <= fault_proxy.stats()["bytes"] <= 1.01 * corpus["bytes"]
+    assert (tmp_path / "xdg" / "fastdata" / "remote").is_dir()
+    # asked not to cache: what it cost before, the scan and then the reads
+    fault_proxy.reset()
+    plain = fd.TarShardDataset(corpus["urls"], shuffle=True, storage_options=via(fault_proxy), cache_dir=False)
+    assert epoch_of(plain, 0, 2, False) == corpus["expected"]
+    assert fault_proxy.stats()["bytes"] >= 1.9 * corpus["bytes"]  # the scan, then the members again
+
+
 def test_a_cache_smaller_than_the_data_keeps_to_its_limit_and_reads_every_sample(
     corpus: dict[str, Any], fault_proxy: Any, tmp_path: Path
 ) -> None:

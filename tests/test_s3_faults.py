@@ -182,12 +182,14 @@ def test_a_full_epoch_through_20_percent_faults_yields_every_object_once(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cached", [False, True], ids=["from-the-store", "through-the-cache"])
 def test_tar_shards_on_s3_through_20_percent_faults(
     s3_server: MotoServer,
     s3_env: dict[str, str],
     fault_proxy: FaultProxy,
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
+    cached: bool,
 ) -> None:
     paths = make_shards(tmp_path, shards=10, per_shard=20, seed=8)
     client = s3_server.client()
@@ -198,7 +200,11 @@ def test_tar_shards_on_s3_through_20_percent_faults(
     fault_proxy.configure(slowdown=0.1, cut=0.1, seed=9)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing skipped, nothing rescanned
-        ds = fd.TarShardDataset("s3://faults-shards/train-{000000..000009}.tar", batch_size=8)
+        ds = fd.TarShardDataset(
+            "s3://faults-shards/train-{000000..000009}.tar",
+            batch_size=8,
+            cache_dir=tmp_path / "cache" if cached else False,
+        )
         loader = DataLoader(
             ds, batch_size=None, num_workers=2, multiprocessing_context=multiprocessing.get_context("fork")
         )

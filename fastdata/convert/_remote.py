@@ -64,7 +64,7 @@ def staging_folder(out: str, staging: str | os.PathLike[str] | None = None) -> s
         staging (str | PathLike | None): the folder to put it in. Defaults to
             ``<cache folder>/convert-staging``.
     """
-    from fastdata.formats.video._meta_cache import default_cache_dir
+    from fastdata.core._cache_dir import default_cache_dir
 
     url = prefix_url(out)
     base = Path(staging) if staging is not None else default_cache_dir() / "convert-staging"

@@ -13,11 +13,10 @@ from torch.utils.data import Dataset
 from fastdata.core._pipeline import SKIP
 from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
+from fastdata.datasets._tar_source import Sample, TarSource, choose_cache, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._samples import slot_sample, slot_samples
-from fastdata.storage import scheme
-from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
+from fastdata.storage.cache import CacheCheck, CacheDir
 
 
 class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
@@ -77,7 +76,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         cache_check: CacheCheck = "epoch",
     ) -> None:
         shard_urls = tar_urls(urls, storage_options)
-        cache = cache_from(cache_dir, cache_limit) if any(scheme(u) for u in shard_urls) else None
+        cache = choose_cache(cache_dir, cache_limit, shard_urls, storage_options)
         self._init_base(
             seed=seed,
             on_error=on_error,

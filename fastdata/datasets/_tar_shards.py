@@ -42,12 +42,12 @@ from fastdata.datasets._epoch_reader import (
 from fastdata.datasets._substitute import find_substitute
 from fastdata.datasets._tar_elastic import read_tail
 from fastdata.datasets._tar_resume import TarResume
-from fastdata.datasets._tar_source import Sample, TarSource, remote_counters, tar_urls
+from fastdata.datasets._tar_source import Sample, TarSource, choose_cache, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
 from fastdata.loading.transport._samples import slot_samples
 from fastdata.storage import scheme
-from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
+from fastdata.storage.cache import CacheCheck, CacheDir
 
 
 class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
@@ -145,7 +145,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
         shard_urls = tar_urls(urls, storage_options)
-        cache = cache_from(cache_dir, cache_limit) if any(scheme(u) for u in shard_urls) else None
+        cache = choose_cache(cache_dir, cache_limit, shard_urls, storage_options)
         self._init_base(
             seed=seed,
             on_error=on_error,

@@ -25,7 +25,7 @@ from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, sc
 from fastdata.storage import Reader, is_remote, open_reader, scheme
 from fastdata.storage._local import file_identity
 from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
-from fastdata.storage.cache import CacheCheck, NodeCache
+from fastdata.storage.cache import CacheCheck, CacheDir, CacheWarning, NodeCache, cache_from, index_cache
 
 Sample = dict[str, Any]
 # Parsed indexes kept per process. Plain Python data: a forked worker may use its parent's.
@@ -41,6 +41,49 @@ def remote_counters(urls: list[str], cached: bool = False) -> tuple[str, ...]:
     from fastdata.storage.s3._client import COUNTERS
 
     return (*COUNTERS, *(CACHE_COUNTERS if cached else ()))
+
+
+def choose_cache(
+    cache_dir: CacheDir, cache_limit: int | str | None, urls: list[str], storage_options: dict[str, Any] | None
+) -> NodeCache | None:
+    """The node-local cache a tar dataset reads its remote shards through: the one asked for (``cache_dir``
+    or ``$FASTDATA_CACHE_DIR``); else, where remote shards have no index beside them (no ``.idx`` sidecar,
+    no manifest: as webdataset and ``tar`` write them), fastdata's own cache folder, so that the shard
+    downloaded to be indexed is the one the samples are read from (one fetch, not two:
+    :func:`~fastdata.storage.cache.index_cache`), warned once; ``cache_dir=False``: none.
+
+    Whether the shards have an index is judged from the first remote one (a manifest that lists it, or
+    its sidecar): two small requests, the shards of one dataset being made alike."""
+    remote = [u for u in urls if is_remote(u)]
+    if not remote:
+        return None
+    cache = cache_from(cache_dir, cache_limit)
+    if cache is not None or cache_dir is False:
+        return cache
+    options = dict(storage_options or {})
+
+    def opener(u: str) -> Reader:
+        return open_reader(u, **options)
+
+    first = remote[0]
+    if shard_listing([first], opener):
+        return None
+    try:
+        opener(index_url(first)).close()
+        return None
+    except (SourceNotFound, SourceUnreadable):
+        pass
+    cache = index_cache(cache_limit)
+    limit = f"{cache.limit / 1e9:.1f} GB" if cache.limit else "no limit"
+    warnings.warn(
+        f"fastdata: {first} has no .idx sidecar and no manifest: each shard is indexed from a copy downloaded "
+        f"once into the node-local cache {cache.root} (limit {limit}) and read from there, not fetched twice. "
+        "Pass cache_dir= (and cache_limit=) to choose where, cache_dir=False to read from the store, or write "
+        "sidecars once with 'fastdata inspect --write-manifest'",
+        CacheWarning,
+        stacklevel=3,
+    )
+    return cache
 
 
 def tar_urls(urls: Any, storage_options: dict[str, Any] | None = None) -> list[str]:

@@ -37,6 +37,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from fastdata.core._cache_dir import default_cache_dir
 from fastdata.core.errors import BadSample, SourceNotFound, SourceUnreadable
 from fastdata.formats.video._base import DecodeTimeout, VideoMeta, VideoUnreadable
 
@@ -71,14 +72,6 @@ def _trusted(key: str, entry: Any, st: os.stat_result, path: str) -> Outcome | N
 
 class _Damaged(Exception):
     """An index entry that does not check (see :func:`_trusted`)."""
-
-
-def default_cache_dir() -> Path:
-    """``$FASTDATA_CACHE_DIR``, else ``$XDG_CACHE_HOME/fastdata``, else ``~/.cache/fastdata``."""
-    if os.environ.get("FASTDATA_CACHE_DIR"):
-        return Path(os.environ["FASTDATA_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fastdata"
 
 
 def default_index_file(paths: list[str], decoder: str) -> Path:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.storage.cache._config import CacheCheck, CacheDir, cache_from, parse_limit
+    from fastdata.storage.cache._config import CacheCheck, CacheDir, cache_from, index_cache, parse_limit
     from fastdata.storage.cache._file import CachedFile
     from fastdata.storage.cache._layout import is_cache
     from fastdata.storage.cache._node import COUNTERS, CacheError, CacheWarning, NodeCache
@@ -24,6 +24,7 @@ __getattr__, __dir__ = lazy_exports(
         "CacheCheck": "._config",
         "CacheDir": "._config",
         "cache_from": "._config",
+        "index_cache": "._config",
         "parse_limit": "._config",
         "CachedFile": "._file",
         "is_cache": "._layout",
@@ -43,6 +44,7 @@ __all__ = [
     "CachedFile",
     "NodeCache",
     "cache_from",
+    "index_cache",
     "is_cache",
     "parse_limit",
 ]

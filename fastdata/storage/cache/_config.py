@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from typing import Any, Literal, Union
 
+from fastdata.core._cache_dir import default_cache_dir
 from fastdata.core.errors import ConfigError
 from fastdata.storage.cache._node import NodeCache
 
@@ -21,6 +23,7 @@ were: a replacement is seen by a dataset built later)."""
 ENV_DIR = "FASTDATA_CACHE_DIR"
 ENV_LIMIT = "FASTDATA_CACHE_LIMIT"
 SUBFOLDER = "remote"  # under $FASTDATA_CACHE_DIR, beside the other things fastdata keeps there
+INDEX_SHARE = 0.5  # the fallback cache of shards downloaded to be indexed: at most this share of the free disk
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12}
 _UNITS |= {"tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -75,4 +78,21 @@ def cache_from(cache_dir: CacheDir, cache_limit: int | str | None, counters: Any
     return NodeCache(os.path.abspath(os.fspath(cache_dir)), limit, counters)
 
 
-__all__ = ["ENV_DIR", "ENV_LIMIT", "CacheCheck", "CacheDir", "cache_from", "parse_limit"]
+def index_cache(cache_limit: int | str | None, counters: Any = None) -> NodeCache:
+    """The cache a dataset falls back on when remote shards have no index beside them (no ``.idx`` sidecar,
+    no manifest: shards written by webdataset or ``tar``) and it was given no ``cache_dir``: indexing such a
+    shard means downloading it whole, so the download is kept and the samples are read from it, one fetch
+    instead of two. It is fastdata's own cache folder (``default_cache_dir() / "remote"``), limited to
+    ``cache_limit``, or ``$FASTDATA_CACHE_LIMIT``, or half of the free space on its disk now."""
+    folder = default_cache_dir() / SUBFOLDER
+    if cache_limit is None and os.environ.get(ENV_LIMIT):
+        limit = parse_limit(os.environ[ENV_LIMIT], ENV_LIMIT)
+    elif cache_limit is not None:
+        limit = parse_limit(cache_limit)
+    else:
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        limit = max(1, int(INDEX_SHARE * shutil.disk_usage(existing).free))
+    return NodeCache(os.path.abspath(folder), limit, counters)
+
+
+__all__ = ["ENV_DIR", "ENV_LIMIT", "CacheCheck", "CacheDir", "cache_from", "index_cache", "parse_limit"]
