@@ -33,6 +33,7 @@ from fastdata.bench._result import Config, Point
 from fastdata.core._proc import delay_accounting, rss
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.loading._builder import build_dataloader
+from fastdata.loading._dataloader import FastDataLoader
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset as FastdataDataset
 from fastdata.loading.observe._counter import BatchCounter
@@ -108,6 +109,8 @@ def make_loader(
         worker_init_fn=worker_init_fn,
         multiprocessing_context=multiprocessing_context,
         transport=config.transport,
+        # a configuration recommended as a plain DataLoader(...) line is measured as one
+        dataloader_class=FastDataLoader if config.uses_loader() else DataLoader,
         **hooks,
         **kwargs,
     )

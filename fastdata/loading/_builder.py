@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from fastdata.core._seeding import WorkerInit, compose_worker_init
 from fastdata.core._seeding import worker_init_fn as default_worker_init
 from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.loading._dataloader import FastDataLoader
 from fastdata.loading._plan import Collate, ReadPlan, Resolved
 from fastdata.loading._protocol import BatchingDataset
 from fastdata.loading.threads._hybrid import threaded
@@ -65,7 +66,7 @@ def build_dataloader(
     threads_per_worker: int = 1,
     wrap_collate: Callable[[Collate, bool], Collate] | None = None,
     wrap_worker_init: Callable[[WorkerInitFn], WorkerInitFn] | None = None,
-    dataloader_class: type[DataLoader[Any]] = DataLoader,
+    dataloader_class: type[DataLoader[Any]] = FastDataLoader,
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
     """The DataLoader that reads ``dataset`` the fastdata way (see the module doc).
@@ -89,7 +90,8 @@ def build_dataloader(
             returns (so the probes time the collate function, and what they return travels in a slot).
         wrap_worker_init (Callable | None): likewise for the composed ``worker_init_fn``.
         dataloader_class (type[DataLoader]): ``DataLoader`` or a subclass (torchdata's
-            ``StatefulDataLoader``). Defaults to ``DataLoader``.
+            ``StatefulDataLoader``). Defaults to :class:`~fastdata.loading._dataloader.FastDataLoader`
+            (a ``DataLoader`` without the profiler's marker per batch while no profiler runs).
         **dataloader_kwargs: passed on (``pin_memory``, ``prefetch_factor``, ``persistent_workers`` ...).
 
     Raises:
