@@ -23,6 +23,7 @@ from botocore.exceptions import (
 import fastdata as fd
 from fastdata.cli import main
 from fastdata.core.errors import BadSampleWarning, ConfigError, FastdataError, TooManyBadSamples
+from fastdata.storage.cache._node import CacheWarning
 from fastdata.storage.s3._client import S3Config
 from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable, translate
 from fastdata.storage.s3._reader import S3Reader
@@ -131,8 +132,9 @@ def test_tar_shards_whose_store_stops_answering_are_skipped_per_shard(
     shards = make_shards(tmp_path, shards=2, per_shard=3)
     urls = upload_files(s3_server.client(), s3_bucket, {f"train-{i}.tar": p for i, p in enumerate(shards)})
     options = {**s3_options, **FAST, "endpoint_url": fault_proxy.endpoint_url, "resume_attempts": 0}
-    strict = fd.TarShardDataset(urls, storage_options=options)
-    skipping = fd.TarShardDataset(urls, storage_options=options, on_error="skip")
+    # no sidecars: by default indexing keeps each shard in the node-local cache; here the reads go to the store
+    strict = fd.TarShardDataset(urls, storage_options=options, cache_dir=False)
+    skipping = fd.TarShardDataset(urls, storage_options=options, on_error="skip", cache_dir=False)
     fault_proxy.configure(reset=1.0)  # from now on every GET is reset before its response
     with pytest.raises(S3Unavailable, match=rf"{fault_proxy.endpoint_url}"):
         list(strict)
@@ -142,6 +144,18 @@ def test_tar_shards_whose_store_stops_answering_are_skipped_per_shard(
     messages = [str(w.message) for w in caught if issubclass(w.category, BadSampleWarning)]
     assert [u for u in urls if any(u in m for m in messages)] == urls and len(messages) == 2
     assert skipping.skipped == 6  # every sample of both shards, counted
+
+
+def test_tar_shards_kept_by_the_default_cache_are_read_when_the_store_stops_answering(
+    tmp_path: Any, s3_server: MotoServer, s3_bucket: str, s3_options: dict[str, Any], fault_proxy: FaultProxy
+) -> None:
+    shards = make_shards(tmp_path, shards=2, per_shard=3)
+    urls = upload_files(s3_server.client(), s3_bucket, {f"train-{i}.tar": p for i, p in enumerate(shards)})
+    options = {**s3_options, **FAST, "endpoint_url": fault_proxy.endpoint_url, "resume_attempts": 0}
+    with pytest.warns(CacheWarning):  # no sidecar: indexing downloads each shard once, into the cache
+        cached = fd.TarShardDataset(urls, storage_options=options)
+    fault_proxy.configure(reset=1.0)  # from now on every GET is reset before its response
+    assert len(list(cached)) == 6 and cached.skipped == 0  # read from the copies indexing kept
 
 
 @pytest.mark.parametrize(
