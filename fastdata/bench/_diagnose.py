@@ -29,10 +29,12 @@ from fastdata.loading.observe._diagnosis import (
     CORES_SATURATED,
     MAIN_BUSY,
     MEMORY_NEAR,
+    WAITING_LABELS,
     Label,
     Verdict,
     agree,
     storage_signs,
+    waiting,
 )
 from fastdata.loading.observe._diagnosis import classify as classify_evidence
 from fastdata.loading.observe._evidence import Context, Evidence
@@ -48,6 +50,9 @@ WORKER_COMPUTING = COMPUTING
 
 HEADLINE: dict[str, str] = {
     "storage": "Storage-bound",
+    "lock": "Waiting on a lock",
+    "sleep": "Sleep-bound (the dataset sleeps)",
+    "wait": "Waiting (off the CPU)",
     "cpu": "CPU-bound",  # the evidence says where: "most of it in decode" (or fetch, transform ...)
     "main-process": "Main-process-bound",
     "ipc": "Transfer-bound",
@@ -249,7 +254,8 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
     with_workers = [p for p in result.ok_points() if p.config.processes]  # batches sent between processes
     if rec.config.num_workers == 0 and with_workers and not result.step_time:
         top = max(with_workers, key=lambda p: p.samples_per_s)
-        waits = storage_signs(evidence(rec, result))  # a slow store: the verdict is storage, not transfer
+        seen = evidence(rec, result)
+        waits = storage_signs(seen) or waiting(seen)  # a slow store: the verdict is storage, not transfer
         # and with workers, receiving must be seen to cost: the main process busy, or rebuilding batches
         # (a decode-heavy loader that measured fastest with no workers on a crowded machine is not "ipc")
         moving = top.window.main_busy >= TRANSFER_BUSY or _receiving(top) + top.window.pinning >= TRANSFER_BUSY / 2
@@ -281,7 +287,9 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
     extra = []
     same_mode = [p for p in result.ok_points() if p.config.mode == best.config.mode and p.config.num_workers]
     largest = max(p.config.num_workers for p in same_mode or [best])
-    room = v.label == "storage" or (v.label == "cpu" and not cores_saturated(best, result.usable_cores))
+    cores = result.usable_cores
+    computing_room = best.config.processes < cores and not cores_saturated(best, cores)
+    room = v.label in WAITING_LABELS or (v.label == "cpu" and computing_room)
     if best.config.mode == "threads" and v.label == "cpu":
         room = False  # threads that compute share one interpreter: more of them is no measured promise
     if room and best.config.num_workers == largest and largest:

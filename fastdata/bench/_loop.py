@@ -203,7 +203,7 @@ class _Run:
         self.config, self.timing, self.probes = config, timing, probes
         self.step_fn = step if callable(step) else None
         self.step_s = 0.0 if callable(step) else float(step)
-        self.probe = Probe(config.num_workers + 1)
+        self.probe = Probe(config.num_workers + 1, loader_threads=config.mode == "threads")
         self.counter = self.probe.counter
         table = self.probe.table if probes else None
         self.loader = make_loader(ds, config, table=table, **loader_args)
@@ -265,7 +265,11 @@ class _Run:
         self._start = self._read()
         asked = counter.clocks()
         while True:
-            item = feed.next()
+            counter.inside = True
+            try:
+                item = feed.next()
+            finally:
+                counter.inside = False
             got = counter.clocks()
             if feed.restarted:
                 asked = (self._start.seconds + self.probe.t0, asked[1])  # the wait began as the epoch ran out

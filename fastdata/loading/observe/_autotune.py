@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from fastdata.loading.observe._autotune_types import AutoTune, Change, Observation, Setting
-from fastdata.loading.observe._diagnosis import COMPUTING
+from fastdata.loading.observe._diagnosis import COMPUTING, WAITING_LABELS
 
 DEFAULT_WORKER_BYTES = 128 * 2**20  # what a worker adds to memory (its USS) before one is measured
 RESERVE_SHARE, RESERVE_LEAST = 0.02, 256 * 2**20  # the default memory reserve: 2% of usable memory, >= 256 MiB
@@ -414,7 +414,7 @@ class Tuner:
                 pass  # the step is the bottleneck: more workers would not train faster
             elif up is not None and obs.label not in ("main-process", "ipc"):
                 candidates.append((up, f"the loop waits for data {obs.stall:.0%} of the time ({obs.label})"))
-            if w and down is not None and obs.worker_busy < COMPUTING and obs.label != "storage":
+            if w and down is not None and obs.worker_busy < COMPUTING and obs.label not in WAITING_LABELS:
                 candidates.append((down, f"workers idle {1 - obs.worker_busy:.0%} of the time: fewer may do"))
             strict = len(candidates)
             if zero is not None and not (self._fewer_first and down == 0):

@@ -24,6 +24,8 @@ class BatchCounter:
         first_wait_s (float), starts (int): waits for a pass's first batch (or the first after a restart).
         recv_s, recv_cpu_s, pin_s (float | None): rebuilding and pinning received batches, where the caller
             times them (the sweep's envelope); None otherwise.
+        inside (bool): the loop is inside ``next()`` now (whoever iterates sets it around the call): the
+            probe's looks at the loop thread count only then.
     """
 
     def __init__(self) -> None:
@@ -33,6 +35,7 @@ class BatchCounter:
         self.recv_cpu_s: float | None = None
         self.pin_s: float | None = None
         self._last: tuple[float, float] | None = None  # (time, CPU) when the last batch was handed out
+        self.inside = False
 
     @staticmethod
     def clocks() -> tuple[float, float]:

@@ -99,7 +99,7 @@ class Session:
         self.setting, self.threads = setting, threads
         self.start_method, self.persistent = start_method, persistent
         self.counter = BatchCounter()
-        self.probe = Probe(rows, self.counter)
+        self.probe = Probe(rows, self.counter, loader_threads=threads > 0)
         stall_target = tuner.options.stall_target if tuner is not None else 0.05
         self.reporter = Reporter(monitor, lambda: self.probe.read(memory=True), stall_target)
         self.tuning = Tuning(tuner, lambda memory: self.probe.read(memory=memory)) if tuner is not None else None
@@ -205,10 +205,13 @@ class Session:
                     it = reopen(epoch, done, change.after)
                     self._began(it)
                     first = restarted = True
+                counter.inside = True
                 try:
                     batch = next(it)
                 except StopIteration:
                     return
+                finally:
+                    counter.inside = False
                 got = counter.clocks()
                 counter.handed(asked, got, batch_samples(batch), first=first)
                 done += 1
