@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -256,9 +257,37 @@ def _setting_text(s: dict[str, Any]) -> str:
     return "0 workers" if not w else f"{w} workers (prefetch {s['prefetch']})"
 
 
+class MonitorWriteWarning(UserWarning):
+    """A monitor's JSON-lines file could not be written (a full disk, ``/dev/full``): training goes on, the
+    file's reports stop."""
+
+
+def check_path(path: Path) -> None:
+    """Refuse a report file that cannot be written, before training starts: a folder, a path under a file,
+    a folder that cannot be made or written, a file that cannot be written.
+
+    Raises:
+        ConfigError: naming the path, why, and what to pass instead.
+    """
+    if path.is_dir():
+        raise ConfigError(f"monitor={str(path)!r} is a folder; give a file in it, like {str(path / 'loader.jsonl')!r}")
+    folder = path.parent
+    for above in (folder, *folder.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise ConfigError(f"monitor={str(path)!r}: {above} is a file, not a folder; choose a path in a folder")
+            if not os.access(above, os.W_OK | os.X_OK) and not path.exists():
+                raise ConfigError(f"monitor={str(path)!r}: cannot write in {above}; choose a folder you can write to")
+            break
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"monitor={str(path)!r}: the file is not writable; choose another path")
+
+
 class Sinks:
-    """Where a monitor's reports go (see :class:`Monitor`); JSON-lines files are opened on the first
-    report, appended to, flushed at every line, and closed by :meth:`close`."""
+    """Where a monitor's reports go (see :class:`Monitor`). A JSON-lines file's path is checked at once
+    (:func:`check_path`); the file is opened on the first report, appended to, flushed at every line, and
+    closed by :meth:`close`. A write that fails (a full disk) warns once (:class:`MonitorWriteWarning`) and
+    stops that file's reports: the training goes on."""
 
     def __init__(self, to: Sink | Sequence[Sink] | None) -> None:
         if to is None:
@@ -273,27 +302,54 @@ class Sinks:
         self.log = not targets
         self.calls = [t for t in targets if callable(t)]
         self.paths = [Path(t) for t in targets if isinstance(t, (str, os.PathLike))]
-        self._files: list[IO[str]] = []
+        for p in self.paths:
+            check_path(p)
+        self._files: dict[Path, IO[str]] = {}
+        self._opened = False
 
     def emit(self, stats: Stats) -> None:
         if self.log:
             logging.getLogger(LOGGER).info("%s", stats.line())
         for fn in self.calls:
             fn(stats)
-        if self.paths and not self._files:
+        if self.paths and not self._opened:
+            self._opened = True
             for p in self.paths:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                self._files.append(p.open("a", encoding="utf-8"))
+                try:
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    self._files[p] = p.open("a", encoding="utf-8")
+                except OSError as e:
+                    _warn(p, e)
         if self._files:
             text = json.dumps(stats.to_dict()) + "\n"
-            for f in self._files:
-                f.write(text)
-                f.flush()
+            for p, f in list(self._files.items()):
+                try:
+                    f.write(text)
+                    f.flush()
+                except OSError as e:
+                    _warn(p, e)
+                    del self._files[p]
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
 
     def close(self) -> None:
-        for f in self._files:
-            f.close()
-        self._files = []
+        for f in self._files.values():
+            try:
+                f.close()
+            except OSError:
+                pass  # what it held could not be written: warned at the write
+        self._files = {}
+
+
+def _warn(path: Path, error: OSError) -> None:
+    why = error.strerror or str(error)
+    warnings.warn(
+        f"monitor: cannot write reports to {path} ({why}); its reports stop, the training goes on",
+        MonitorWriteWarning,
+        stacklevel=4,
+    )
 
 
 def now() -> float:
@@ -301,4 +357,15 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["LOGGER", "Monitor", "ProcessStats", "Sink", "Sinks", "Stats", "as_monitor", "now"]
+__all__ = [
+    "LOGGER",
+    "Monitor",
+    "MonitorWriteWarning",
+    "ProcessStats",
+    "Sink",
+    "Sinks",
+    "Stats",
+    "as_monitor",
+    "check_path",
+    "now",
+]

@@ -156,6 +156,8 @@ class Session:
             memory=self.probe.memory,
             start=self._split,
             start_method=self.start_method,
+            where="training",
+            auto=self.tuning is not None,
         )
 
     # -- the pass ------------------------------------------------------------------------------------
