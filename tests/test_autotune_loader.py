@@ -267,3 +267,38 @@ def test_a_restart_lets_go_of_the_old_workers_slots(data: dict[str, Path]) -> No
     assert [c.after.workers for c in loader.changes] == [0]
     assert max(rings_before) >= 1  # the two workers' batches came through slots ...
     assert rings_after and max(rings_after) == 0  # ... and their rings went with them at the restart
+
+
+def test_restarts_count_each_bad_sample_once(tmp_path: Path) -> None:
+    """Bad samples under on_error="skip", and auto restarting the workers mid-epoch: the old workers had read
+    ahead (and skipped) samples of batches they never handed out, which the new workers read again; the skipped
+    count is of the epoch's bad samples, each once (it said 18 for 16)."""
+    import warnings
+
+    import numpy as np
+
+    from tests.datagen import jpeg_bytes, write_tar
+
+    rng = np.random.default_rng(5)
+    shards = []
+    for s in range(4):
+        samples = []
+        for i in range(32):
+            image = jpeg_bytes(rng)
+            if i % 8 == 3:  # 4 bad images a shard: 16 in all
+                image = image[:40] + b"\x00garbage" * 10
+            samples.append({"__key__": f"s{s:02d}{i:04d}", "cls": b"1", "jpg": image})
+        shards.append(str(tmp_path / f"bad-{s:06d}.tar"))
+        write_tar(shards[-1], samples)
+    ds = fd.TarShardDataset(shards, decode="numpy", on_error="skip", batch_size=4, shuffle=False)
+    loader = fd.Loader(ds, num_workers="auto", autotune=FAST_WINDOWS)
+    assert loader._session is not None
+    loader._session.tuner = Scripted([1, 3, 2], every=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        keys = [k for batch in loader for k in batch["__key__"]]
+    changes = loader.changes
+    loader.close()
+    assert len(changes) == 3  # three restarts mid-epoch, each after read-ahead
+    assert len(keys) == len(set(keys)) == 4 * 32 - 16
+    assert ds.skipped == 16

@@ -159,7 +159,12 @@ class Loader:
         # hooks and the prefetch ---
         self._session: Session | None
         self._session, self._user_kwargs = loader_session(
-            num_workers, monitor, autotune, dataloader_kwargs, threads=workers == "threads"
+            num_workers,
+            monitor,
+            autotune,
+            dataloader_kwargs,
+            threads=workers == "threads",
+            counters=getattr(dataset, "_shared", None),  # its skipped count, kept right across auto's restarts
         )
         session = self._session
         self.num_workers = session.setting.workers if session and session.tuner else int(num_workers)
