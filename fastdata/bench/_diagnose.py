@@ -20,6 +20,7 @@ Beside the label: the rule-of-thumb checks users know (:func:`checks`) and the e
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from fastdata.bench._result import Point, SweepResult
@@ -144,9 +145,11 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+DIED = re.compile(r"\b(killed|memory|oom|signal)\b")  # whole words: "boom" is no OOM
+
+
 def _died(result: SweepResult) -> list[Point]:
-    words = ("killed", "memory", "oom", "signal")
-    return [p for p in result.points if p.error and any(w in p.error.lower() for w in words)]
+    return [p for p in result.points if p.error and DIED.search(p.error.lower())]
 
 
 def _heavy(result: SweepResult) -> Point | None:

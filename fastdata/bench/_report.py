@@ -69,7 +69,7 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
                 "",
                 "",
                 "",
-                f"[red]failed: {p.error}[/red]",
+                "[red]failed (below)[/red]",
             )
             continue
         stages = "/".join(_ms(p.stage_ms.get(s)) for s in STAGES)
@@ -230,6 +230,13 @@ def print_report(
     console = _console_for(console, width)
     plain = not console.is_terminal and console.width >= width and console.no_color
     console.print(table)
+    failures = failure_lines(result)
+    if rec.config is None:
+        for line in [*failures, "Nothing is recommended: no configuration could be measured."]:
+            console.print(line, markup=False, highlight=False)
+        return
+    for line in failures:
+        console.print(line, markup=False, highlight=False)
     shown = [p for p in ([rec.point] if rec.best is rec.point else [rec.point, rec.best]) if p is not None]
     if shown:
         console.print(process_table(result, shown))
@@ -265,6 +272,24 @@ def print_report(
     for text, style in lines:
         body.append(text + "\n", style=style)
     console.print(Panel(body, title="recommendation", title_align="left"))
+
+
+def failure_lines(result: SweepResult) -> list[str]:
+    """Each error of the sweep once, in one line, with the configurations it stopped ("0w, 1w pf2 failed:
+    ..."); their tracebacks are in the JSON (each point's ``traceback``)."""
+    by_error: dict[str, list[str]] = {}
+    for p in result.points:
+        if not p.ok:
+            by_error.setdefault(p.error or "no throughput", []).append(p.config.label())
+    if not by_error:
+        return []
+    every = sum(len(v) for v in by_error.values()) == len(result.points)
+    out = []
+    for error, configs in by_error.items():
+        who = "every configuration" if every and len(by_error) == 1 else ", ".join(configs)
+        out.append(f"{who} failed: {error}")
+    traced = any(p.traceback for p in result.points)
+    return [*out, "(the tracebacks are in the JSON: --json FILE, each point's 'traceback')"] if traced else out
 
 
 def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation | None, str]]) -> Table:
@@ -415,6 +440,7 @@ def write_plot(
 
 
 __all__ = [
+    "failure_lines",
     "point_table",
     "print_report",
     "process_table",
