@@ -247,11 +247,9 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
         return Diagnosis("memory", ev, ["fewer workers or a smaller prefetch_factor"], notes, heavy)
     if result.step_time and rec.stall is not None and rec.stall < stall_target:
         v = verdict(rec, result, stall_target)
-        step = result.settings.get("step_time")
-        step_text = f"a step of {float(step) * 1000:.0f} ms" if isinstance(step, (int, float)) else "the step"
         text = (
             f"with {rec.config.describe()} the training loop waits for data {rec.stall:.1%} of the "
-            f"time with {step_text}"
+            f"time with {step_words(result.settings)}"
         )
         return Diagnosis("step", [text], ["a faster loader would not train faster"], notes, rec)
     with_workers = [p for p in result.ok_points() if p.config.processes]  # batches sent between processes
@@ -314,6 +312,9 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
                 f"{others:.1f} of the {result.usable_cores} cores; on an idle machine more workers may help"
             ]
     growth = _growth(result, best)
+    if v.label == "step":
+        # one story: the step sets the pace, so no note that the training will wait for data
+        notes = [n for n in notes if not n.startswith("No configuration keeps the stall")]
     return Diagnosis(v.label, v.evidence + ([growth] if growth else []), todo + extra, notes, best)
 
 
@@ -352,9 +353,23 @@ def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) ->
         if stalls and min(stalls) >= stall_target:
             out.append(
                 f"No configuration keeps the stall under {stall_target:.0%} (best {min(stalls):.0%}): "
-                "the GPU will wait for data; the recommendation is the fastest loader."
+                f"the {'training loop' if result.settings.get('step_cpu') else 'GPU'} will wait for data; the "
+                "recommendation is the fastest loader."
             )
     return out
+
+
+def step_words(settings: dict[str, object]) -> str:
+    """The simulated step in words: "a 20 ms wait (a GPU step)", "30 ms of CPU work", or both."""
+    wait, cpu = settings.get("step_time"), float(settings.get("step_cpu") or 0.0)  # type: ignore[arg-type]
+    parts = []
+    if cpu:
+        parts.append(f"{cpu * 1000:.0f} ms of CPU work")
+    if isinstance(wait, (int, float)) and wait:
+        parts.append(f"a {float(wait) * 1000:.0f} ms wait" + ("" if cpu else " (a GPU step)"))
+    elif wait:
+        parts.append(f"the step function {wait}")
+    return "a step of " + " then ".join(parts) if parts else "no step"
 
 
 @dataclass
@@ -452,6 +467,7 @@ __all__ = [
     "memory_budget",
     "oversubscribed",
     "startup_share",
+    "step_words",
     "verdict",
 ]
 

@@ -273,7 +273,7 @@ class _Run:
                 counter.inside = False
             got = counter.clocks()
             if feed.restarted:
-                asked = (self._start.seconds + self.probe.t0, asked[1])  # the wait began as the epoch ran out
+                asked = (self._start.seconds + self.probe.t0, *asked[1:])  # the wait began as the epoch ran out
                 if self.config.processes and not self.config.persistent_workers:
                     self.probe.watch(feed.worker_pids())
             if self.probes:

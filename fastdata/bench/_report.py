@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastdata.bench._advise import Recommendation
-from fastdata.bench._diagnose import label
+from fastdata.bench._diagnose import label, step_words
 from fastdata.bench._result import Point, SweepResult
 from fastdata.core.stages import STAGES
 
@@ -221,7 +221,7 @@ def print_report(
         + (f" ({phys} physical)" if phys and phys != machine.get("usable_cores") else "")
         + f", batch_size={result.settings.get('batch_size')}, start method "
         f"{result.settings.get('multiprocessing_context') or '?'}, "
-        f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point, "
+        f"{step_words(result.settings)}, {result.settings.get('seconds')} s per point, "
         f"modes {'+'.join(result.settings.get('modes') or ['processes'])}, "
         f"transport {'+'.join(result.settings.get('transport') or ['stock'])}"
     )

@@ -337,7 +337,11 @@ class SweepResult:
 
     @property
     def step_time(self) -> float:
-        return float(self.settings.get("step_time") or 0.0)
+        """Seconds of the simulated training step: its wait and its CPU work (0 for a step function, whose
+        time is not known ahead)."""
+        wait = self.settings.get("step_time") or 0.0
+        wait = float(wait) if isinstance(wait, (int, float)) else 0.0
+        return wait + float(self.settings.get("step_cpu") or 0.0)
 
     @property
     def usable_cores(self) -> int:

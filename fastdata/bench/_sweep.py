@@ -21,6 +21,7 @@ from fastdata.bench._diagnose import label
 from fastdata.bench._environment import describe, start_method
 from fastdata.bench._loop import StepFn, Timing, measure
 from fastdata.bench._result import MODES, Config, Mode, Point, SweepResult
+from fastdata.bench._step import CPUStep
 from fastdata.core._machine import usable_cores
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.loading._builder import Transport
@@ -125,6 +126,7 @@ def sweep(
     pin_memory: Sequence[bool] | None = None,
     persistent_workers: Sequence[bool] | None = None,
     step_time: float | StepFn = 0.0,
+    step_cpu: float = 0.0,
     seconds: float = 6.0,
     window: float = 1.0,
     warmup: float = 1.0,
@@ -167,9 +169,13 @@ def sweep(
         persistent_workers (list[bool] | None): Defaults to None: (False,), and where starting the workers
             costs 5% of an epoch or more at the recommended or the best point, that point again with
             ``persistent_workers=True`` (so that it is recommended only if measured faster).
-        step_time (float | Callable): the training step after each batch: seconds to wait (simulating
-            the model), or a function called with the batch. Defaults to 0 (no step: the loader's
-            maximum throughput).
+        step_time (float | Callable): the training step after each batch: seconds to wait (a step the GPU
+            runs: the training process sleeps, its cores free for the loader), or a function called with the
+            batch. Defaults to 0 (no step: the loader's maximum throughput).
+        step_cpu (float): seconds of CPU work in the training step (a model trained on the CPU, host-side
+            augmentation: torch operators on the training process's threads, taking cores from the workers
+            as a real CPU step does; see :class:`fastdata.bench._step.CPUStep`), before the wait of
+            ``step_time``. Defaults to 0.
         seconds (float): most seconds of steady state measured per point. Defaults to 6.
         window (float): seconds per measurement window. Defaults to 1.
         warmup (float): seconds discarded after the first batch. Defaults to 1.
@@ -218,6 +224,12 @@ def sweep(
     step_desc: Any = step_time if not callable(step_time) else _name(step_time)
     if not callable(step_time):
         check_positive("step_time", step_time, allow_zero=True)
+    check_positive("step_cpu", step_cpu, allow_zero=True)
+    if step_cpu and callable(step_time):
+        raise ConfigError("step_cpu= simulates the step's CPU work: with a step function of your own, leave it at 0")
+    step: float | StepFn = step_time
+    if step_cpu and not callable(step_time):
+        step = CPUStep(step_cpu, wait=step_time)  # calibrated once, before any worker starts
     settings = {
         "workers": workers,
         "modes": list(modes),
@@ -229,6 +241,7 @@ def sweep(
         "pin_memory": list(pin_memory),
         "persistent_workers": "auto" if auto_persistent else list(persistent_workers),
         "step_time": step_desc,
+        "step_cpu": step_cpu,
         "seconds": seconds,
         "window": window,
         "warmup": warmup,
@@ -264,7 +277,7 @@ def sweep(
                 ds,
                 config,
                 timing=timing,
-                step=step_time,
+                step=step,
                 shuffle=shuffle,
                 collate_fn=collate_fn,
                 worker_init_fn=worker_init_fn,

@@ -23,10 +23,11 @@ and the sentences of evidence behind it. The rules, in order:
   the producers show them waiting (off the CPU) more than computing.
 * ``storage``, ``lock``, ``sleep``, ``wait`` (waiting producers): the looks at the producers' threads
   (:class:`fastdata.core._proc.ThreadSampler`) find them off the CPU a third of the time or more, and more
-  than computing, and say on what: the network or the disk (``storage``), a lock (``lock``), a sleep
-  (``sleep``), another system call (``wait``, naming it). Without looks (a hand-made window), the older
-  signs of a wait on storage: the time in ``fetch`` far above the CPU the producers use, block-I/O delay,
-  threads seen in D state.
+  than computing (waiting for a core left out: that is other programs' crowding), and say on what: the
+  network or the disk (``storage``), a lock (``lock``), a sleep (``sleep``), another system call (``wait``,
+  naming it); in thread mode a wait on a futex, likely the GIL, does not outweigh a busy core. Without
+  looks (a hand-made window), the older signs of a wait on storage: the time in ``fetch`` far above the CPU
+  the producers use, block-I/O delay, threads seen in D state.
 * ``ipc``: the main process waits in the middle of receiving batches (the hand-over of each tensor's
   shared memory) while neither side computes.
 * ``unknown``: none of the above, and the looks could not say either (none were made, or the producers
@@ -132,8 +133,9 @@ def waiting(ev: Evidence) -> tuple[str, float, float] | None:
     if ev.looked < LOOKS_ENOUGH or not ev.waits:
         return None
     off = sum(ev.waits.get(k, 0.0) for k in OFF_CPU)
-    running = ev.waits.get("computing", 0.0) + ev.waits.get("runq", 0.0)
-    if off < WAITS or off <= running:
+    # against computing alone: waiting for a core is the machine's crowding (another program's), not work
+    # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing
+    if off < WAITS or off <= ev.waits.get("computing", 0.0):
         return None
     top = max(OFF_CPU, key=lambda k: ev.waits.get(k, 0.0))
     return top, ev.waits.get(top, 0.0), off
@@ -305,9 +307,9 @@ def _step(ev: Evidence, stall_target: float) -> Verdict | None:
         return Verdict(
             "step",
             [
-                f"the training loop spends {ev.stall:.1%} of its time in next(), {ev.data_wait:.1%} of it waiting for "
-                f"{say.producers(ev)}: the rest ({ev.main_busy:.1%}) is the main process rebuilding the batches it "
-                "receives, which every loader pays: the loader keeps up"
+                f"the training loop waits for data {ev.stall:.1%} of the time, {ev.data_wait:.1%} of it for "
+                f"{say.producers(ev)}: the rest ({max(0.0, ev.stall - ev.data_wait):.1%}) is the main process "
+                "rebuilding the batches it receives, which every loader pays: the loader keeps up"
             ],
             [
                 "the step sets the pace: a faster loader would not train faster (smaller batches to rebuild would, "
@@ -408,7 +410,9 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
     its loader threads, each read from /proc/self/task)."""
     storage = storage_signs(ev) if waits is None else []
     busy = ev.main_process_busy if ev.threads else ev.main_producing
-    if busy >= MAIN_BUSY and waits is None and not (storage and fetch_dominates(ev)):
+    # loader threads that keep a core busy and otherwise wait on a futex wait for the GIL: computing, in turn
+    gil_wait = ev.threads > 0 and waits is not None and waits[0] == "lock"
+    if busy >= MAIN_BUSY and (waits is None or gil_wait) and not (storage and fetch_dominates(ev)):
         helpers = say.threads_text(ev.main_threads)
         collate = ev.stage_ms.get("collate") or 0.0
         work = sum(ev.stage_ms.get(s) or 0.0 for s in ("fetch", "decode", "transform"))
@@ -424,9 +428,10 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
                 + _stage_note(ev)
             ]
         else:
+            how = f"is busy {busy:.0%} of the time it has for them" if busy <= 1 else f"keeps {busy:.2f} cores busy"
             found = [
-                f"the main process makes the batches itself and is {say.busy(busy)} it has for them (running, or "
-                f"waiting for a core), using {say.cores(ev.main_cores, ev.cores)} cores"
+                f"the main process makes the batches itself and {how} (running, or waiting for a core; its "
+                f"threads together), using {say.cores(ev.main_cores, ev.cores)} cores"
                 + (f"; {helpers}" if helpers else "")
                 + _stage_note(ev)
             ]

@@ -84,7 +84,7 @@ class Probe:
         loader_threads: bool = False,
     ) -> None:
         self.table = StageTable(rows)
-        self.counter = counter if counter is not None else BatchCounter()
+        self.counter = counter if counter is not None else BatchCounter(step_threads=not loader_threads)
         self.rows = rows
         self.cpus = usable_cpus()
         self.cores = usable_cores()
@@ -177,6 +177,7 @@ class Probe:
             wait_cpu_s=c.wait_cpu_s,
             step_s=c.step_s,
             step_cpu_s=c.step_cpu_s,
+            step_others_s=c.step_others_s,
             first_wait_s=c.first_wait_s,
             starts=c.starts,
             recv_s=c.recv_s,

@@ -105,7 +105,7 @@ class Session:
         has_skips = counters is not None and "skipped" in counters.counters
         self.ledger = Ledger(counters) if tuner is not None and counters is not None and has_skips else None
         self.start_method, self.persistent = start_method, persistent
-        self.counter = BatchCounter()
+        self.counter = BatchCounter(step_threads=threads == 0)
         self.probe = Probe(rows, self.counter, loader_threads=threads > 0)
         stall_target = tuner.options.stall_target if tuner is not None else 0.05
         self.reporter = Reporter(monitor, lambda: self.probe.read(memory=True), stall_target)

@@ -80,6 +80,8 @@ class Window:
         step_s (float): the loop's time outside ``next()`` inside passes: the training step.
         step_cpu_s (float): the loop thread's CPU outside ``next()`` (0 for a step that sleeps or waits on
             the GPU; the model's own CPU for a step that computes on the CPU).
+        step_others_s (float): the main process's other threads' CPU during the steps (a CPU model's intra-op
+            threads): the step's, not the loader's (0 in thread mode, where the loader threads run then).
         first_wait_s (float): waiting for a pass's first batch (starting the workers, refilling buffers),
             and after each restart; starts (int): those passes and restarts.
         recv_s, recv_cpu_s, pin_s (float | None): the main process rebuilding received batches (wall, CPU;
@@ -107,6 +109,7 @@ class Window:
     wait_cpu_s: float = 0.0
     step_s: float = 0.0
     step_cpu_s: float = 0.0
+    step_others_s: float = 0.0
     first_wait_s: float = 0.0
     starts: int = 0
     recv_s: float | None = None
@@ -209,8 +212,9 @@ class Window:
 
     @property
     def helper_cpu_s(self) -> float:
-        """CPU of the main process's threads other than the loop's (pin memory, decoders, loader threads)."""
-        return max(0.0, self.main.cpu_s - self.loop_cpu_s)
+        """CPU of the main process's threads other than the loop's (pin memory, decoders, loader threads); a CPU
+        step's own threads left out."""
+        return max(0.0, self.main.cpu_s - self.loop_cpu_s - self.step_others_s)
 
     @property
     def helper_runq_s(self) -> float:
