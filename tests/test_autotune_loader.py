@@ -130,7 +130,7 @@ def _session(options: AutoTune, dataset: Dataset[int]) -> tuple[Any, Tuner, Any]
 
     tuner = Tuner(options, cores=2)
     setting = tuner.initial()
-    session = Session(None, tuner, setting, rows=1 + tuner.max_workers)
+    session = Session(None, tuner, setting, rows=1 + tuner.most_workers)
 
     def open_at(epoch: int, done: int, s: Setting) -> Any:
         kwargs: dict[str, Any] = {"num_workers": s.workers}

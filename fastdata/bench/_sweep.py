@@ -22,9 +22,11 @@ from fastdata.bench._environment import describe, start_method
 from fastdata.bench._loop import StepFn, Timing, measure
 from fastdata.bench._result import MODES, Config, Mode, Point, SweepResult
 from fastdata.bench._step import CPUStep
+from fastdata.bench._wider import wider
 from fastdata.core._machine import usable_cores
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.loading._builder import Transport
+from fastdata.loading._protocol import Dataset as FastdataDataset
 
 Progress = Callable[[int, int, Point], object]
 
@@ -149,7 +151,9 @@ def sweep(
         dataset_or_factory: a dataset (map-style or iterable), or a function that builds one; a
             function is called afresh for every point, so no point inherits another's caches.
         workers (list[int] | None): worker counts. Defaults to 0, 1, 2, 4 ... up to the usable cores
-            (CPU affinity and cgroup quota respected; see :func:`fastdata.core._machine.usable_cores`).
+            (CPU affinity and cgroup quota respected; see :func:`fastdata.core._machine.usable_cores`), and,
+            where the workers wait off the CPU and throughput still rises at the largest, twice as many, and
+            so on (up to 16, or twice the cores; :mod:`fastdata.bench._wider`; ``settings["widened"]``).
         modes (list["processes" | "threads" | "hybrid"]): who reads the batches: DataLoader worker
             processes (``workers``), threads of this process (``threads``; ``fd.Loader(...,
             workers="threads")``), or ``workers`` processes of ``threads_per_worker`` threads each (the
@@ -204,6 +208,7 @@ def sweep(
     check_positive("rounds", rounds)
     timing = Timing(seconds, window, warmup, min_windows, max_spread)
     cores = usable_cores()
+    workers_default = workers is None
     workers = list(workers) if workers is not None else default_workers(cores)
     if pin_memory is None:
         pin_memory = (False, True) if torch.cuda.is_available() else (False,)
@@ -263,11 +268,13 @@ def sweep(
     per_config: dict[Config, list[Point]] = {c: [] for c in configs}
     total, done = len(configs) * rounds, 0
     description, epoch_samples = "", None
+    threads_read = False  # a fastdata dataset: fd.Loader(workers="threads") can read it
 
     def run(config: Config) -> None:
-        nonlocal done, description, epoch_samples
+        nonlocal done, description, epoch_samples, threads_read
         ds, owned = _dataset(dataset_or_factory)
         description = description or dataset_name(ds)
+        threads_read = threads_read or isinstance(ds, FastdataDataset)
         try:
             # a dataset that batches itself has a length in batches, not samples
             epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
@@ -313,6 +320,19 @@ def sweep(
         for _ in range(rounds):
             for config in configs:
                 run(config)
+        settings["widened"] = []
+        while workers_default:
+            # workers that wait: past the core count while throughput rises (fastdata.bench._wider)
+            extra = [c for c in wider(result(), threads=threads_read) if c not in per_config]
+            if not extra:
+                break
+            for config in extra:
+                per_config[config] = []
+            settings["widened"] += [c.label() for c in extra]
+            total += rounds * len(extra)
+            for _ in range(rounds):
+                for config in extra:
+                    run(config)
         if auto_persistent:
             extra = [c for c in persistent_candidates(result()) if c not in per_config]
             for config in extra:

@@ -17,8 +17,10 @@ one a fixed setting gives.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -159,6 +161,17 @@ class Session:
                 kw.pop(name, None)
         return kw
 
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """Around ``iter(dataloader)``: with more workers than cores, chosen by ``num_workers="auto"`` for workers
+        that wait, torch's warning that the count passes the cores is expected, and silenced."""
+        if self.tuning is None or self.setting.workers <= self.probe.cores:
+            yield
+            return
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+            yield
+
     def context(self) -> Context:
         """What the diagnosis needs beside a window."""
         return Context(
@@ -218,7 +231,8 @@ class Session:
                         ledger.restarted(probe.table)  # what the old workers read ahead is read again
                     self.setting, self._fresh = change.after, True
                     asked = self._asked = counter.clocks()
-                    it = reopen(epoch, done, change.after)
+                    with self.opening():
+                        it = reopen(epoch, done, change.after)
                     self._began(it)
                     first = restarted = True
                 if ledger is not None:
@@ -350,7 +364,7 @@ def loader_session(
             persistent=persistent,
         )
         setting = tuner.initial(float(memory_available()), float(usable_memory()))
-        rows = 1 + (tuner.max_workers if auto_workers else int(num_workers))
+        rows = 1 + (tuner.most_workers if auto_workers else int(num_workers))
     else:
         setting = Setting(int(num_workers), prefetch if num_workers else None)
         rows = 1 + int(num_workers)

@@ -204,6 +204,10 @@ class ProbeInit:
     def __call__(self, worker_id: int) -> None:
         started = perf_counter()
         slot = 1 + worker_id
+        if slot >= self.table.tensor.shape[0]:  # more workers than the table has rows: unprobed, not broken
+            if self.then is not None:
+                self.then(worker_id)
+            return
         self.table.attach(slot, self.ledger)
         row = self.table.tensor.numpy()[slot]
         row[_COL["init_start"]] = started
