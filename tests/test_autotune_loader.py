@@ -42,7 +42,7 @@ class Scripted(Tuner):
         if self.seen % self.every or not self.plan:
             return None
         w = self.plan.pop(0)
-        change = Change(obs.t, obs.setting, Setting(w, 2 if w else None), "scripted")
+        change = Change(obs.t, obs.setting, Setting(w, 2 if w else None), "scripted", "now", obs.epoch, obs.batch)
         self.changes.append(change)
         self.left.append(obs.batches_left)
         self.current = change.after

@@ -188,6 +188,10 @@ def test_changes_of_auto_are_logged_with_their_reason_and_reported(
     assert len(logged) == 2 and all("scripted" in m for m in logged)
     reported = [c for r in reports for c in r.changes]
     assert [(c["to"]["workers"], c["reason"]) for c in reported] == [(0, "scripted"), (1, "scripted")]
+    # where the training was, not a clock alone: each change names its epoch and batch, and so does its report
+    assert all(c["epoch"] == 0 and c["batch"] > 0 for c in reported)
+    assert all(r.epoch == 0 and r.position > 0 for r in reports)
+    assert any("num_workers='auto' moved" in a for r in reports for a in r.advice)  # the report says it
     assert all(r.auto for r in reports)
     assert "auto" in repr(loader)
 

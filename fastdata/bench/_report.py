@@ -124,6 +124,7 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
         "busiest threads (cores)",
     ):
         table.add_column(name, justify="left" if name in ("config", "process", "busiest threads (cores)") else "right")
+    cores = float(result.usable_cores)
     for p in points:
         if not p.ok:
             continue
@@ -135,8 +136,8 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
         table.add_row(
             p.config.label(),
             "main",
-            f"{w.main_cores:.2f}",
-            f"{w.main_process_busy:.0%}",
+            f"{min(w.main_cores, cores):.2f}",
+            f"{min(w.main_process_busy, cores):.0%}",  # threads summed: never more cores than there are
             str(w.main.threads),
             f"{voluntary:,.0f}",
             f"{involuntary:,.0f}",

@@ -313,7 +313,8 @@ class Point:
         CPU used, it does not fall when other programs take the cores."""
         w = self.window
         if self.config.mode == "threads":
-            return w.main_process_busy
+            # threads waiting for a core (or the GIL) want no more cores than there are
+            return min(w.main_process_busy, float(self.usable_cores))
         return sum(w.worker_busy) + w.main_busy
 
 

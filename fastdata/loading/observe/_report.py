@@ -179,14 +179,15 @@ class Stats:
         w = self.window
         out = []
         secs = max(w.seconds, 1e-9)
+        most = float(self.usable_cores)  # threads summed: never more cores than there are
         live = [("main", w.main)] + [(f"worker {k}", p) for k, p in enumerate(w.workers) if p.pid]
         for role, p in live:
             out.append(
                 ProcessStats(
                     role,
                     p.pid,
-                    p.cpu_s / secs,
-                    (p.cpu_s + p.runq_s) / secs,
+                    min(most, p.cpu_s / secs),
+                    min(most, (p.cpu_s + p.runq_s) / secs),
                     p.voluntary,
                     p.involuntary,
                     p.threads,
@@ -197,6 +198,12 @@ class Stats:
                 )
             )
         return out
+
+    @property
+    def waits(self) -> dict[str, float]:
+        """What the producers did, shares of their time (computing, runq, network, disk, lock, sleep, idle,
+        other: :attr:`Window.waits`); empty when nobody looked."""
+        return self.window.waits
 
     @property
     def machine_cores(self) -> float:
@@ -213,7 +220,17 @@ class Stats:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what a JSON-lines file gets): the figures, and the raw window."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "window"}
-        for name in ("seconds", "batches", "samples", "samples_per_s", "stall", "wait_ms", "step_ms", "stages"):
+        for name in (
+            "seconds",
+            "batches",
+            "samples",
+            "samples_per_s",
+            "stall",
+            "wait_ms",
+            "step_ms",
+            "stages",
+            "waits",
+        ):
             out[name] = getattr(self, name)
         out.update(machine_cores=self.machine_cores, others_cores=self.others_cores, pss=self.pss)
         out["processes"] = [asdict(p) for p in self.processes]
@@ -241,6 +258,10 @@ class Stats:
         known = {s: v["ms_per_sample"] for s, v in self.stages.items() if v.get("ms_per_sample") is not None}
         if known:
             parts.append("per sample " + " ".join(f"{s} {ms:.2f} ms" for s, ms in known.items()))
+        waits = {k: v for k, v in self.waits.items() if v >= 0.02}
+        if waits:
+            who = "workers" if self.workers else "loader threads" if self.loader_threads else "main"
+            parts.append(f"{who} " + ", ".join(f"{WAIT_NAMES.get(k, k)} {v:.0%}" for k, v in waits.items()))
         dstate = sum(p.dstate for p in self.processes)
         parts.append(
             f"others {self.others_cores:.1f} of {self.usable_cores} cores; PSS {self.pss / 2**30:.2f} GiB, "
@@ -250,6 +271,9 @@ class Stats:
         for c in self.changes:
             parts.append(f"auto: {_setting_text(c['from'])} -> {_setting_text(c['to'])} ({c['at']}): {c['reason']}")
         return "; ".join(parts)
+
+
+WAIT_NAMES = {"runq": "waiting for a core"}  # the rest of Window.waits' kinds read as they are
 
 
 def _setting_text(s: dict[str, Any]) -> str:
