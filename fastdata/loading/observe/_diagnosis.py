@@ -39,256 +39,35 @@ and the sentences of evidence behind it. The rules, in order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, get_args
-
 from fastdata.loading.observe import _wording as say
 from fastdata.loading.observe._evidence import Evidence
-from fastdata.loading.observe._stage_table import StartSplit
-
-Label = Literal[
-    "storage",
-    "lock",
-    "sleep",
-    "wait",
-    "cpu",
-    "main-process",
-    "ipc",
-    "fork",
-    "worker-init",
-    "shuffle-fill",
-    "memory",
-    "step",
-    "uncertain",
-    "unknown",
-]
-LABELS: tuple[Label, ...] = get_args(Label)
-START_UP: tuple[Label, ...] = ("fork", "worker-init", "shuffle-fill")
-WAITING_LABELS: tuple[Label, ...] = ("storage", "lock", "sleep", "wait")  # producers that mostly wait off-CPU
-
-MEMORY_NEAR = 0.8  # PSS of the loader's processes against the memory they may use
-START_BOUND = 0.3  # share of the time spent waiting for epochs' first batches: start-up is the limit
-START_PART = 0.45  # ... and the share of that wait its largest part must take to name it
-STALL_TARGET = 0.05  # with a step: the loop waits less than this share of the time: the step is the limit
-MAIN_BUSY = 0.8  # main thread running or runnable this much of the time: the main process is the limit
-RECEIVE = 0.5  # ... or computing to rebuild and pin batches this much of the time
-RECEIVE_STEP = 0.25  # ... or, with a step the workers keep up with, receiving this share of the loop
-LEADING = 0.6  # ... or busy this much, receiving a quarter of it, while every worker waits
-COMPUTING = 0.5  # a producer running or runnable this much of the time computes (it is not waiting)
-CORES_SATURATED = 0.85  # the loader's demand for cores, against the usable cores
-FETCH_WAIT = 0.3  # time in fetch minus CPU used, as a share of a producer's time: it waits on storage
-BLOCKED = 0.1  # share of time in block-I/O delay, or of looks finding a thread in D state: a disk wait
-OFF_CPU = ("network", "disk", "lock", "sleep", "other")  # the kinds of wait of Window.waits a producer is blocked in
-WAITS = 1 / 3  # producers off the CPU this share of their time (and more than computing): they wait
-LOOKS_ENOUGH = 12  # looks at the producers before their breakdown may decide
-KIND_LABEL: dict[str, Label] = {
-    "network": "storage",
-    "disk": "storage",
-    "lock": "lock",
-    "sleep": "sleep",
-    "other": "wait",
-}
-
-
-@dataclass
-class Verdict:
-    """A label and the evidence for it.
-
-    Attributes:
-        label (Label): what limits the loader.
-        evidence (list[str]): sentences with the figures that decided it, most important first.
-        advice (list[str]): what to do about it.
-    """
-
-    label: Label
-    evidence: list[str] = field(default_factory=list)
-    advice: list[str] = field(default_factory=list)
-
-
-def fetch_wait(ev: Evidence) -> float:
-    """Share of a producer's time in ``fetch`` beyond the CPU it uses (every thread of it): the wall
-    time of fetching far above its CPU time is a wait for bytes. CPU used, not demand: the run-queue
-    waits of a pool of fetch threads add up across threads on a crowded machine, and are no work done."""
-    fetch = ev.stage_busy.get("fetch")
-    if fetch is None:
-        return 0.0
-    return max(0.0, fetch - ev.producer_cpu)
-
-
-def fetch_dominates(ev: Evidence) -> bool:
-    """More of the producers' time goes to fetch than to decode and transform together.
-
-    On a crowded machine a pool of fetch threads that wakes on every network reply waits for a core at
-    each wake-up, and those run-queue waits add up to "busy": a producer that waits for bytes then looks
-    busy too. Where the time is spent tells the two apart: a decoder starved of CPU is in decode.
-    """
-    fetch = ev.stage_busy.get("fetch") or 0.0
-    work = (ev.stage_busy.get("decode") or 0.0) + (ev.stage_busy.get("transform") or 0.0)
-    return fetch > work
-
-
-def waiting(ev: Evidence) -> tuple[str, float, float] | None:
-    """What the producers wait on, when the looks at them say they mostly wait off the CPU: ``(kind, its
-    share, the share of every off-CPU wait)``; None when they do not, or too few looks were made."""
-    if ev.looked < LOOKS_ENOUGH or not ev.waits:
-        return None
-    off = sum(ev.waits.get(k, 0.0) for k in OFF_CPU)
-    # against computing alone: waiting for a core is the machine's crowding (another program's), not work
-    # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing
-    if off < WAITS or off <= ev.waits.get("computing", 0.0):
-        return None
-    top = max(OFF_CPU, key=lambda k: ev.waits.get(k, 0.0))
-    return top, ev.waits.get(top, 0.0), off
-
-
-def storage_signs(ev: Evidence) -> list[str]:
-    """The measurements that show a wait on storage without looks at the threads (empty when none does)."""
-    signs = []
-    wait = fetch_wait(ev)
-    who = "each worker" if ev.workers else "each loader thread" if ev.threads else "the main process"
-    if wait >= FETCH_WAIT:
-        fetch_ms = ev.stage_ms.get("fetch")
-        ms = f" ({fetch_ms:.2f} ms per sample)" if fetch_ms is not None else ""
-        fetch = ev.stage_busy.get("fetch") or 0.0
-        spent = f"{fetch:.0%} of its time" if fetch <= 1 else f"{fetch:.2f} cores' worth of time (its threads together)"
-        signs.append(
-            f"{who} spends {spent} in fetch{ms} but uses only {ev.producer_cpu:.2f} cores of CPU, every thread "
-            "counted: it waits for bytes"
-        )
-    if ev.blkio >= BLOCKED:
-        signs.append(f"block-I/O delay {say.pct(ev.blkio)} of the time (the kernel's delay accounting)")
-    if ev.dstate >= BLOCKED:
-        signs.append(f"a loader thread was in uninterruptible sleep (D state) in {say.pct(ev.dstate)} of the looks")
-    return signs
-
-
-def _disk_or_network(ev: Evidence) -> str:
-    if ev.blkio >= BLOCKED or ev.dstate >= BLOCKED or ev.device_mb_s >= 1:
-        return (
-            f"The reads reach the disk ({ev.device_mb_s:.1f} MB/s from the device of {ev.read_mb_s:.1f} MB/s read): "
-            "faster storage, larger sequential reads (tar shards) or a warm page cache help."
-        )
-    accounting = "" if ev.blkio_known else " (delay accounting is off: D-state looks only)"
-    return (
-        f"No block-I/O wait or D state{accounting} and {ev.device_mb_s:.1f} MB/s from the device: the wait is on "
-        "the network or a remote store (or a lock or sleep in fetch)."
-    )
-
-
-def _more_concurrency(ev: Evidence) -> str:
-    """The advice for producers that wait: more of them overlap the waits, past the core count."""
-    if ev.auto:
-        return "num_workers='auto' adds workers past the core count while they wait and throughput rises"
-    threads = "; or loader threads (fd.Loader(workers='threads')), lighter than processes" if ev.workers else ""
-    return (
-        f"the waits overlap: more workers, past the {ev.cores} cores (they mostly wait), or a larger "
-        f"prefetch_factor{threads}"
-    )
-
-
-def _waits_verdict(ev: Evidence, found: tuple[str, float, float]) -> Verdict:
-    kind, share, off = found
-    label = KIND_LABEL[kind]
-    who = say.producers(ev)
-    verb = "are" if who.endswith("s") else "is"
-    first = f"{who} {verb} {say.WAIT_WORDS[kind]} {share:.0%} of the time{say.calls(ev, kind)}"
-    if off - share >= 0.1:
-        first += f", off the CPU {off:.0%} in all"
-    found_text = [first]
-    detail = say.breakdown(ev)
-    if detail:
-        found_text.append(detail)
-    advice = [_more_concurrency(ev)]
-    if kind in ("network", "disk"):
-        found_text.append(_disk_or_network(ev) if kind == "disk" else _network_note(ev))
-    elif kind == "lock":
-        advice = [
-            "a lock held by another thread of the same process serialises the reads (a client library's "
-            "connection lock, a logging handler, a cache's lock): worker processes each hold their own, loader "
-            "threads share one, so more threads will not help; find who holds it (--profile shows the stacks)"
-            if ev.where == "bench"
-            else "a lock held by another thread of the same process serialises the reads: worker processes each "
-            "hold their own, loader threads share one; find who holds it (fastdata bench --profile)"
-        ]
-    elif kind == "sleep":
-        advice = [
-            "the dataset sleeps (time.sleep, a rate limit, a retry's back-off): "
-            + _more_concurrency(ev)
-            + ", or make it sleep less"
-        ]
-    return Verdict(label, found_text, advice)
-
-
-def _network_note(ev: Evidence) -> str:
-    return (
-        f"{ev.device_mb_s:.1f} MB/s from the device, {ev.read_mb_s:.1f} MB/s read through any call: the wait is "
-        "the round trip to a server (an object store, a database, an HTTP service), not the bytes"
-    )
-
-
-def _start_up(ev: Evidence) -> Verdict | None:
-    split = ev.start
-    if split is None or ev.epoch_start < START_BOUND or split.total <= 0:
-        return None
-    part, secs = split.largest()
-    if secs < START_PART * split.total:
-        return None  # no part stands out: the wait is the pipeline's own latency, not one start-up cost
-    share = (
-        f"{say.pct(ev.epoch_start)} of the time goes to waiting for epochs' first batches ({split.total:.2f} s each)"
-    )
-    parts = ", ".join(f"{p} {getattr(split, p):.2f} s" for p in StartSplit.PARTS)
-    if part == "launch" and ev.threads:
-        return None  # no process is launched in thread mode: no "fork" verdict from a thread's start
-    if part == "launch":
-        forked = ev.start_method == "fork"
-        how = (
-            f"fork copies the page tables of the {say.gib(ev.parent_rss)} parent"
-            if forked
-            else f"{ev.start_method} starts a fresh interpreter that imports torch and unpickles the dataset"
-        )
-        advice = (
-            "persistent_workers=True starts them once; or start the loader before the parent grows "
-            "(a smaller parent forks faster), or use fewer workers"
-            if forked
-            else "persistent_workers=True starts them once; or fewer workers, or a lighter dataset to pickle "
-            "(open files and clients lazily, in the worker)"
-        )
-        return Verdict(
-            "fork",
-            [f"{share}; starting the worker processes takes {secs:.2f} s of it ({how}); split: {parts}"],
-            [advice],
-        )
-    if part == "init" and ev.threads:
-        return Verdict(
-            "worker-init",
-            [
-                f"{share}; the loader threads' set-up before their first sample (a copy of the dataset for "
-                f"each thread, opening files or clients, building indexes) takes {secs:.2f} s of it; split: {parts}"
-            ],
-            ["make the set-up lazier or cheaper (cache the index); fewer threads copy the dataset fewer times"],
-        )
-    if part == "init":
-        return Verdict(
-            "worker-init",
-            [
-                f"{share}; each worker's set-up before its first sample (worker_init_fn, opening files or "
-                f"clients, building indexes) takes {secs:.2f} s of it; split: {parts}"
-            ],
-            ["persistent_workers=True pays the set-up once; or make it lazier or cheaper (cache the index)"],
-        )
-    if part == "fill":
-        return Verdict(
-            "shuffle-fill",
-            [
-                f"{share}; before its first batch of {split.batch:.0f} samples the worker reads {split.read:.0f} "
-                f"(a shuffle buffer), {secs:.2f} s of it; split: {parts}"
-            ],
-            [
-                "a smaller shuffle_window (the buffer is refilled at every epoch, persistent workers or not), "
-                "or shards shuffled instead of samples"
-            ],
-        )
-    return None
+from fastdata.loading.observe._startup import start_up
+from fastdata.loading.observe._verdict import (
+    BLOCKED,
+    COMPUTING,
+    CORES_SATURATED,
+    FETCH_WAIT,
+    LABELS,
+    LEADING,
+    MAIN_BUSY,
+    MEMORY_NEAR,
+    RECEIVE,
+    RECEIVE_STEP,
+    STALL_TARGET,
+    START_UP,
+    WAITING_LABELS,
+    Label,
+    Verdict,
+)
+from fastdata.loading.observe._waiting import (
+    disk_or_network,
+    fetch_dominates,
+    fetch_wait,
+    more_concurrency,
+    storage_signs,
+    waiting,
+    waits_verdict,
+)
 
 
 def _step(ev: Evidence, stall_target: float) -> Verdict | None:
@@ -346,7 +125,7 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
             ],
             ["fewer workers or a smaller prefetch_factor; more risk the OOM killer"],
         )
-    start = _start_up(ev)
+    start = start_up(ev)
     if start is not None:
         return start
     step = _step(ev, stall_target)
@@ -389,9 +168,9 @@ def _with_workers(ev: Evidence, waits: tuple[str, float, float] | None) -> Verdi
             found.append(detail)
         return Verdict("cpu", found, _cpu_advice(ev))
     if waits is not None:
-        return _waits_verdict(ev, waits)
+        return waits_verdict(ev, waits)
     if storage:
-        return Verdict("storage", [*storage, _disk_or_network(ev)], [_more_concurrency(ev)])
+        return Verdict("storage", [*storage, disk_or_network(ev)], [more_concurrency(ev)])
     if ev.recv >= RECEIVE:
         return Verdict(
             "ipc",
@@ -447,9 +226,9 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
             _cpu_advice(ev) if label == "cpu" else ["collate less: let the dataset batch (batch_size= on it)"],
         )
     if waits is not None:
-        return _waits_verdict(ev, waits)
+        return waits_verdict(ev, waits)
     if storage:
-        return Verdict("storage", [*storage, _disk_or_network(ev)], ["workers hide a wait on storage"])
+        return Verdict("storage", [*storage, disk_or_network(ev)], ["workers hide a wait on storage"])
     return _unknown(ev)
 
 
@@ -549,7 +328,13 @@ def agree(labels: list[Label], pooled: Label, spread: float) -> tuple[bool, str]
 
 
 __all__ = [
+    "BLOCKED",
+    "COMPUTING",
+    "CORES_SATURATED",
+    "FETCH_WAIT",
     "LABELS",
+    "MAIN_BUSY",
+    "MEMORY_NEAR",
     "ONE_CORE",
     "START_UP",
     "WAITING_LABELS",
