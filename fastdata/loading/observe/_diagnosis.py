@@ -299,7 +299,7 @@ def _unknown(ev: Evidence) -> Verdict:
     elif not ev.looked:
         found.append("no look at the producers' threads was made (they may have been too short-lived to see)")
     if ev.where != "bench":
-        advice = ["run fastdata bench on this dataset with --profile to see the stacks"]
+        advice = ["see where the time goes in the workers' stacks: py-spy dump --pid <a worker's pid>"]
     elif ev.step:
         advice = ["run again without a step (--step-ms 0) to see the loader alone, or with --profile to see the stacks"]
     else:

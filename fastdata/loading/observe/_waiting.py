@@ -120,7 +120,7 @@ def waits_verdict(ev: Evidence, found: tuple[str, float, float]) -> Verdict:
             "threads share one, so more threads will not help; find who holds it (--profile shows the stacks)"
             if ev.where == "bench"
             else "a lock held by another thread of the same process serialises the reads: worker processes each "
-            "hold their own, loader threads share one; find who holds it (fastdata bench --profile)"
+            "hold their own, loader threads share one; find who holds it (py-spy dump --pid <a worker's pid>)"
         ]
     elif kind == "sleep":
         advice = [
