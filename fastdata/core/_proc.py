@@ -287,7 +287,7 @@ def cpu_model() -> str:
     return ""
 
 
-BUDGET = 50  # the pause between two looks is at least this many times a look's cost (~2% of a core)
+BUDGET = 100  # the pause between two looks is at least this many times a look's cost (~1% of a core)
 
 
 class ThreadSampler:
@@ -305,7 +305,7 @@ class ThreadSampler:
     any thread of the loader in D state (uninterruptible sleep).
 
     About 0.1 ms of CPU per process per look, in its own thread (:attr:`cpu`, left out of the loader's
-    figures); with many processes it looks less often, to stay within about 2% of a core.
+    figures); with many processes it looks less often, to stay within about 1% of a core.
 
     Args:
         interval (float): seconds between looks. Defaults to 0.025.
@@ -366,7 +366,7 @@ class ThreadSampler:
             self.blocked += blocked
             now = time.thread_time()
             self.cpu = now - start
-            # many processes make a look dear: look less often, to keep within ~2% of a core
+            # many processes make a look dear: look less often, to keep within ~1% of a core
             pause = max(self.interval, BUDGET * (now - before))
 
     def _count(self, pid: int, kind: str, call: str) -> None:

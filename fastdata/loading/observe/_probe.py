@@ -55,7 +55,7 @@ from fastdata.loading.observe._stage_table import StageTable
 from fastdata.loading.observe._window import Process, Window
 from fastdata.loading.transport._layout import Stack
 
-LOOK_EVERY = 0.025  # seconds between two looks at what the loader's threads are doing
+LOOK_EVERY = 0.04  # seconds between two looks at what the loader's threads are doing
 LOADER_THREAD = "fastdata-loader"  # the name of thread mode's threads (fastdata.loading.threads._gang.ThreadGang)
 
 
@@ -65,7 +65,7 @@ class Probe:
     Args:
         rows (int): rows of the stage table: 1 + the most workers the loader will run.
         counter (BatchCounter | None): the loop's counter. Defaults to a new one (:attr:`counter`).
-        look_every (float): seconds between two looks at the loader's threads. Defaults to 0.025.
+        look_every (float): seconds between two looks at the loader's threads. Defaults to 0.04.
         loader_threads (bool): the batches are made by loader threads of this process (thread mode): those
             are the producers looked at. Defaults to False.
 
