@@ -437,3 +437,21 @@ def test_no_workers_fastest_without_a_transfer_cost_seen_is_not_ipc() -> None:
     )
     rec = fd.bench.recommend(sweep_of(decoding, pt(2, 200, main_busy=0.1, worker_busy=[0.9, 0.9])))
     assert rec.bottleneck == "cpu", rec.text()
+
+
+def test_the_grid_widens_past_the_cores_only_while_waiting_workers_keep_getting_faster() -> None:
+    from fastdata.bench._wider import wider
+
+    # workers that wait on reads (fetch far above their CPU): 2 workers on 2 cores the best and rising
+    rising = sweep_of(pt(0, 100, **WAITING), pt(1, 180, **WAITING), pt(2, 340, **WAITING), cores=2)
+    assert [c.label() for c in wider(rising)] == ["4w pf2"]
+    assert [c.label() for c in wider(rising, threads=True)] == ["4w pf2", "4t pf2"]  # a fastdata dataset
+    # no longer rising (4 workers 5% faster than 2): the top is found
+    flat = sweep_of(pt(1, 180, **WAITING), pt(2, 340, **WAITING), pt(4, 355, **WAITING), cores=2)
+    assert wider(flat) == []
+    # workers that compute: never past the cores
+    computing = sweep_of(pt(1, 450, worker_busy=[0.95]), pt(2, 800, worker_busy=[0.95, 0.95]), cores=2)
+    assert wider(computing) == []
+    # the most while they wait: 16 on 2 cores
+    at_most = sweep_of(pt(8, 1500, **WAITING), pt(16, 3000, **WAITING), cores=2)
+    assert wider(at_most) == []

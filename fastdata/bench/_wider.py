@@ -6,19 +6,22 @@ the disk, sleeps, a lock per process) overlap their waits instead, so :func:`wid
 largest count measured while the best point is that largest count, its label says the workers wait, and it
 measured :data:`GAIN` faster than the count below it: throughput still rises. It stops at the most workers
 ``num_workers="auto"`` would run while they wait (16, or twice the cores), and where the workers' memory
-would pass 80% of the budget. For a fastdata dataset it also measures loader threads at the new count:
-threads wait as well as processes, with no process to start and no batch to send between processes.
+would pass 80% of the budget. Worker processes and loader threads widen each on their own (a mode whose
+best is under half the sweep's best is left). For a fastdata dataset, where no loader threads were measured,
+it also measures them at the new count: threads wait as well as processes, with no process to start and no
+batch to send between processes.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from fastdata.bench._result import Config, SweepResult
+from fastdata.bench._result import Config, Point, SweepResult
 from fastdata.loading.observe._autotune import WAIT_WORKERS
 from fastdata.loading.observe._diagnosis import MEMORY_NEAR, WAITING_LABELS
 
 GAIN = 0.15  # the largest count measured this much faster than the one below it: throughput still rises
+HOPELESS = 0.5  # a mode whose best is under this share of the sweep's best is not widened
 
 
 def waiting_cap(cores: int) -> int:
@@ -27,7 +30,8 @@ def waiting_cap(cores: int) -> int:
 
 
 def wider(result: SweepResult, *, threads: bool = False) -> list[Config]:
-    """The configurations to measure next past the largest count (see the module doc); empty when none.
+    """The configurations to measure next past the largest count (see the module doc); empty when none. Each
+    mode (worker processes, loader threads) widens on its own, while its own largest count is its best.
 
     Args:
         result (SweepResult): what was measured so far.
@@ -35,37 +39,47 @@ def wider(result: SweepResult, *, threads: bool = False) -> list[Config]:
             measure loader threads at the new count. Defaults to False.
     """
     from fastdata.bench._advise import fair_points
-    from fastdata.bench._diagnose import label, memory_budget
 
     ok = fair_points(result)
     if not ok:
         return []
     best = max(ok, key=lambda p: p.samples_per_s)
-    if not best.config.num_workers or label(best, result) not in WAITING_LABELS:
-        return []
-    same = [p for p in ok if p.config.series() == best.config.series() and p.config.mode == best.config.mode]
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in ok:
+        if p.config.num_workers:
+            groups.setdefault((p.config.mode, p.config.series()), []).append(p)
+    out: list[Config] = []
+    for same in groups.values():
+        top = max(same, key=lambda p: p.samples_per_s)
+        if top.samples_per_s >= HOPELESS * best.samples_per_s:
+            out += _next(result, same, top)
+    if threads and out and not any(c.mode == "threads" for c in out) and "threads" not in {m for m, _ in groups}:
+        c = out[0]
+        out.append(Config(c.num_workers, c.prefetch_factor, c.pin_memory, False, c.batch_size, "threads"))
+    return out
+
+
+def _next(result: SweepResult, same: list[Point], top: Point) -> list[Config]:
+    """Twice the largest count of one mode's points, when that count is their best, waits, and still rises."""
+    from fastdata.bench._diagnose import label, memory_budget
+
     largest = max(p.config.num_workers for p in same)
-    if best.config.num_workers != largest:
-        return []  # a smaller count won: the top is found
+    if top.config.num_workers != largest or label(top, result) not in WAITING_LABELS:
+        return []  # a smaller count won (the top is found), or the workers compute
     below = [p for p in same if p.config.num_workers < largest]
     if below:
         prev = max(below, key=lambda p: p.config.num_workers)
-        if best.samples_per_s < (1 + GAIN) * prev.samples_per_s:
+        if top.samples_per_s < (1 + GAIN) * prev.samples_per_s:
             return []  # no longer rising
     n = 2 * largest
     if n > waiting_cap(result.usable_cores):
         return []
     budget = memory_budget(result)
-    if budget and best.pss_workers:
-        more = max(best.pss_workers) * (n - largest)
-        if best.pss_total + more > MEMORY_NEAR * budget:
+    if budget and top.pss_workers:
+        more = max(top.pss_workers) * (n - largest)
+        if top.pss_total + more > MEMORY_NEAR * budget:
             return []
-    out = [replace(best.config, num_workers=n)]
-    if threads and best.config.mode == "processes":
-        out.append(
-            Config(n, best.config.prefetch_factor, best.config.pin_memory, False, best.config.batch_size, "threads")
-        )
-    return out
+    return [replace(top.config, num_workers=n)]
 
 
 __all__ = ["GAIN", "waiting_cap", "wider"]
