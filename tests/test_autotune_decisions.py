@@ -512,3 +512,17 @@ def test_past_the_core_count_memory_open_files_and_the_users_cap_bound_the_worke
     # the user's cap
     tuner, _, changes = simulate(rate, cores=2, options=AutoTune(max_workers=6), **model)  # type: ignore[arg-type]
     assert all(c.after.workers <= 6 for c in changes) and tuner.current.workers == 6
+
+
+def test_past_the_core_count_a_noisy_window_does_not_send_waiting_workers_back_to_the_cores() -> None:
+    """16 workers that wait, on 2 cores: every fourth window reads otherwise (busy 60% each, as 16 processes
+    waiting for a core at each wake-up look; the main process the limit). It stays past the cores: never back
+    to the 2 cores' count, never to none, which cannot overlap the waits."""
+    model = waiting_items(ceiling=3600.0)
+    rate = model.pop("rate")
+    odd = lambda t: int(t) % 4 == 3  # noqa: E731
+    model["label"] = lambda s, t: "main-process" if odd(t) and s.workers > 8 else "sleep"
+    model["worker_busy"] = lambda s, t: 0.6 if odd(t) else 0.05
+    tuner, _seen, changes = simulate(rate, cores=2, windows=40, **model)  # type: ignore[arg-type]
+    assert all(c.after.workers >= 8 for c in changes), [(c.t, str(c.after), c.reason) for c in changes]
+    assert tuner.current.workers == 16

@@ -174,9 +174,12 @@ class Tuner:
         return max(RESERVE_LEAST, RESERVE_SHARE * total) if math.isfinite(total) else RESERVE_LEAST
 
     def cap(self, obs: Observation) -> tuple[int, str]:
-        """The most workers allowed now, and why when memory or open files set it."""
-        top = self.waiting_max if self._waiting(obs) else self.max_workers
+        """The most workers allowed now, and why when memory or open files set it. Past the cores while the
+        workers wait (and, once there, until they are seen computing: many waiting workers on few cores wait
+        for a core at every wake-up, which makes them look busy, not computing)."""
         w = obs.setting.workers
+        past = w > self.max_workers and obs.label != "cpu"
+        top = self.waiting_max if self._waiting(obs) or past else self.max_workers
         per = obs.worker_bytes or DEFAULT_WORKER_BYTES
         reserve = self.reserve(obs.memory_total)
         if obs.memory_available < reserve:
@@ -206,7 +209,9 @@ class Tuner:
                 return max(self.options.min_workers, min(top, w + room)), why
         if self.options.max_workers is not None:
             return top, f"max_workers={top}"
-        return top, f"{top} usable cores" if top == self.cores else f"{top} workers (they mostly wait)"
+        if top == self.cores:
+            return top, f"{top} usable cores" + (f": the workers compute ({obs.label})" if w > top else "")
+        return top, f"{top} workers (they mostly wait)"
 
     def initial(self, memory_available: float = math.inf, memory_total: float = math.inf) -> Setting:
         """The setting to start with: the estimate, as many workers as cores and memory allow."""
@@ -450,7 +455,7 @@ class Tuner:
             zero: tuple[int, str] | None = None
             # workers that wait off the CPU: no workers cannot overlap the waits (unless the stage times say a
             # batch is made faster alone than received: then it is tried as ever)
-            waits = obs.label in WAITING_LABELS and alone is None
+            waits = (obs.label in WAITING_LABELS or w > self.max_workers) and alone is None
             if w and steps[0] == 0 and not waits and (alone is None or alone < obs.batch_s * (1 + opts.margin)):
                 # no workers, no hand-over: the main process may make batches (between its steps) faster than
                 # it receives them
@@ -463,7 +468,8 @@ class Tuner:
             if obs.label in ("main-process", "ipc") and w and down is not None:
                 idle = 1 - obs.worker_busy
                 why = f"the main process is the limit ({obs.label}) with workers idle {idle:.0%} of the time"
-                candidates += [(steps[0], why), (down, why)]
+                # past the cores the workers wait: none could not overlap their waits; a step down may do
+                candidates += [(down, why)] if w > self.max_workers else [(steps[0], why), (down, why)]
             if loop_bound:
                 pass  # the step is the bottleneck: more workers would not train faster
             elif up is not None and obs.label not in ("main-process", "ipc"):

@@ -46,9 +46,9 @@ def workers_text(n: int) -> str:
 
 
 def busy(x: float) -> str:
-    """A producer's busy share: "busy 73% of the time", or past one (its threads together) "keeps 1.75 cores
-    busy (its threads together)"."""
-    return f"busy {x:.0%} of the time" if x <= 1.0 else f"keeps {x:.2f} cores busy (its threads together)"
+    """A producer's busy share, with its verb: "is busy 73% of the time", or past one (its threads together)
+    "keeps 1.75 cores busy (its threads together)"."""
+    return f"is busy {x:.0%} of the time" if x <= 1.0 else f"keeps {x:.2f} cores busy (its threads together)"
 
 
 def cores(used: float, machine: int) -> str:
