@@ -335,3 +335,32 @@ def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings()
     made = point.samples_per_s * point.measured_s
     assert sum(point.window.worker_cores) * point.measured_s > 0.7 * made * per_item
     assert sum(point.window.switches) > 0
+
+
+def test_the_thread_sampler_closes_what_it_opened_for_workers_gone() -> None:
+    """Workers that do not persist are new processes each epoch: the memory files opened to read their polls
+    are closed when they leave, so a long run does not run out of descriptors."""
+    import subprocess
+    import sys
+
+    from fastdata.core._proc import ThreadSampler
+
+    code = "import socket\ns, peer = socket.socketpair()\ns.settimeout(60)\nprint('ready', flush=True)\ns.recv(1)"
+    sampler = ThreadSampler(interval=0.01)
+    held = []
+    for _ in range(4):  # four "epochs" of two workers each
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(2)]
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+        sampler.watch([p.pid for p in procs])
+        for p in procs:
+            sampler._count(p.pid, *sampler._process(p.pid, p.pid, {p.pid: "S"}))  # one look, in this thread
+        assert all(sampler.looked(p.pid) for p in procs)
+        for p in procs:
+            p.kill()
+            p.wait()
+            assert p.stdout is not None
+            p.stdout.close()
+        held.append(len(os.listdir("/proc/self/fd")))
+    sampler.stop()
+    assert held[-1] <= held[0], held  # the last epoch's workers' files only, not every epoch's

@@ -331,8 +331,14 @@ class ThreadSampler:
         self._thread: threading.Thread | None = None
 
     def watch(self, pids: Sequence[int]) -> None:
-        """The worker processes to look at (each counted as one producer)."""
+        """The worker processes to look at (each counted as one producer); the memory files of those no longer
+        watched are closed (workers that do not persist are new processes every epoch)."""
         self._pids = list(pids)
+        keep = {*self._pids, self._main}
+        for pid in [p for p in self._mem if p not in keep]:
+            mem = self._mem.pop(pid)
+            if mem is not None:
+                os.close(mem)
 
     def watch_main(
         self,
