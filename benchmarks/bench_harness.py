@@ -374,7 +374,7 @@ def check_synthetic(args: argparse.Namespace) -> dict[str, Any]:
         "io_wait": (
             synthetic.IOWaitDataset(delay=0.004),
             {"workers": [0, 1, 2, 4], "batch_size": 8},
-            lambda r: r.config.num_workers == 4 and r.bottleneck == "storage",
+            lambda r: r.config.num_workers == 4 and r.bottleneck == "sleep",
         ),
         "cpu_bound": (
             synthetic.CPUDataset(),

@@ -29,6 +29,21 @@ from fastdata.bench._synthetic import (
     SlowStartDataset,
 )
 from fastdata.core._proc import pss
+from fastdata.loading.observe import Stats
+from tests.user_workloads import (
+    cold_reads,
+    cold_reads_live,
+    decode_threads,
+    decode_threads_live,
+    gil_threads,
+    gil_threads_live,
+    http_items,
+    http_live,
+    locked,
+    locked_live,
+    sleeping,
+    sleeping_live,
+)
 
 QUICK = {"seconds": 1.0, "window": 0.25, "warmup": 0.25}  # what --quick measures
 FULL = {"seconds": 2.5, "window": 0.5, "warmup": 0.5}  # a fuller run (the CLI's default is 6 s)
@@ -198,13 +213,35 @@ def storage(folder: Path, timing: dict[str, Any], *, s3: Any = None, **_: Any) -
 
 @dataclass(frozen=True)
 class Case:
+    """A loader whose bottleneck is known.
+
+    Attributes:
+        name (str), expected (str): what it is, and the label it must get.
+        run: ``run(folder, timing, s3=...)``: the offline sweep's recommendation.
+        needs_s3 (bool): the case reads the local S3 server behind the fault proxy.
+        live: ``live(folder, timing)``: the same loader inside a training loop under the monitor, its report
+            over the run (None: the case is offline only); the label must be the same as offline.
+    """
+
     name: str
     expected: str
     run: Callable[..., fd.bench.Recommendation]
     needs_s3: bool = False
+    live: Callable[..., Stats] | None = None
 
+
+USERS = (
+    Case("plain dataset over a loopback HTTP server, 5 ms a request", "storage", http_items, live=http_live),
+    Case("plain dataset whose items sleep 5 ms", "sleep", sleeping, live=sleeping_live),
+    Case("plain dataset waiting on a lock another thread holds", "lock", locked, live=locked_live),
+    Case("GIL-bound Python in loader threads", "cpu", gil_threads, live=gil_threads_live),
+    Case("GIL-releasing JPEG decode in loader threads", "cpu", decode_threads, live=decode_threads_live),
+    Case("plain dataset reading with the page cache dropped", "storage", cold_reads, live=cold_reads_live),
+)
+"""Users' workloads (issue 22): plain torch datasets and real waits, each offline and live."""
 
 CASES = (
+    *USERS,
     Case("tar JPEG decode, 20 ms step", "cpu", cpu_decode),
     Case("video decode on a helper thread, 0 workers", "cpu", helper_thread),
     Case("shuffle window fills the first batch", "shuffle-fill", shuffle_fill),
@@ -217,4 +254,4 @@ CASES = (
     Case("S3 with 100 ms of latency (fault proxy)", "storage", storage, needs_s3=True),
 )
 
-__all__ = ["CASES", "FULL", "QUICK", "Case", "busy_core"]
+__all__ = ["CASES", "FULL", "QUICK", "USERS", "Case", "busy_core"]

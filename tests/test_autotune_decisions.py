@@ -268,9 +268,10 @@ def test_it_adds_a_worker_only_where_memory_allows() -> None:
 
 def test_one_change_per_interval_even_when_every_window_asks_for_one() -> None:
     options = AutoTune(interval=5.0, start=1)
-    # a loader that always seems to want more workers and always measures faster with them
+    # a loader that always seems to want more workers and always measures a little faster with them (never
+    # CLEAR faster: a trial won clearly lets the next step up come sooner, see the test below)
     _tuner, _, changes = simulate(
-        lambda s, t: 100.0 * (1 + s.workers),
+        lambda s, t: 100.0 * (1 + 0.2 * math.log2(1 + s.workers)),
         cores=64,
         options=options,
         windows=60,
@@ -438,3 +439,90 @@ def test_options_are_checked() -> None:
     with pytest.raises(ConfigError, match="recall"):
         AutoTune(recall=-1)
     assert math.isclose(AutoTune().margin, 0.05)
+
+
+def waiting_items(ceiling: float) -> dict[str, Callable[[Setting, float], object]]:
+    """A model of items that wait 5 ms each (a round trip, a sleep): each worker makes 200 a second and is busy
+    5% of the time; the main process takes at most ``ceiling`` a second."""
+    rate = lambda s, t: min(200.0 * s.workers, ceiling) if s.workers else 190.0  # noqa: E731
+    return {
+        "rate": rate,
+        "label": lambda s, t: "sleep",
+        "worker_busy": lambda s, t: 0.05,
+        "batch_s": lambda s, t: 8 / rate(s, t),
+        "data_s": lambda s, t: 0.04,  # 8 items of 5 ms, one process at a time: no workers would be slower
+    }
+
+
+def test_workers_that_wait_are_added_past_the_core_count_while_throughput_rises() -> None:
+    model = waiting_items(ceiling=3600.0)
+    tuner, _seen, changes = simulate(model.pop("rate"), cores=2, windows=20, **model)  # type: ignore[arg-type]
+    # busy 5% of the time: two ladder steps at a time, 2 -> 8 -> 16 (the most while they wait, on 2 cores)
+    assert [c.after.workers for c in changes] == [8, 16], [(c.t, str(c.after), c.reason) for c in changes]
+    assert tuner.current.workers == 16
+    # each a clear win: the climb does not wait the interval (2 s) between its steps
+    assert changes[1].t - changes[0].t < AutoTune().interval
+    assert "waits for data" in changes[0].reason and "sleep" in changes[0].reason
+
+
+def test_past_the_core_count_only_while_throughput_keeps_rising() -> None:
+    model = waiting_items(ceiling=1650.0)  # 16 workers no faster than 8 (the main process is the limit)
+    tuner, _seen, changes = simulate(model.pop("rate"), cores=2, windows=30, **model)  # type: ignore[arg-type]
+    assert [c.after.workers for c in changes][:3] == [8, 16, 8]  # tried, measured no faster, went back
+    assert tuner.current.workers == 8
+
+
+def test_workers_that_compute_never_pass_the_core_count() -> None:
+    # CPU-bound items on a machine where more processes than cores still measure faster (they take the CPU
+    # of other programs): never more workers than the 2 cores
+    tuner, _seen, changes = simulate(
+        lambda s, t: 1000.0 * (1 + s.workers),
+        cores=2,
+        windows=30,
+        label=lambda s, t: "cpu",
+        worker_busy=lambda s, t: 0.95,
+        data_s=lambda s, t: 0.03,
+        batch_s=lambda s, t: 0.01,
+    )
+    assert all(c.after.workers <= 2 for c in changes) and tuner.current.workers <= 2
+
+
+def test_past_the_core_count_memory_open_files_and_the_users_cap_bound_the_workers() -> None:
+    model = waiting_items(ceiling=10_000.0)
+    rate = model.pop("rate")
+    # memory for 4 workers (1 GiB each, 5.5 GiB available at none, a reserve of 0.33 GiB)
+    tuner, _, _ = simulate(
+        rate,  # type: ignore[arg-type]
+        cores=2,
+        memory_total=lambda s, t: 16 * GIB,
+        worker_bytes=lambda s, t: 1 * GIB,
+        memory_available=lambda s, t: (5.5 - s.workers) * GIB,
+        **model,
+    )
+    assert tuner.current.workers <= 5
+    # open files: 40 descriptors a worker against a limit of 256
+    tuner, _, changes = simulate(
+        rate,  # type: ignore[arg-type]
+        cores=2,
+        open_files=lambda s, t: 20 + 40 * s.workers,
+        open_files_limit=lambda s, t: 256,
+        **model,
+    )
+    assert tuner.current.workers <= 4 and any("open files" in c.reason or c.after.workers == 4 for c in changes)
+    # the user's cap
+    tuner, _, changes = simulate(rate, cores=2, options=AutoTune(max_workers=6), **model)  # type: ignore[arg-type]
+    assert all(c.after.workers <= 6 for c in changes) and tuner.current.workers == 6
+
+
+def test_past_the_core_count_a_noisy_window_does_not_send_waiting_workers_back_to_the_cores() -> None:
+    """16 workers that wait, on 2 cores: every fourth window reads otherwise (busy 60% each, as 16 processes
+    waiting for a core at each wake-up look; the main process the limit). It stays past the cores: never back
+    to the 2 cores' count, never to none, which cannot overlap the waits."""
+    model = waiting_items(ceiling=3600.0)
+    rate = model.pop("rate")
+    odd = lambda t: int(t) % 4 == 3  # noqa: E731
+    model["label"] = lambda s, t: "main-process" if odd(t) and s.workers > 8 else "sleep"
+    model["worker_busy"] = lambda s, t: 0.6 if odd(t) else 0.05
+    tuner, _seen, changes = simulate(rate, cores=2, windows=40, **model)  # type: ignore[arg-type]
+    assert all(c.after.workers >= 8 for c in changes), [(c.t, str(c.after), c.reason) for c in changes]
+    assert tuner.current.workers == 16

@@ -189,3 +189,46 @@ def test_a_module_factory_spec_benches_the_dataset_you_train_with(
     assert "num_workers were ignored" in out
     assert main(["bench", "my_training_data:nosuch"]) == 2
     assert "has no 'nosuch'" in capsys.readouterr().err
+
+
+FAILING_MODULE = """
+import torch
+from torch.utils.data import Dataset
+
+
+class Ragged(Dataset):
+    # images of two sizes: the default collate cannot stack them
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.zeros(3, 8 + i % 2, 8)
+
+
+def make():
+    return Ragged()
+"""
+
+
+def test_a_configuration_that_fails_is_said_once_in_one_line_and_nothing_is_recommended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every configuration fails (in the main process and in workers, whose tracebacks torch puts in the
+    error's message): one line per error below the table, the tracebacks in the JSON, no DataLoader(...)
+    to paste, exit 1 (issue 23: ~30-line tracebacks inside the table's cells, 'DataLoader(dataset, )')."""
+    (tmp_path / "ragged_data.py").write_text(FAILING_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["bench", "ragged_data:make", "--workers", "0,1", "--seconds", "0.5", "--json", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "Traceback" not in out and "DataLoader(dataset" not in out, out
+    failed = [line for line in out.splitlines() if "failed:" in line]
+    # each error once, in one line, with the configurations it stopped (workers stack into shared memory:
+    # their error is torch's own, named where it happened)
+    assert any(line.startswith("0w failed: RuntimeError: stack expects") for line in failed), out
+    assert any(line.startswith("1w pf2 failed: RuntimeError:") and "worker process 0" in line for line in failed)
+    assert len(failed) == 2
+    assert "Nothing is recommended" in out
+    points = json.loads((tmp_path / "r.json").read_text())["result"]["points"]
+    assert all(p["error"] and "\n" not in p["error"] for p in points)
+    assert all("Traceback (most recent call last)" in p["traceback"] for p in points)

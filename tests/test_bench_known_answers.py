@@ -1,5 +1,8 @@
 """The known-answer suite: one real loader per label (tests/known_answers.py), each labelled right
-while another program keeps one core busy, and the same label from a --quick and a fuller measurement.
+while another program keeps one core busy, and the same label from a --quick and a fuller measurement; and
+users' workloads (tests/user_workloads.py: plain torch datasets waiting on a loopback HTTP server, sleeps, a
+lock, the disk; Python and JPEG decoding in loader threads), each also live, under the monitor inside a
+training loop, which must give the same label as the offline sweep.
 
 Real DataLoaders, real worker processes, real page-cached JPEG decode from tar, real video decode on the
 watchdog's helper thread, the local S3 server behind the fault proxy. The assertions are the labels and
@@ -18,7 +21,9 @@ from tests.known_answers import CASES, FULL, QUICK, Case, busy_core
 
 # what each label's evidence must say: the measurement that decided it
 EVIDENCE: dict[str, str | tuple[str, ...]] = {
-    "cpu": ("computes", "cores busy"),
+    "cpu": ("busy", "uses"),
+    "sleep": "sleeping",
+    "lock": "waiting on a lock",
     "shuffle-fill": "a shuffle buffer",
     "fork": "copies the page tables",
     "worker-init": "set-up before its first sample",
@@ -26,7 +31,7 @@ EVIDENCE: dict[str, str | tuple[str, ...]] = {
     "ipc": "costs more than making them",
     "step": "waits for data",
     "memory": "(PSS)",
-    "storage": "it waits for bytes",
+    "storage": ("waiting on the network", "waiting on the disk", "it waits for bytes"),
 }
 
 
@@ -61,6 +66,16 @@ def test_each_label_is_right_under_one_busy_core(case: Case, timing: dict[str, A
     if case.name.startswith("video"):
         # the decoding is seen on the helper thread, not lost with the main thread's idleness
         assert "'fastdata-decode'" in rec.diagnosis[0], rec.text()
+    if case.live is not None:
+        # the same loader inside a training loop, under the monitor: the same label
+        with busy_core():
+            report = case.live(data, timing)
+        assert report.label == case.expected, (report.label, report.evidence, rec.text())
+        assert any(w in " ".join(report.evidence) for w in words), report.evidence
+    if case.name.startswith("plain dataset over a loopback HTTP"):
+        assert "waiting on the network" in rec.diagnosis[0] and "(poll" in rec.diagnosis[0], rec.text()
+    if case.name.startswith("plain dataset reading with the page cache"):
+        assert "waiting on the disk" in rec.diagnosis[0], rec.text()
     if case.expected == "shuffle-fill":
         # measured with persistent workers: the advice is a smaller window, not persistent workers
         assert rec.kwargs["persistent_workers"] is True

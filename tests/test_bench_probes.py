@@ -250,16 +250,64 @@ def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill() -> None:
     assert split.fill > 10 * split.produce
 
 
-def test_the_d_state_sampler_looks_at_our_threads() -> None:
-    from fastdata.core._proc import DStateSampler
+# programs that each wait on one thing, as a producer would: what the looks must call them
+# (each says "ready" when it begins, so that the looks start after the interpreter's start-up)
+WAITERS = {
+    "network": "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+    "c = socket.create_connection(s.getsockname()); c.settimeout(60); print('ready', flush=True); c.recv(10)",
+    "sleep": "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.005)",
+    "lock": "import threading, time\nlock = threading.Lock()\n"
+    "def hold():\n    while True:\n        with lock: time.sleep(0.05)\n"
+    "threading.Thread(target=hold, daemon=True).start()\nprint('ready', flush=True)\nwhile True:\n"
+    "    with lock: pass",
+    "idle": "import multiprocessing as mp\nq = mp.Queue()\nprint('ready', flush=True)\nq.get(timeout=60)",
+    "computing": "print('ready', flush=True)\nwhile True: pass",
+}
 
-    sampler = DStateSampler([os.getpid()], interval=0.01).start()
-    deadline = time.perf_counter() + 5
-    while sampler.counts()[0] < 5 and time.perf_counter() < deadline:
-        time.sleep(0.01)  # waiting for the sampler's looks, bounded
-    sampler.stop()
-    looks, blocked = sampler.counts()
-    assert looks >= 5 and 0 <= blocked <= looks
+
+def test_the_thread_sampler_tells_what_each_process_waits_on() -> None:
+    """Real processes, each waiting on one thing: a socket (Python's timeout polls before it receives), sleeps,
+    a lock another thread holds while it sleeps, a pipe (a DataLoader worker waiting for work: not the
+    network, though it polls too), and a busy loop. The looks name each one's kind."""
+    import subprocess
+    import sys
+
+    from fastdata.core._proc import ThreadSampler
+    from fastdata.core._waits import split
+
+    procs = {
+        kind: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for kind, code in WAITERS.items()
+    }
+    sampler = ThreadSampler(interval=0.01)
+    try:
+        for p in procs.values():
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+        sampler.watch([p.pid for p in procs.values()])
+        sampler.start()
+        deadline = time.perf_counter() + 30
+        ready = False
+        while not ready and time.perf_counter() < deadline:
+            time.sleep(0.05)  # waiting for the sampler's looks, bounded
+            ready = all(sum(sampler.looked(p.pid).values()) >= 40 for p in procs.values())
+        sampler.stop()
+        for kind, p in procs.items():
+            looks = sampler.looked(p.pid)
+            # a look may find the sleeper between two sleeps: most, not all, must be the kind
+            counted: dict[str, int] = {}
+            for key, n in looks.items():
+                counted[split(key)[0]] = counted.get(split(key)[0], 0) + n
+            assert counted.get(kind, 0) >= 0.6 * sum(counted.values()), (kind, looks)
+        assert any(
+            k.startswith("network/") and k.split("/")[1] in ("poll", "recvfrom")
+            for k in sampler.looked(procs["network"].pid)
+        )
+        looks, blocked = sampler.counts()
+        assert looks >= 40 and 0 <= blocked <= looks
+    finally:
+        sampler.stop()
+        for p in procs.values():
+            p.kill()
+            p.wait()
 
 
 def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings() -> None:
@@ -287,3 +335,32 @@ def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings()
     made = point.samples_per_s * point.measured_s
     assert sum(point.window.worker_cores) * point.measured_s > 0.7 * made * per_item
     assert sum(point.window.switches) > 0
+
+
+def test_the_thread_sampler_closes_what_it_opened_for_workers_gone() -> None:
+    """Workers that do not persist are new processes each epoch: the memory files opened to read their polls
+    are closed when they leave, so a long run does not run out of descriptors."""
+    import subprocess
+    import sys
+
+    from fastdata.core._proc import ThreadSampler
+
+    code = "import socket\ns, peer = socket.socketpair()\ns.settimeout(60)\nprint('ready', flush=True)\ns.recv(1)"
+    sampler = ThreadSampler(interval=0.01)
+    held = []
+    for _ in range(4):  # four "epochs" of two workers each
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(2)]
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+        sampler.watch([p.pid for p in procs])
+        for p in procs:
+            sampler._count(p.pid, *sampler._process(p.pid, p.pid, {p.pid: "S"}))  # one look, in this thread
+        assert all(sampler.looked(p.pid) for p in procs)
+        for p in procs:
+            p.kill()
+            p.wait()
+            assert p.stdout is not None
+            p.stdout.close()
+        held.append(len(os.listdir("/proc/self/fd")))
+    sampler.stop()
+    assert held[-1] <= held[0], held  # the last epoch's workers' files only, not every epoch's

@@ -58,12 +58,18 @@ def test_the_table_stars_the_recommendation_and_shows_the_diagnosis() -> None:
     assert len(starred) == 1 and "2w pf2" in starred[0] and "340" in starred[0]
 
 
-def test_a_failed_point_shows_its_error() -> None:
+def test_a_failed_point_shows_its_error_once_in_one_line_below_the_table() -> None:
     result = a_result()
-    result.points.append(fd.bench.Point(fd.bench.Config(8, 2), error="RuntimeError: worker killed"))
+    for w in (8, 16):
+        result.points.append(
+            fd.bench.Point(fd.bench.Config(w, 2), error="RuntimeError: boom", traceback="Traceback ...\n")
+        )
     console = Console(record=True, width=220)
     report.print_report(result, fd.bench.recommend(result), console)
-    assert "failed: RuntimeError: worker killed" in console.export_text()
+    text = console.export_text()
+    assert text.count("RuntimeError: boom") == 1  # once, naming both configurations
+    assert "8w pf2, 16w pf2 failed: RuntimeError: boom" in text
+    assert "tracebacks are in the JSON" in text and "Traceback" not in text
 
 
 def test_the_plot_is_a_png(tmp_path: Path) -> None:

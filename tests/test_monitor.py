@@ -188,6 +188,10 @@ def test_changes_of_auto_are_logged_with_their_reason_and_reported(
     assert len(logged) == 2 and all("scripted" in m for m in logged)
     reported = [c for r in reports for c in r.changes]
     assert [(c["to"]["workers"], c["reason"]) for c in reported] == [(0, "scripted"), (1, "scripted")]
+    # where the training was, not a clock alone: each change names its epoch and batch, and so does its report
+    assert all(c["epoch"] == 0 and c["batch"] > 0 for c in reported)
+    assert all(r.epoch == 0 and r.position > 0 for r in reports)
+    assert any("num_workers='auto' moved" in a for r in reports for a in r.advice)  # the report says it
     assert all(r.auto for r in reports)
     assert "auto" in repr(loader)
 
@@ -249,3 +253,24 @@ def test_under_the_monitor_the_slots_still_stack_batches_straight_into_the_slot(
     assert loader._session is not None
     assert loader._session.probe.table.totals()["collate"][1] == 80
     loader.close()
+
+
+def test_a_report_file_that_cannot_be_written_is_refused_or_warned_and_training_goes_on(
+    shards: list[str], tmp_path: Path
+) -> None:
+    from fastdata.loading.observe._report import MonitorWriteWarning
+
+    # a folder, or a path under a file: refused when the loader is made, not at the first report
+    with pytest.raises(ConfigError, match="is a folder"):
+        tar_loader(shards, monitor=tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        tar_loader(shards, monitor=blocker / "loader.jsonl")
+    # a file whose writes fail (a full disk): one warning, the epoch is read to its end
+    loader = tar_loader(shards, num_workers=0, monitor=Monitor(to="/dev/full", seconds=None, every=2))
+    with pytest.warns(MonitorWriteWarning, match="/dev/full") as caught:
+        batches = run(loader, 1)
+    loader.close()
+    assert batches == 20
+    assert len([w for w in caught if issubclass(w.category, MonitorWriteWarning)]) == 1

@@ -85,3 +85,37 @@ def test_stats_covers_what_was_seen_up_to_the_call(tmp_path: Path) -> None:
     assert seen == [(0, 8, 8), (1, 8, 8), (2, 8, 8)]
     whole = loader.stats(since="start")
     assert whole is not None and whole.batches == 24
+
+
+def test_the_simulated_step_is_not_the_main_process_being_busy() -> None:
+    """A 25 ms step per batch and a loader that keeps up: next() returns at once, mostly computing (receiving
+    the batch). The main process used 0.04 cores for the loader: it is 'busy' 4% of the time, not 90%, and the
+    step, not the main process or the CPU, is the limit (issue 22)."""
+    batches = 100
+    w = Window(seconds=2.8, loop_s=2.8, batches=batches, samples=batches * 8, wait_s=0.15, wait_cpu_s=0.11)
+    w.step_s = 2.65  # 25 ms after each batch, slept
+    w.loop_cpu_s = 0.12
+    w.main = Process(cpu_s=0.13, pid=1, threads=2)
+    w.workers = [Process(cpu_s=0.2, pid=2, looks={"idle/poll": 60, "computing/": 20})] * 2
+    assert w.main_busy == pytest.approx(0.11 / 2.8, rel=0.05) and w.main_busy < 0.05
+    verdict = classify(evidence(w, Context(cores=2)))
+    assert verdict.label == "step", verdict
+    assert "waits for data" in verdict.evidence[0] and "rebuilding the batches it receives" in verdict.evidence[0]
+
+
+def test_core_counts_are_never_more_than_the_machine_has_in_thread_mode() -> None:
+    """Eight loader threads on 2 cores: 1.84 cores of CPU, and 9.4 thread-seconds a second of run-queue wait
+    summed over the threads. The report says cores used (at most 2), never '11.29 cores busy' (issue 22)."""
+    w = Window(seconds=1.0, loop_s=1.0, batches=50, samples=400, wait_s=0.9, wait_cpu_s=0.05, loop_cpu_s=0.05)
+    w.main = Process(cpu_s=1.84, runq_s=9.4, pid=1, threads=10, by_thread={"fastdata-loader-0": 0.23})
+    w.main.looks = {"computing/": 30, "lock/futex": 50}
+    ev = evidence(w, Context(cores=2, threads=8))
+    assert ev.main_process_busy <= 2 and ev.demand <= 2
+    verdict = classify(ev)
+    text = " ".join(verdict.evidence)
+    assert verdict.label == "cpu" and "uses 1.84 of the 2 cores" in text, text
+    import re
+
+    assert all(float(x) <= 2 for x in re.findall(r"(\d+\.\d+) cores", text)), text
+    report = Stats(0.0, 0, 50, w, 0, None, False, loader_threads=8, usable_cores=2)
+    assert all(p.cores <= 2 and p.busy <= 2 for p in report.processes)

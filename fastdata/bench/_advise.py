@@ -71,8 +71,10 @@ class Recommendation:
     def code(self) -> str:
         """``DataLoader(dataset, ...)`` with the recommended keyword arguments, or ``fd.Loader(dataset,
         ...)`` where only the Loader runs the recommended mode (threads, the hybrid, the slot transport)."""
+        if self.config is None:
+            return ""  # nothing ran: nothing to paste
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        if self.config is not None and self.config.uses_loader():
+        if self.config.uses_loader():
             return f"fd.Loader(dataset, {args})"  # the Loader batches a dataset that batches itself as is
         if "batch_size" in self.kwargs and self.kwargs["batch_size"] is None:
             args += ", collate_fn=fd.as_is"  # the dataset yields whole batches: nothing to convert
@@ -85,7 +87,7 @@ class Recommendation:
 
     def text(self) -> str:
         """The recommendation and the diagnosis as a paragraph of plain text."""
-        lines = [self.code()]
+        lines = [self.code()] if self.config is not None else []
         if self.point is not None and self.best is not None:
             best = self.best
             lines.append(
@@ -243,7 +245,8 @@ def recommend(
     best = result.best()
     if rec is None or best is None:
         errors = sorted({p.error or "no throughput" for p in result.points})
-        return Recommendation(None, {}, None, None, "unknown", ["Every configuration failed: " + "; ".join(errors)])
+        text = "Every configuration failed, so nothing is recommended: " + "; ".join(errors)
+        return Recommendation(None, {}, None, None, "unknown", [text])
     fair_best = max(fair_points(result), key=lambda p: p.samples_per_s)
     found = diagnose(result, rec, fair_best, stall_target=stall_target)
     sentences = found.sentences()

@@ -159,7 +159,17 @@ def register(sub: Any) -> None:
         type=float,
         default=0.0,
         metavar="MS",
-        help="the training step to simulate after each batch, in ms (default 0: the loader's top speed)",
+        help="the training step to simulate after each batch, in ms: a wait, as a step the GPU runs "
+        "(default 0: the loader's top speed)",
+    )
+    p.add_argument(
+        "--step-cpu-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="CPU work in the simulated step, in ms, on the training process's torch threads: for training on "
+        "the CPU (or heavy host-side work in the step), which takes cores from the workers; before --step-ms's "
+        "wait (default 0)",
     )
     p.add_argument(
         "--seconds",

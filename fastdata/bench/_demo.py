@@ -39,6 +39,7 @@ def run_demo(args: argparse.Namespace) -> int:
     import fastdata.bench as fb
     from fastdata.bench import _report as report
     from fastdata.bench import backends
+    from fastdata.bench._loop import one_line
     from fastdata.bench._options import grid_size, progress_bar, sweep_args
     from fastdata.loading._loader import as_is
 
@@ -103,7 +104,7 @@ def run_demo(args: argparse.Namespace) -> int:
                     rows.append((b.name, None, None, f"skipped: {e}"))
                 except Exception as e:  # noqa: BLE001 - one backend's failure (a server that will not start,
                     # a library error of any kind) must not hide the others' results; it is shown in the table
-                    rows.append((b.name, None, None, f"failed: {type(e).__name__}: {e}"))
+                    rows.append((b.name, None, None, f"failed: {one_line(e)}"))
                 done = base + 1 + n
                 bar.update(task, completed=done)
     finally:
@@ -119,6 +120,8 @@ def run_demo(args: argparse.Namespace) -> int:
             out.print(f"[bold]{name}[/bold]: {advice.code()}")
             if advice.diagnosis:
                 out.print("  " + advice.diagnosis[0], highlight=False)
+        elif advice is not None and advice.diagnosis:  # every configuration failed: said once, in one line
+            out.print(f"[bold]{name}[/bold]: {escape(advice.diagnosis[0])}", highlight=False)
         elif note:
             out.print(f"[bold]{name}[/bold]: {escape(note)}", highlight=False)
     out.print(

@@ -20,6 +20,7 @@ Beside the label: the rule-of-thumb checks users know (:func:`checks`) and the e
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from fastdata.bench._result import Point, SweepResult
@@ -29,10 +30,12 @@ from fastdata.loading.observe._diagnosis import (
     CORES_SATURATED,
     MAIN_BUSY,
     MEMORY_NEAR,
+    WAITING_LABELS,
     Label,
     Verdict,
     agree,
     storage_signs,
+    waiting,
 )
 from fastdata.loading.observe._diagnosis import classify as classify_evidence
 from fastdata.loading.observe._evidence import Context, Evidence
@@ -48,6 +51,9 @@ WORKER_COMPUTING = COMPUTING
 
 HEADLINE: dict[str, str] = {
     "storage": "Storage-bound",
+    "lock": "Waiting on a lock",
+    "sleep": "Sleep-bound (the dataset sleeps)",
+    "wait": "Waiting (off the CPU)",
     "cpu": "CPU-bound",  # the evidence says where: "most of it in decode" (or fetch, transform ...)
     "main-process": "Main-process-bound",
     "ipc": "Transfer-bound",
@@ -139,9 +145,11 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+DIED = re.compile(r"\b(killed|memory|oom|signal)\b")  # whole words: "boom" is no OOM
+
+
 def _died(result: SweepResult) -> list[Point]:
-    words = ("killed", "memory", "oom", "signal")
-    return [p for p in result.points if p.error and any(w in p.error.lower() for w in words)]
+    return [p for p in result.points if p.error and DIED.search(p.error.lower())]
 
 
 def _heavy(result: SweepResult) -> Point | None:
@@ -239,17 +247,16 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
         return Diagnosis("memory", ev, ["fewer workers or a smaller prefetch_factor"], notes, heavy)
     if result.step_time and rec.stall is not None and rec.stall < stall_target:
         v = verdict(rec, result, stall_target)
-        step = result.settings.get("step_time")
-        step_text = f"a step of {float(step) * 1000:.0f} ms" if isinstance(step, (int, float)) else "the step"
         text = (
             f"with {rec.config.describe()} the training loop waits for data {rec.stall:.1%} of the "
-            f"time with {step_text}"
+            f"time with {step_words(result.settings)}"
         )
         return Diagnosis("step", [text], ["a faster loader would not train faster"], notes, rec)
     with_workers = [p for p in result.ok_points() if p.config.processes]  # batches sent between processes
     if rec.config.num_workers == 0 and with_workers and not result.step_time:
         top = max(with_workers, key=lambda p: p.samples_per_s)
-        waits = storage_signs(evidence(rec, result))  # a slow store: the verdict is storage, not transfer
+        seen = evidence(rec, result)
+        waits = storage_signs(seen) or waiting(seen)  # a slow store: the verdict is storage, not transfer
         # and with workers, receiving must be seen to cost: the main process busy, or rebuilding batches
         # (a decode-heavy loader that measured fastest with no workers on a crowded machine is not "ipc")
         moving = top.window.main_busy >= TRANSFER_BUSY or _receiving(top) + top.window.pinning >= TRANSFER_BUSY / 2
@@ -281,7 +288,9 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
     extra = []
     same_mode = [p for p in result.ok_points() if p.config.mode == best.config.mode and p.config.num_workers]
     largest = max(p.config.num_workers for p in same_mode or [best])
-    room = v.label == "storage" or (v.label == "cpu" and not cores_saturated(best, result.usable_cores))
+    cores = result.usable_cores
+    computing_room = best.config.processes < cores and not cores_saturated(best, cores)
+    room = v.label in WAITING_LABELS or (v.label == "cpu" and computing_room)
     if best.config.mode == "threads" and v.label == "cpu":
         room = False  # threads that compute share one interpreter: more of them is no measured promise
     if room and best.config.num_workers == largest and largest:
@@ -303,6 +312,9 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
                 f"{others:.1f} of the {result.usable_cores} cores; on an idle machine more workers may help"
             ]
     growth = _growth(result, best)
+    if v.label == "step":
+        # one story: the step sets the pace, so no note that the training will wait for data
+        notes = [n for n in notes if not n.startswith("No configuration keeps the stall")]
     return Diagnosis(v.label, v.evidence + ([growth] if growth else []), todo + extra, notes, best)
 
 
@@ -341,9 +353,23 @@ def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) ->
         if stalls and min(stalls) >= stall_target:
             out.append(
                 f"No configuration keeps the stall under {stall_target:.0%} (best {min(stalls):.0%}): "
-                "the GPU will wait for data; the recommendation is the fastest loader."
+                f"the {'training loop' if result.settings.get('step_cpu') else 'GPU'} will wait for data; the "
+                "recommendation is the fastest loader."
             )
     return out
+
+
+def step_words(settings: dict[str, object]) -> str:
+    """The simulated step in words: "a 20 ms wait (a GPU step)", "30 ms of CPU work", or both."""
+    wait, cpu = settings.get("step_time"), float(settings.get("step_cpu") or 0.0)  # type: ignore[arg-type]
+    parts = []
+    if cpu:
+        parts.append(f"{cpu * 1000:.0f} ms of CPU work")
+    if isinstance(wait, (int, float)) and wait:
+        parts.append(f"a {float(wait) * 1000:.0f} ms wait" + ("" if cpu else " (a GPU step)"))
+    elif wait:
+        parts.append(f"the step function {wait}")
+    return "a step of " + " then ".join(parts) if parts else "no step"
 
 
 @dataclass
@@ -441,6 +467,7 @@ __all__ = [
     "memory_budget",
     "oversubscribed",
     "startup_share",
+    "step_words",
     "verdict",
 ]
 

@@ -20,6 +20,7 @@ import functools
 import gc
 import statistics
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -206,7 +207,7 @@ class _Run:
         self.config, self.timing, self.probes = config, timing, probes
         self.step_fn = step if callable(step) else None
         self.step_s = 0.0 if callable(step) else float(step)
-        self.probe = Probe(config.num_workers + 1)
+        self.probe = Probe(config.num_workers + 1, loader_threads=config.mode == "threads")
         self.counter = self.probe.counter
         table = self.probe.table if probes else None
         self.loader = make_loader(ds, config, table=table, **loader_args)
@@ -269,10 +270,14 @@ class _Run:
         asked = counter.clocks()
         counter.resume(asked)
         while True:
-            item = feed.next()
+            counter.inside = True
+            try:
+                item = feed.next()
+            finally:
+                counter.inside = False
             got = counter.clocks()
             if feed.restarted:
-                asked = (self._start.seconds + self.probe.t0, asked[1])  # the wait began as the epoch ran out
+                asked = (self._start.seconds + self.probe.t0, *asked[1:])  # the wait began as the epoch ran out
                 if self.config.processes and not self.config.persistent_workers:
                     self.probe.watch(feed.worker_pids())
             if self.probes:
@@ -385,12 +390,30 @@ def measure(
             run.measure(span)
             return run.finish(startup, cores)
     except Exception as e:  # noqa: BLE001 - one failing configuration (OOM, crash) must not end the sweep
-        return Point(config, usable_cores=cores, error=f"{type(e).__name__}: {e}")
+        return Point(config, usable_cores=cores, error=one_line(e), traceback=traceback.format_exc())
     finally:
         if run is not None:
             run.close()
         del run
         gc.collect()
+
+
+ONE_LINE = 240  # characters of an error the report prints; the JSON's traceback holds the rest
+
+
+def one_line(e: BaseException) -> str:
+    """An error in one line: ``Type: message``. A DataLoader worker's error (torch re-raises it in the main
+    process with the worker's whole traceback in its message) is the worker's own exception line, and where
+    it happened."""
+    text = str(e)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "Original Traceback" in text and lines:
+        where = lines[0].rstrip(".").replace("Caught ", "").split(" in ", 1)
+        place = f" (in {where[1]})" if len(where) == 2 else ""
+        out = lines[-1] + place
+    else:
+        out = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return out if len(out) <= ONE_LINE else out[: ONE_LINE - 3] + "..."
 
 
 def _split_dict(splits: list[StartSplit]) -> dict[str, float]:
@@ -408,4 +431,4 @@ def _settled(windows: list[Window], timing: Timing, span: float) -> bool:
     return mid > 0 and (max(rates) - min(rates)) / mid <= timing.max_spread
 
 
-__all__ = ["Timing", "make_loader", "measure"]
+__all__ = ["Timing", "make_loader", "measure", "one_line"]

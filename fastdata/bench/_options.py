@@ -19,6 +19,9 @@ def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> 
     """Keyword arguments of :func:`fastdata.bench.sweep` from the command line."""
     if args.step_ms < 0:
         raise ConfigError(f"--step-ms {args.step_ms} must be >= 0")
+    step_cpu_ms = getattr(args, "step_cpu_ms", 0.0) or 0.0
+    if step_cpu_ms < 0:
+        raise ConfigError(f"--step-cpu-ms {step_cpu_ms} must be >= 0")
     if args.rounds < 1:
         raise ConfigError(f"--rounds {args.rounds} must be >= 1")
     if getattr(args, "threads_per_worker", 2) < 1:
@@ -35,6 +38,7 @@ def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> 
         # without --persistent: measured where starting the workers costs an epoch's 5% (see sweep())
         "persistent_workers": [False, True] if args.persistent else None,
         "step_time": args.step_ms / 1000.0,
+        "step_cpu": step_cpu_ms / 1000.0,
         "seconds": args.seconds or seconds,
         "rounds": args.rounds,
         "main_threads": args.main_threads,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastdata.bench._advise import Recommendation
-from fastdata.bench._diagnose import label
+from fastdata.bench._diagnose import label, step_words
 from fastdata.bench._result import Point, SweepResult
 from fastdata.core.stages import STAGES
 
@@ -69,7 +69,7 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
                 "",
                 "",
                 "",
-                f"[red]failed: {p.error}[/red]",
+                "[red]failed (below)[/red]",
             )
             continue
         stages = "/".join(_ms(p.stage_ms.get(s)) for s in STAGES)
@@ -124,6 +124,7 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
         "busiest threads (cores)",
     ):
         table.add_column(name, justify="left" if name in ("config", "process", "busiest threads (cores)") else "right")
+    cores = float(result.usable_cores)
     for p in points:
         if not p.ok:
             continue
@@ -135,8 +136,8 @@ def process_table(result: SweepResult, points: Sequence[Point]) -> Table:
         table.add_row(
             p.config.label(),
             "main",
-            f"{w.main_cores:.2f}",
-            f"{w.main_process_busy:.0%}",
+            f"{min(w.main_cores, cores):.2f}",
+            f"{min(w.main_process_busy, cores):.0%}",  # threads summed: never more cores than there are
             str(w.main.threads),
             f"{voluntary:,.0f}",
             f"{involuntary:,.0f}",
@@ -221,7 +222,7 @@ def print_report(
         + (f" ({phys} physical)" if phys and phys != machine.get("usable_cores") else "")
         + f", batch_size={result.settings.get('batch_size')}, start method "
         f"{result.settings.get('multiprocessing_context') or '?'}, "
-        f"step {result.settings.get('step_time') or 0} s, {result.settings.get('seconds')} s per point, "
+        f"{step_words(result.settings)}, {result.settings.get('seconds')} s per point, "
         f"modes {'+'.join(result.settings.get('modes') or ['processes'])}, "
         f"transport {'+'.join(result.settings.get('transport') or ['stock'])}"
     )
@@ -230,6 +231,13 @@ def print_report(
     console = _console_for(console, width)
     plain = not console.is_terminal and console.width >= width and console.no_color
     console.print(table)
+    failures = failure_lines(result)
+    if rec.config is None:
+        for line in [*failures, "Nothing is recommended: no configuration could be measured."]:
+            console.print(line, markup=False, highlight=False)
+        return
+    for line in failures:
+        console.print(line, markup=False, highlight=False)
     shown = [p for p in ([rec.point] if rec.best is rec.point else [rec.point, rec.best]) if p is not None]
     if shown:
         console.print(process_table(result, shown))
@@ -265,6 +273,24 @@ def print_report(
     for text, style in lines:
         body.append(text + "\n", style=style)
     console.print(Panel(body, title="recommendation", title_align="left"))
+
+
+def failure_lines(result: SweepResult) -> list[str]:
+    """Each error of the sweep once, in one line, with the configurations it stopped ("0w, 1w pf2 failed:
+    ..."); their tracebacks are in the JSON (each point's ``traceback``)."""
+    by_error: dict[str, list[str]] = {}
+    for p in result.points:
+        if not p.ok:
+            by_error.setdefault(p.error or "no throughput", []).append(p.config.label())
+    if not by_error:
+        return []
+    every = sum(len(v) for v in by_error.values()) == len(result.points)
+    out = []
+    for error, configs in by_error.items():
+        who = "every configuration" if every and len(by_error) == 1 else ", ".join(configs)
+        out.append(f"{who} failed: {error}")
+    traced = any(p.traceback for p in result.points)
+    return [*out, "(the tracebacks are in the JSON: --json FILE, each point's 'traceback')"] if traced else out
 
 
 def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation | None, str]]) -> Table:
@@ -415,6 +441,7 @@ def write_plot(
 
 
 __all__ = [
+    "failure_lines",
     "point_table",
     "print_report",
     "process_table",

@@ -313,7 +313,8 @@ class Point:
         CPU used, it does not fall when other programs take the cores."""
         w = self.window
         if self.config.mode == "threads":
-            return w.main_process_busy
+            # threads waiting for a core (or the GIL) want no more cores than there are
+            return min(w.main_process_busy, float(self.usable_cores))
         return sum(w.worker_busy) + w.main_busy
 
 
@@ -337,7 +338,11 @@ class SweepResult:
 
     @property
     def step_time(self) -> float:
-        return float(self.settings.get("step_time") or 0.0)
+        """Seconds of the simulated training step: its wait and its CPU work (0 for a step function, whose
+        time is not known ahead)."""
+        wait = self.settings.get("step_time") or 0.0
+        wait = float(wait) if isinstance(wait, (int, float)) else 0.0
+        return wait + float(self.settings.get("step_cpu") or 0.0)
 
     @property
     def usable_cores(self) -> int:

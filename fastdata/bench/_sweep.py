@@ -21,9 +21,12 @@ from fastdata.bench._diagnose import label
 from fastdata.bench._environment import describe, start_method
 from fastdata.bench._loop import StepFn, Timing, measure
 from fastdata.bench._result import MODES, Config, Mode, Point, SweepResult
+from fastdata.bench._step import CPUStep
+from fastdata.bench._wider import wider
 from fastdata.core._machine import usable_cores
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.loading._builder import Transport
+from fastdata.loading._protocol import Dataset as FastdataDataset
 
 Progress = Callable[[int, int, Point], object]
 
@@ -125,6 +128,7 @@ def sweep(
     pin_memory: Sequence[bool] | None = None,
     persistent_workers: Sequence[bool] | None = None,
     step_time: float | StepFn = 0.0,
+    step_cpu: float = 0.0,
     seconds: float = 6.0,
     window: float = 1.0,
     warmup: float = 1.0,
@@ -147,7 +151,9 @@ def sweep(
         dataset_or_factory: a dataset (map-style or iterable), or a function that builds one; a
             function is called afresh for every point, so no point inherits another's caches.
         workers (list[int] | None): worker counts. Defaults to 0, 1, 2, 4 ... up to the usable cores
-            (CPU affinity and cgroup quota respected; see :func:`fastdata.core._machine.usable_cores`).
+            (CPU affinity and cgroup quota respected; see :func:`fastdata.core._machine.usable_cores`), and,
+            where the workers wait off the CPU and throughput still rises at the largest, twice as many, and
+            so on (up to 16, or twice the cores; :mod:`fastdata.bench._wider`; ``settings["widened"]``).
         modes (list["processes" | "threads" | "hybrid"]): who reads the batches: DataLoader worker
             processes (``workers``), threads of this process (``threads``; ``fd.Loader(...,
             workers="threads")``), or ``workers`` processes of ``threads_per_worker`` threads each (the
@@ -167,9 +173,13 @@ def sweep(
         persistent_workers (list[bool] | None): Defaults to None: (False,), and where starting the workers
             costs 5% of an epoch or more at the recommended or the best point, that point again with
             ``persistent_workers=True`` (so that it is recommended only if measured faster).
-        step_time (float | Callable): the training step after each batch: seconds to wait (simulating
-            the model), or a function called with the batch. Defaults to 0 (no step: the loader's
-            maximum throughput).
+        step_time (float | Callable): the training step after each batch: seconds to wait (a step the GPU
+            runs: the training process sleeps, its cores free for the loader), or a function called with the
+            batch. Defaults to 0 (no step: the loader's maximum throughput).
+        step_cpu (float): seconds of CPU work in the training step (a model trained on the CPU, host-side
+            augmentation: torch operators on the training process's threads, taking cores from the workers
+            as a real CPU step does; see :class:`fastdata.bench._step.CPUStep`), before the wait of
+            ``step_time``. Defaults to 0.
         seconds (float): most seconds of steady state measured per point. Defaults to 6.
         window (float): seconds per measurement window. Defaults to 1.
         warmup (float): seconds discarded after the first batch. Defaults to 1.
@@ -198,6 +208,7 @@ def sweep(
     check_positive("rounds", rounds)
     timing = Timing(seconds, window, warmup, min_windows, max_spread)
     cores = usable_cores()
+    workers_default = workers is None
     workers = list(workers) if workers is not None else default_workers(cores)
     if pin_memory is None:
         pin_memory = (False, True) if torch.cuda.is_available() else (False,)
@@ -218,6 +229,12 @@ def sweep(
     step_desc: Any = step_time if not callable(step_time) else _name(step_time)
     if not callable(step_time):
         check_positive("step_time", step_time, allow_zero=True)
+    check_positive("step_cpu", step_cpu, allow_zero=True)
+    if step_cpu and callable(step_time):
+        raise ConfigError("step_cpu= simulates the step's CPU work: with a step function of your own, leave it at 0")
+    step: float | StepFn = step_time
+    if step_cpu and not callable(step_time):
+        step = CPUStep(step_cpu, wait=step_time)  # calibrated once, before any worker starts
     settings = {
         "workers": workers,
         "modes": list(modes),
@@ -229,6 +246,7 @@ def sweep(
         "pin_memory": list(pin_memory),
         "persistent_workers": "auto" if auto_persistent else list(persistent_workers),
         "step_time": step_desc,
+        "step_cpu": step_cpu,
         "seconds": seconds,
         "window": window,
         "warmup": warmup,
@@ -250,11 +268,13 @@ def sweep(
     per_config: dict[Config, list[Point]] = {c: [] for c in configs}
     total, done = len(configs) * rounds, 0
     description, epoch_samples = "", None
+    threads_read = False  # a fastdata dataset: fd.Loader(workers="threads") can read it
 
     def run(config: Config) -> None:
-        nonlocal done, description, epoch_samples
+        nonlocal done, description, epoch_samples, threads_read
         ds, owned = _dataset(dataset_or_factory)
         description = description or dataset_name(ds)
+        threads_read = threads_read or isinstance(ds, FastdataDataset)
         try:
             # a dataset that batches itself has a length in batches, not samples
             epoch_samples = epoch_samples or (_length(ds) if batch_size is not None else None)
@@ -264,7 +284,7 @@ def sweep(
                 ds,
                 config,
                 timing=timing,
-                step=step_time,
+                step=step,
                 shuffle=shuffle,
                 collate_fn=collate_fn,
                 worker_init_fn=worker_init_fn,
@@ -300,6 +320,19 @@ def sweep(
         for _ in range(rounds):
             for config in configs:
                 run(config)
+        settings["widened"] = []
+        while workers_default:
+            # workers that wait: past the core count while throughput rises (fastdata.bench._wider)
+            extra = [c for c in wider(result(), threads=threads_read) if c not in per_config]
+            if not extra:
+                break
+            for config in extra:
+                per_config[config] = []
+            settings["widened"] += [c.label() for c in extra]
+            total += rounds * len(extra)
+            for _ in range(rounds):
+                for config in extra:
+                    run(config)
         if auto_persistent:
             extra = [c for c in persistent_candidates(result()) if c not in per_config]
             for config in extra:

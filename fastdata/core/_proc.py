@@ -11,24 +11,28 @@ cheap (a few small files per thread) and cumulative: the difference of two readi
   accounting is on, ``sysctl kernel.task_delayacct=1``), thread states, bytes read from the device and
   from anywhere (``/proc/PID/io``), PSS (``/proc/PID/smaps_rollup``). A thread that has exited keeps its
   last reading, so totals never go down.
-* :class:`DStateSampler`: a background thread that looks at the states of the watched processes'
-  threads a few times a second and counts the looks that found one in uninterruptible sleep (D: waiting
-  for a disk, or an NFS/FUSE server).
+* :class:`ThreadSampler`: a background thread that looks at the watched processes' threads a few times a
+  second: what each producer is waiting on (its state, its system call and the descriptor it waits on:
+  :mod:`fastdata.core._waits` names the kind), and whether any thread is in uninterruptible sleep (D:
+  waiting for a disk, or an NFS/FUSE server).
 * :func:`machine_busy`: CPU used by every process on the CPUs we may run on (the neighbours' share).
 * :func:`memory_of` (PSS and USS), :func:`open_fds`, :func:`open_fd_targets`, :func:`rss`,
   :func:`own_counters` (this process, exited threads included), :func:`thread_runq`,
   :func:`procs_blocked`, :func:`delay_accounting`, :func:`cpu_model`.
 
-Only the standard library: this module sits in ``fastdata.core``.
+Only the standard library (and :mod:`fastdata.core._waits`, the rules): this module sits in ``fastdata.core``.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
+
+from fastdata.core import _waits as waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -283,57 +287,184 @@ def cpu_model() -> str:
     return ""
 
 
-class DStateSampler:
-    """Counts, a few times a second, whether a thread of the watched processes is in D state.
+BUDGET = 100  # the pause between two looks is at least this many times a look's cost (~1% of a core)
 
-    ``/proc`` shows a thread's state only at the moment it is read, and a read that waits 5 ms on a disk
-    is over before a window's end: so a background thread looks every ``interval`` seconds. It reads one
-    small file per thread per look: about 0.1 ms of CPU per look for a few processes.
+
+class ThreadSampler:
+    """Looks, a few times a second, at what the loader's threads are doing (:mod:`fastdata.core._waits`), and
+    counts per process the looks of each kind of wait: the producers, not a window's end, since a read
+    that waits 5 ms is over before anyone reads a file at a window's end.
+
+    Each look reads, per watched worker process, every thread's state (``.../stat``) and, for a blocked
+    one, its current system call (``.../syscall``) and the descriptors it waits on (``/proc/PID/fd/N``;
+    a ``poll``'s array from ``/proc/PID/mem``, an epoll's from ``/proc/PID/fdinfo``). A worker counts as
+    its main thread, unless that waits on a futex for one of its own threads (a decoder's helper, a
+    fetch pool): then as what those do (:func:`fastdata.core._waits.process_kind`). In the main process
+    it looks at the loader threads (thread mode), or at the loop thread while it is inside ``next()``
+    (the main process makes the batches itself, or receives them). It also counts the looks that found
+    any thread of the loader in D state (uninterruptible sleep).
+
+    About 0.1 ms of CPU per process per look, in its own thread (:attr:`cpu`, left out of the loader's
+    figures); with many processes it looks less often, to stay within about 1% of a core.
 
     Args:
-        pids (Sequence[int]): the processes to watch (changeable with :meth:`watch`).
-        interval (float): seconds between looks. Defaults to 0.05.
+        interval (float): seconds between looks. Defaults to 0.025.
     """
 
-    def __init__(self, pids: Sequence[int] = (), interval: float = 0.05) -> None:
+    def __init__(self, interval: float = 0.025) -> None:
         self.interval = interval
-        self._pids = list(pids)
+        self._pids: list[int] = []
+        self._main = 0
+        self._loop = 0
+        self._inside: Callable[[], bool] | None = None
+        self._producers: Callable[[], Iterable[int]] | None = None
+        self._queued: Callable[[int], bool] | None = None
+        self._counts: dict[int, dict[str, int]] = {}
+        self._mem: dict[int, int | None] = {}  # pid -> a descriptor of /proc/PID/mem (None: not readable)
+        self._unix: set[int] = set()  # inodes of Unix-domain sockets (read again when an unknown socket is met)
+        self._tcp: set[int] = set()  # ... and of sockets found not to be
         self.looks = 0
-        self.blocked = 0  # looks that found at least one of our threads in D state
+        self.blocked = 0  # looks that found at least one of the loader's threads in D state
         self.cpu = 0.0  # CPU-seconds the looking thread used: the probe's own cost, not the loader's
         self.native_id: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def watch(self, pids: Sequence[int]) -> None:
+        """The worker processes to look at (each counted as one producer); the memory files of those no longer
+        watched are closed (workers that do not persist are new processes every epoch)."""
         self._pids = list(pids)
+        keep = {*self._pids, self._main}
+        for pid in [p for p in self._mem if p not in keep]:
+            mem = self._mem.pop(pid)
+            if mem is not None:
+                os.close(mem)
 
-    def start(self) -> DStateSampler:
+    def watch_main(
+        self,
+        pid: int,
+        loop: int,
+        inside: Callable[[], bool],
+        producers: Callable[[], Iterable[int]] | None = None,
+        queued: Callable[[int], bool] | None = None,
+    ) -> None:
+        """The main process ``pid``: its thread ``loop`` is looked at while ``inside()`` (it is in ``next()``),
+        or, with ``producers``, the threads it names (loader threads), each counted apart; ``queued(tid)``
+        tells whether a thread of this process that waits on a futex is waiting on a queue (for work, or
+        for room for what it made: idle), which only its Python frames show."""
+        self._main, self._loop, self._inside = pid, loop, inside
+        self._producers, self._queued = producers, queued
+
+    def start(self) -> ThreadSampler:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="fastdata-dstate", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="fastdata-looks", daemon=True)
             self._thread.start()
         return self
-
-    def _look(self) -> bool:
-        for pid in self._pids:
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in tids:
-                stat = _read(f"/proc/{pid}/task/{tid}/stat")
-                if stat and stat.rpartition(")")[2].split()[:1] == ["D"]:
-                    return True
-        return False
 
     def _run(self) -> None:
         self.native_id = threading.get_native_id()
         start = time.thread_time()
-        while not self._stop.wait(self.interval):
+        pause = self.interval
+        while not self._stop.wait(pause):
+            before = time.thread_time()
             blocked = self._look()
             self.looks += 1
             self.blocked += blocked
-            self.cpu = time.thread_time() - start
+            now = time.thread_time()
+            self.cpu = now - start
+            # many processes make a look dear: look less often, to keep within ~1% of a core
+            pause = max(self.interval, BUDGET * (now - before))
+
+    def _count(self, pid: int, kind: str, call: str) -> None:
+        counts = self._counts.setdefault(pid, {})
+        k = waits.key(kind, call)  # type: ignore[arg-type]
+        counts[k] = counts.get(k, 0) + 1
+
+    def _look(self) -> bool:
+        blocked = False
+        for pid in self._pids:
+            states = _states(pid)
+            blocked = blocked or "D" in states.values()
+            if pid in states:
+                self._count(pid, *self._process(pid, pid, states))
+        if self._main:
+            states = _states(self._main)
+            states.pop(self.native_id or -1, None)
+            blocked = blocked or "D" in states.values()
+            if self._producers is not None:
+                for tid in self._producers():
+                    if tid in states:
+                        self._count(self._main, *self._thread_kind(self._main, tid, states[tid]))
+            elif self._inside is not None and self._inside() and self._loop in states:
+                self._count(self._main, *self._process(self._main, self._loop, states))
+        return blocked
+
+    def _process(self, pid: int, main: int, states: dict[int, str]) -> tuple[str, str]:
+        first = self._thread_kind(pid, main, states[main])
+        if first[0] != "lock":
+            return first
+        others = [self._thread_kind(pid, tid, s, helper=True) for tid, s in states.items() if tid != main]
+        return waits.process_kind(first, others)  # type: ignore[arg-type]
+
+    def _fd_kind(self, pid: int, fd: int) -> waits.FdKind:
+        target = fd_target(pid, fd)
+        if target and target.startswith("socket:[") and target[8:-1].isdigit():
+            inode = int(target[8:-1])
+            if inode not in self._unix and inode not in self._tcp:
+                self._unix = unix_sockets()
+                if inode not in self._unix:
+                    self._tcp.add(inode)
+        return waits.fd_kind(target, self._unix)
+
+    def _thread_kind(self, pid: int, tid: int, state: str, helper: bool = False) -> tuple[waits.Kind, str]:
+        if state == "R":
+            return "computing", ""
+        call, args = blocked_call(pid, tid)
+        fds: list[waits.FdKind] | None = None
+        if call in waits.POLLS or call in waits.EPOLLS:
+            numbers = self._polled(pid, call, args)
+            fds = None if numbers is None else [self._fd_kind(pid, n) for n in numbers]
+            if fds is None and not _has_socket(pid):
+                fds = ["pipe"]  # unreadable, but the process holds no socket: its pipes (a worker's queues)
+        elif call in waits.ON_FD and args:
+            fds = [self._fd_kind(pid, args[0])]
+        kind = waits.kind_of(state, call, fds, helper)
+        if kind == "lock" and pid == self._main and self._queued is not None and self._queued(tid):
+            kind = "idle"
+        return kind, call
+
+    def _polled(self, pid: int, call: str, args: list[int]) -> list[int] | None:
+        """The descriptors a poll-like call waits on (None: they could not be read)."""
+        if call in waits.EPOLLS:
+            return epoll_targets(pid, args[0]) if args else None
+        if len(args) < 3:
+            return None
+        if pid not in self._mem:
+            try:
+                self._mem[pid] = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+            except OSError:
+                self._mem[pid] = None
+        mem = self._mem[pid]
+        if mem is None:
+            return None
+        try:
+            if call in ("poll", "ppoll"):
+                n = min(args[1], 64)
+                raw = os.pread(mem, 8 * n, args[0]) if n else b""
+                return [fd for fd, _, _ in struct.iter_unpack("ihh", raw[: 8 * (len(raw) // 8)]) if fd >= 0]
+            nfds = min(args[0], 1024)
+            out: list[int] = []
+            for ptr in args[1:3]:
+                if ptr and nfds:
+                    bits = int.from_bytes(os.pread(mem, (nfds + 7) // 8, ptr), "little")
+                    out += [fd for fd in range(nfds) if bits >> fd & 1]
+            return out
+        except (OSError, OverflowError):
+            return None
+
+    def looked(self, pid: int) -> dict[str, int]:
+        """Looks at process ``pid`` so far, by ``"kind/call"`` (:func:`fastdata.core._waits.key`)."""
+        return dict(self._counts.get(pid, {}))
 
     def counts(self) -> tuple[int, int]:
         """(looks so far, looks that found a thread in D state)."""
@@ -344,6 +475,74 @@ class DStateSampler:
         if self._thread is not None:
             self._thread.join(1.0)
             self._thread = None
+        for mem in self._mem.values():
+            if mem is not None:
+                os.close(mem)
+        self._mem = {}
+
+
+def _states(pid: int) -> dict[int, str]:
+    """Each thread's state letter (R, S, D ...) of process ``pid`` (empty when it has gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        stat = _read(f"/proc/{pid}/task/{tid}/stat")
+        if stat:
+            out[int(tid)] = (stat.rpartition(")")[2].split() or ["?"])[0]
+    return out
+
+
+def blocked_call(pid: int, tid: int) -> tuple[str, list[int]]:
+    """The system call thread ``tid`` is blocked in and its arguments, from ``/proc/PID/task/TID/syscall``
+    (``("", [])`` when it runs, is in none, or the file cannot be read; an unknown number as ``"syscall N"``)."""
+    parts = (_read(f"/proc/{pid}/task/{tid}/syscall") or "").split()
+    if not parts or parts[0] == "running":
+        return "", []
+    try:
+        nr = int(parts[0])
+        args = [int(a, 16) for a in parts[1:7]]
+    except ValueError:
+        return "", []
+    if nr < 0:
+        return "", []  # blocked outside a system call (a page fault)
+    return waits.SYSCALLS.get(nr, f"syscall {nr}"), args
+
+
+def fd_target(pid: int, fd: int) -> str | None:
+    """What descriptor ``fd`` of process ``pid`` points at (``socket:[...]``, ``pipe:[...]``, a path), or None."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+
+
+def epoll_targets(pid: int, epfd: int) -> list[int] | None:
+    """The descriptors epoll instance ``epfd`` of process ``pid`` watches (``tfd:`` of its fdinfo)."""
+    text = _read(f"/proc/{pid}/fdinfo/{epfd}")
+    if text is None:
+        return None
+    return [int(line.split()[1]) for line in text.splitlines() if line.startswith("tfd:") and len(line.split()) > 1]
+
+
+def unix_sockets() -> set[int]:
+    """Inodes of the Unix-domain sockets of this network namespace (``/proc/net/unix``)."""
+    out = set()
+    for line in (_read("/proc/self/net/unix") or "").splitlines()[1:]:
+        parts = line.split()
+        if len(parts) > 6 and parts[6].isdigit():
+            out.add(int(parts[6]))
+    return out
+
+
+def _has_socket(pid: int) -> bool:
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True  # unknown: do not guess that it has none
+    return any((fd_target(pid, int(n)) or "").startswith("socket:") for n in names)
 
 
 def usable_cpus() -> list[int]:
@@ -372,12 +571,15 @@ def machine_busy(cpus: Sequence[int]) -> tuple[float, float]:
 
 __all__ = [
     "CLK_TCK",
-    "DStateSampler",
     "ProcessCounters",
     "ProcessProbe",
     "ThreadReading",
+    "ThreadSampler",
+    "blocked_call",
     "cpu_model",
     "delay_accounting",
+    "epoll_targets",
+    "fd_target",
     "machine_busy",
     "memory_of",
     "open_fd_targets",
@@ -389,5 +591,6 @@ __all__ = [
     "read_thread",
     "rss",
     "thread_runq",
+    "unix_sockets",
     "usable_cpus",
 ]

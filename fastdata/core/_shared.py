@@ -150,18 +150,31 @@ class SharedState:
     def _slot(self, counter: str, slot: int) -> int:
         return self._HEAD + self.counters.index(counter) * self.SLOTS + slot
 
+    def own_slot(self) -> int:
+        """The slot the calling process (or loader thread) counts into: 0 in the main process, 1 + the
+        worker's id in a DataLoader worker (or for the worker a loader thread stands for)."""
+        acting = acting_worker()
+        if acting is not None:
+            return 1 + acting[0] % (self.SLOTS - 1)
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        return 0 if info is None else 1 + info.id % (self.SLOTS - 1)
+
     def add(self, counter: str, n: int = 1) -> None:
         """Add ``n`` to this process's slot of ``counter`` (a loader thread's own slot, in thread mode: each
         slot has one writer, so no lock is needed)."""
-        acting = acting_worker()
-        if acting is not None:
-            slot = 1 + acting[0] % (self.SLOTS - 1)
-        else:
-            from torch.utils.data import get_worker_info
+        self._array[self._slot(counter, self.own_slot())] += n
 
-            info = get_worker_info()
-            slot = 0 if info is None else 1 + info.id % (self.SLOTS - 1)
-        self._array[self._slot(counter, slot)] += n
+    def slot_value(self, counter: str, slot: int) -> int:
+        """Slot ``slot``'s count of ``counter``."""
+        return int(self._array[self._slot(counter, slot)])
+
+    def take_back(self, counter: str, slot: int, n: int) -> None:
+        """Take ``n`` off slot ``slot`` of ``counter``: what its worker counted for samples it read ahead and
+        never handed out, before the workers restart and count them again (only while no process writes it)."""
+        i = self._slot(counter, slot)
+        self._array[i] = max(0, int(self._array[i]) - n)
 
     def count_skip(self) -> None:
         self.add("skipped")

@@ -28,6 +28,7 @@ and samplers also work with) keeps one state per worker and refuses a different 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -165,7 +166,12 @@ class Loader:
         # hooks and the prefetch ---
         self._session: Session | None
         self._session, self._user_kwargs = loader_session(
-            num_workers, monitor, autotune, dataloader_kwargs, threads=workers == "threads"
+            num_workers,
+            monitor,
+            autotune,
+            dataloader_kwargs,
+            threads=workers == "threads",
+            counters=getattr(dataset, "_shared", None),  # its skipped count, kept right across auto's restarts
         )
         session = self._session
         self.num_workers = session.setting.workers if session and session.tuner else int(num_workers)
@@ -369,7 +375,8 @@ class Loader:
             consumed = min(start * self.batch_size, samples)
             self.sampler.load_state_dict(ResumeState(epoch, consumed, "samples").to_dict())
         self._position = (epoch, start)
-        batches = iter(self._source())
+        with self._session.opening() if self._session is not None else contextlib.nullcontext():
+            batches = iter(self._source())  # auto past the cores for waiting workers: torch's warning silenced
         if self.iterable:
             # the workers (or threads) took their copy of the resume position when the iterator started
             # them (the main process, without workers, when it took the iterator); ours must not apply to a

@@ -8,7 +8,10 @@ the same decisions: :func:`replay` runs it over recorded measurements (the tests
 How it decides, in order:
 
 1. **Limits.** Never more workers than the usable cores (affinity and cgroup quota,
-   :func:`fastdata.core._machine.usable_cores`) or ``max_workers``, and never more than the memory allows:
+   :func:`fastdata.core._machine.usable_cores`) or ``max_workers`` for work that computes; while the workers
+   mostly wait off the CPU (the diagnosis says on what: ``storage``, ``lock``, ``sleep``, ``wait``) up to 16 (or
+   twice the cores), climbing only while throughput rises; never more than the open-file limit allows (each
+   worker holds descriptors in the main process), and never more than the memory allows:
    below ``memory_reserve`` of available memory it drops as many workers as it takes to give the reserve
    back (each worker counted at its measured PSS), at once; it adds a worker only where two more would fit.
 2. **Other programs.** When the cores other programs use move by ``others_change`` or more (in two of the
@@ -28,7 +31,9 @@ How it decides, in order:
    hand-over); within ``margin`` of it: try them last, strictly (above). Workers starved while the main
    process is busy receiving (``main-process``, ``ipc``): try no workers, then fewer. Otherwise, while the
    loop waits, try the next worker count up the ladder 0, 1, 2, 4, 8 ... (the grid ``fastdata bench``
-   sweeps); workers that are idle
+   sweeps; past the cores only for waiting workers, and two steps at a time for workers busy under a quarter
+   of the time; a step up that measured clearly faster, by ``CLEAR``, lets the next come without waiting
+   ``interval``; waiting workers are not tried at none, which cannot overlap their waits); workers that are idle
    half the time or more: try fewer. A count measured worse than the current one is not tried again, and
    nothing is tried twice until other programs or memory change (the measurements are then forgotten).
    With ``prefetch_factor="auto"``, once the count is settled and the loop still waits on workers that are
@@ -51,9 +56,14 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from fastdata.loading.observe._autotune_types import AutoTune, Change, Observation, Setting
-from fastdata.loading.observe._diagnosis import COMPUTING
+from fastdata.loading.observe._diagnosis import COMPUTING, WAITING_LABELS
 
 DEFAULT_WORKER_BYTES = 128 * 2**20  # what a worker adds to memory (its USS) before one is measured
+WAIT_WORKERS = 16  # the most workers (at least twice the cores) while they mostly wait off the CPU
+FAR = 0.25  # workers waiting busy less than this share of the time: the next count up is two ladder steps
+STARVED = 0.5  # ... and the loop waiting this share of its time: the window's first quarter decides
+FILES_PER_WORKER = 8  # descriptors a worker holds in the main process at least (its queues' pipes)
+FILES_SHARE = 0.8  # of the open-file limit (ulimit -n), what the workers' descriptors may take
 RESERVE_SHARE, RESERVE_LEAST = 0.02, 256 * 2**20  # the default memory reserve: 2% of usable memory, >= 256 MiB
 BURSTY = 0.8  # workers busier than this share of the time are at capacity: more prefetch cannot help
 CLEAR = 0.3  # a first part of a window that shows a setting this much faster or slower decides at once
@@ -131,14 +141,32 @@ class Tuner:
         self._fewer_first = False  # other programs took cores: try one worker fewer first
         self._situation = ""  # ... in words
         self._changes_in_regime = 0
+        self._clear_win = False  # the last trial was kept, measured CLEAR faster than the setting it left
         self.current = Setting(0)
 
     # -- limits -----------------------------------------------------------------------------------
 
     @property
     def max_workers(self) -> int:
+        """The most workers for work that computes: the usable cores (or ``max_workers``)."""
         top = self.cores if self.options.max_workers is None else self.options.max_workers
         return max(self.options.min_workers, top)
+
+    @property
+    def waiting_max(self) -> int:
+        """The most workers while they mostly wait off the CPU (network, disk, a lock, sleeps): ``max_workers``,
+        or :data:`WAIT_WORKERS` (at least twice the cores); memory and open files bound it further."""
+        top = max(WAIT_WORKERS, 2 * self.cores) if self.options.max_workers is None else self.options.max_workers
+        return max(self.options.min_workers, top)
+
+    @property
+    def most_workers(self) -> int:
+        """The most workers it may ever run."""
+        return max(self.max_workers, self.waiting_max)
+
+    def _waiting(self, obs: Observation) -> bool:
+        """The workers mostly wait off the CPU: the diagnosis says on what, or they are busy under half the time."""
+        return obs.label in WAITING_LABELS or (obs.setting.workers > 0 and obs.worker_busy < COMPUTING)
 
     def reserve(self, total: float) -> float:
         if self.options.memory_reserve is not None:
@@ -146,9 +174,12 @@ class Tuner:
         return max(RESERVE_LEAST, RESERVE_SHARE * total) if math.isfinite(total) else RESERVE_LEAST
 
     def cap(self, obs: Observation) -> tuple[int, str]:
-        """The most workers allowed now, and why when memory sets it."""
-        top = self.max_workers
+        """The most workers allowed now, and why when memory or open files set it. Past the cores while the
+        workers wait (and, once there, until they are seen computing: many waiting workers on few cores wait
+        for a core at every wake-up, which makes them look busy, not computing)."""
         w = obs.setting.workers
+        past = w > self.max_workers and obs.label != "cpu"
+        top = self.waiting_max if self._waiting(obs) or past else self.max_workers
         per = obs.worker_bytes or DEFAULT_WORKER_BYTES
         reserve = self.reserve(obs.memory_total)
         if obs.memory_available < reserve:
@@ -166,7 +197,21 @@ class Tuner:
                 gib = 2**30
                 why = f"memory: {obs.memory_available / gib:.1f} GiB available leaves room for {room} more"
                 return max(self.options.min_workers, min(top, w + room)), why
-        return top, f"{top} usable cores" if top == self.cores else f"max_workers={top}"
+        if obs.open_files and obs.open_files_limit:
+            # each worker holds descriptors in the main process (its queues, batches' shared memory in flight)
+            per = max(FILES_PER_WORKER, obs.open_files / max(1, w))
+            room = max(0, int((FILES_SHARE * obs.open_files_limit - obs.open_files) // per))
+            if w + room < top:
+                why = (
+                    f"open files: {obs.open_files} of the limit {obs.open_files_limit} (ulimit -n) leave room for "
+                    f"{room} more"
+                )
+                return max(self.options.min_workers, min(top, w + room)), why
+        if self.options.max_workers is not None:
+            return top, f"max_workers={top}"
+        if top == self.cores:
+            return top, f"{top} usable cores" + (f": the workers compute ({obs.label})" if w > top else "")
+        return top, f"{top} workers (they mostly wait)"
 
     def initial(self, memory_available: float = math.inf, memory_total: float = math.inf) -> Setting:
         """The setting to start with: the estimate, as many workers as cores and memory allow."""
@@ -183,10 +228,10 @@ class Tuner:
 
     # -- the decision ------------------------------------------------------------------------------
 
-    def _steps(self) -> list[int]:
+    def _steps(self, top: int | None = None) -> list[int]:
         if self.fixed_workers is not None:
             return [self.fixed_workers]
-        return ladder(self.options.min_workers, self.max_workers)
+        return ladder(self.options.min_workers, self.max_workers if top is None else top)
 
     def _setting(self, workers: int, prefetch: int | None = None) -> Setting:
         if not workers:
@@ -266,6 +311,10 @@ class Tuner:
         clear_zero = obs.data_s is not None and obs.data_s + obs.step_s < obs.batch_s * CLEAR_ZERO
         if cur.workers and self.fixed_workers is None and self.options.min_workers == 0 and clear_zero:
             return self.observe(replace(obs, early=False))
+        # workers seen waiting off the CPU nearly all the time while the loop waits for them: clearly too few
+        starved = obs.label in WAITING_LABELS and 0 < obs.worker_busy < FAR and obs.stall >= STARVED
+        if cur.workers and self.fixed_workers is None and starved:
+            return self.observe(replace(obs, early=False))
         return None
 
     def observe(self, obs: Observation) -> Change | None:
@@ -301,7 +350,7 @@ class Tuner:
             if self._trial is None and self._going_back:
                 self._trial = trial  # going back must wait for the interval: judge again next window
                 return None
-        if self._changes_in_regime >= len(self._steps()) + 2:
+        if self._changes_in_regime >= len(self._steps(self.most_workers)) + 2:
             return None  # bounded: enough changes for one state of the machine
         proposal = self._propose(obs, top)
         if proposal is not None:
@@ -340,6 +389,7 @@ class Tuner:
         else:
             keep = r_new > r_old * (1 + m)
         self._going_back = not keep
+        self._clear_win = keep and r_new >= r_old * (1 + CLEAR) and tried.workers > left.workers
         if keep:
             self._failed.pop(tried, None)
             if r_new > r_old * (1 + m):
@@ -388,8 +438,14 @@ class Tuner:
         cur = obs.setting
         w = cur.workers
         if self.fixed_workers is None:
-            steps = [s for s in self._steps() if s <= top]
+            grid = self.waiting_max if self._waiting(obs) else self.max_workers  # the ladder; memory may cap it
+            steps = [s for s in self._steps(grid) if s <= top]
             up = next((s for s in steps if s > w), None)
+            if up is not None and up > self.max_workers and obs.label not in WAITING_LABELS:
+                up = None  # past the cores only for workers seen waiting off the CPU: never for work that computes
+            if up is not None and obs.label in WAITING_LABELS and 0 < obs.worker_busy < FAR and w:
+                # workers busy a few percent of the time: a doubling is far too little; two steps up the ladder
+                up = next((s for s in steps if s >= 4 * w), steps[-1]) if steps[-1] > up else up
             down = next((s for s in reversed(steps) if s < w), None)
             loop_bound = obs.step and obs.stall < opts.stall_target
             candidates: list[tuple[int, str]] = []
@@ -397,7 +453,10 @@ class Tuner:
                 candidates.append((down, self._situation))
             alone = None if obs.data_s is None else obs.data_s + obs.step_s
             zero: tuple[int, str] | None = None
-            if w and steps[0] == 0 and (alone is None or alone < obs.batch_s * (1 + opts.margin)):
+            # workers that wait off the CPU: no workers cannot overlap the waits (unless the stage times say a
+            # batch is made faster alone than received: then it is tried as ever)
+            waits = (obs.label in WAITING_LABELS or w > self.max_workers) and alone is None
+            if w and steps[0] == 0 and not waits and (alone is None or alone < obs.batch_s * (1 + opts.margin)):
                 # no workers, no hand-over: the main process may make batches (between its steps) faster than
                 # it receives them
                 made = f"{1000 * obs.data_s:.1f} ms" if obs.data_s is not None else "an unknown time"
@@ -409,12 +468,13 @@ class Tuner:
             if obs.label in ("main-process", "ipc") and w and down is not None:
                 idle = 1 - obs.worker_busy
                 why = f"the main process is the limit ({obs.label}) with workers idle {idle:.0%} of the time"
-                candidates += [(steps[0], why), (down, why)]
+                # past the cores the workers wait: none could not overlap their waits; a step down may do
+                candidates += [(down, why)] if w > self.max_workers else [(steps[0], why), (down, why)]
             if loop_bound:
                 pass  # the step is the bottleneck: more workers would not train faster
             elif up is not None and obs.label not in ("main-process", "ipc"):
                 candidates.append((up, f"the loop waits for data {obs.stall:.0%} of the time ({obs.label})"))
-            if w and down is not None and obs.worker_busy < COMPUTING and obs.label != "storage":
+            if w and down is not None and obs.worker_busy < COMPUTING and obs.label not in WAITING_LABELS:
                 candidates.append((down, f"workers idle {1 - obs.worker_busy:.0%} of the time: fewer may do"))
             strict = len(candidates)
             if zero is not None and not (self._fewer_first and down == 0):
@@ -451,8 +511,11 @@ class Tuner:
     ) -> Change | None:
         if after == obs.setting:
             return None
-        if not urgent and self._last_change is not None and obs.t - self._last_change < self.options.interval:
+        quick = self._clear_win and trial  # the last trial won clearly: the next step up need not wait
+        recent = self._last_change is not None and obs.t - self._last_change < self.options.interval
+        if not urgent and recent and not quick:
             return None
+        self._clear_win = False
         at: Literal["now", "next pass"] = "now"
         if not self.persistent and obs.batches_left is not None and not urgent:
             cost = max(obs.restart_s, 0.05)

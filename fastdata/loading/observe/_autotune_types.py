@@ -32,7 +32,9 @@ class AutoTune:
 
     Args:
         min_workers (int): fewest workers. Defaults to 0 (the main process makes the batches).
-        max_workers (int | None): most workers. Defaults to None: the usable cores.
+        max_workers (int | None): most workers. Defaults to None: the usable cores for workers that compute,
+            and, while the workers mostly wait off the CPU (the network, the disk, a lock, sleeps) and
+            throughput keeps rising, up to 16 (or twice the cores, if more), as memory and open files allow.
         start (int | None): the first worker count. Defaults to None: the estimate, as many as the cores
             and memory allow.
         prefetch (tuple[int, ...]): the prefetch factors tried, smallest first (the first is the start).
@@ -114,6 +116,8 @@ class Observation:
             the loop's time per batch or less); else
             the whole window is observed again at its end.
         epoch, batch (int): where the training was at the window's end (the epoch, and batches of it).
+        open_files (int): descriptors the main process holds (0: not read). open_files_limit (int): its limit
+            (``ulimit -n``, 0: unknown).
     """
 
     t: float
@@ -136,6 +140,8 @@ class Observation:
     early: bool = False
     epoch: int = 0
     batch: int = 0
+    open_files: int = 0
+    open_files_limit: int = 0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from time import perf_counter
 
+Clocks = tuple[float, float, float]  # (wall clock, the loop thread's CPU clock, the process's CPU clock)
+
 
 class BatchCounter:
     """Cumulative counts of the training loop. Times in seconds; CPU is the loop thread's.
@@ -20,28 +22,33 @@ class BatchCounter:
         batches, samples, nbytes (int): handed out (nbytes: payload, where the caller measures it).
         wait_s, wait_cpu_s (float): inside ``next()``: time, and the loop thread's CPU.
         step_s, step_cpu_s (float): between a batch and the next request inside a pass: the step.
+        step_others_s (float): CPU of this process's other threads during the steps (a CPU model's intra-op
+            threads), counted only when ``step_threads`` (not in thread mode, where loader threads work then).
         loop_s (float): inside passes: from each pass's start to its last batch.
         first_wait_s (float), starts (int): waits for a pass's first batch (or the first after a restart).
         recv_s, recv_cpu_s, pin_s (float | None): rebuilding and pinning received batches, where the caller
             times them (the sweep's envelope); None otherwise.
+        inside (bool): the loop is inside ``next()`` now (whoever iterates sets it around the call): the
+            probe's looks at the loop thread count only then.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, step_threads: bool = True) -> None:
         self.batches = self.samples = self.nbytes = self.starts = 0
         self.wait_s = self.wait_cpu_s = self.step_s = self.step_cpu_s = self.loop_s = self.first_wait_s = 0.0
+        self.step_others_s = 0.0
+        self.step_threads = step_threads
         self.recv_s: float | None = None
         self.recv_cpu_s: float | None = None
         self.pin_s: float | None = None
-        self._last: tuple[float, float] | None = None  # (time, CPU) when the last batch was handed out
+        self._last: Clocks | None = None  # the clocks when the last batch was handed out
+        self.inside = False
 
     @staticmethod
-    def clocks() -> tuple[float, float]:
-        """(wall clock, the calling thread's CPU clock) now."""
-        return perf_counter(), time.thread_time()
+    def clocks() -> Clocks:
+        """(wall clock, the calling thread's CPU clock, the process's CPU clock) now."""
+        return perf_counter(), time.thread_time(), time.process_time()
 
-    def handed(
-        self, asked: tuple[float, float], got: tuple[float, float], samples: int, *, first: bool = False
-    ) -> None:
+    def handed(self, asked: Clocks, got: Clocks, samples: int, *, first: bool = False) -> None:
         """Count one batch, asked for at ``asked`` and handed out at ``got`` (each a :meth:`clocks` reading).
 
         Args:
@@ -49,8 +56,8 @@ class BatchCounter:
             first (bool): the first batch of a pass or after a restart: its wait was a start-up, and no step
                 came before it (``asked`` is when the pass began).
         """
-        t0, c0 = asked
-        t1, c1 = got
+        t0, c0, p0 = asked
+        t1, c1, _ = got
         self.wait_s += t1 - t0
         self.wait_cpu_s += c1 - c0
         if first or self._last is None:
@@ -59,9 +66,11 @@ class BatchCounter:
                 self.first_wait_s += t1 - t0
                 self.starts += 1
         else:
-            last_t, last_c = self._last
+            last_t, last_c, last_p = self._last
             self.step_s += max(0.0, t0 - last_t)
             self.step_cpu_s += max(0.0, c0 - last_c)
+            if self.step_threads:
+                self.step_others_s += max(0.0, (p0 - last_p) - (c0 - last_c))
             self.loop_s += t1 - last_t
         self._last = got
         self.batches += 1
@@ -100,4 +109,4 @@ class BatchCounter:
         self._last = None
 
 
-__all__ = ["BatchCounter"]
+__all__ = ["BatchCounter", "Clocks"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fastdata.loading.observe._stage_table import StartSplit
 from fastdata.loading.observe._window import Window
@@ -33,6 +34,11 @@ class Context:
             None: the window's own.
         stage_totals (Mapping | None): per stage (seconds, items) over a longer run, for the time per sample
             of datasets that do a stage's work outside every window. Defaults to None.
+        where ("bench" | "training"): who reads the verdict: ``fastdata bench`` (its advice may name its own
+            options, ``--step-ms``, ``--profile``), or the monitor inside training (it may not). Defaults to
+            "bench".
+        auto (bool): ``num_workers="auto"`` moves the worker count (the advice then leaves it to it).
+            Defaults to False.
     """
 
     cores: int
@@ -44,6 +50,8 @@ class Context:
     blkio_known: bool = False
     epoch_start: float | None = None
     stage_totals: Mapping[str, tuple[float, float]] | None = None
+    where: Literal["bench", "training"] = "bench"
+    auto: bool = False
 
 
 @dataclass
@@ -60,9 +68,13 @@ class Evidence:
         cores (int): usable cores.
         step (bool): a training step ran between batches.
         stall (float | None): with a step, the share of the loop's time spent waiting for data.
-        main_busy (float): the main thread running or runnable, the step's own CPU left out.
-        main_process_busy (float): every thread of the main process running or runnable, summed, the
-            step left out (a decoder's helper thread counts here).
+        main_busy (float): the main thread running or runnable for the loader (inside ``next()``), as a share of
+            the loop's time (the step is not the loader's).
+        main_process_busy (float): every thread of the main process running or runnable for the loader, in
+            cores (a decoder's helper thread counts here), never more than the usable cores.
+        main_producing (float): without workers, the main process's threads running or runnable as a share of
+            the time the step left to make batches in (past 1 with helper threads).
+        data_wait (float): share of the loop's time inside ``next()`` not computing: waiting for producers.
         main_threads (dict[str, float]): cores used by the main process's threads other than the main
             one, by name (``fastdata-decode``, ``pin_memory`` ...).
         main_cores (float): cores the main process's threads used (CPU only, no run-queue wait), step left out.
@@ -82,6 +94,11 @@ class Evidence:
         parent_rss (float): the main process's resident memory, bytes (what fork copies page tables of).
         start_method (str): fork, spawn or forkserver.
         others (float): cores used by other programs meanwhile.
+        waits (dict[str, float]): what the producers did, shares of their time (:attr:`Window.waits`:
+            computing, runq, network, disk, lock, sleep, idle, other); empty when nobody looked.
+        wait_calls (dict[str, list[str]]): per kind of wait, the system calls seen, most seen first.
+        looked (int): looks at the producers behind ``waits``.
+        where, auto: as in :class:`Context`.
     """
 
     workers: int
@@ -113,6 +130,13 @@ class Evidence:
     parent_rss: float = 0.0
     start_method: str = "fork"
     others: float = 0.0
+    main_producing: float = 0.0
+    data_wait: float = 0.0
+    waits: dict[str, float] = field(default_factory=dict)
+    wait_calls: dict[str, list[str]] = field(default_factory=dict)
+    looked: int = 0
+    where: Literal["bench", "training"] = "bench"
+    auto: bool = False
 
     @property
     def per_worker_busy(self) -> float:
@@ -123,7 +147,9 @@ class Evidence:
         """How much of the time a producing process computes (runs or waits for a core)."""
         if self.workers:
             return self.per_worker_busy
-        return min(1.0, self.main_process_busy / max(1, self.threads))
+        if self.threads:
+            return min(1.0, self.main_process_busy / self.threads)
+        return min(1.0, self.main_producing)
 
     @property
     def producer_cpu(self) -> float:
@@ -135,10 +161,11 @@ class Evidence:
 
     @property
     def demand(self) -> float:
-        """Cores the loader would keep busy if it had them (in thread mode, every thread of the main
-        process: the loader threads are there)."""
+        """Cores the loader would keep busy if it had them: each worker's threads running or runnable, and the
+        main thread's share. In thread mode the cores the main process keeps busy (never more than the machine
+        has: threads that wait for a core, or for the GIL, want no more cores than there are)."""
         if self.threads:
-            return self.main_process_busy
+            return min(self.main_process_busy, float(self.cores))
         return sum(self.worker_busy) + self.main_busy
 
 
@@ -146,6 +173,7 @@ def evidence(w: Window, ctx: Context) -> Evidence:
     """The figures the label rules read, from window ``w`` (see the module doc)."""
     recv, recv_cpu = w.receiving
     producers = ctx.threads or len(w.workers) or 1
+    waits = w.waits
     return Evidence(
         workers=len(w.workers),
         cores=ctx.cores,
@@ -153,7 +181,7 @@ def evidence(w: Window, ctx: Context) -> Evidence:
         step=w.step,
         stall=w.stall if w.step else None,
         main_busy=w.main_busy,
-        main_process_busy=w.main_process_busy,
+        main_process_busy=min(w.main_process_busy, float(ctx.cores)),
         main_threads=w.main_threads,
         main_cores=w.main_cores,
         recv=recv,
@@ -176,6 +204,13 @@ def evidence(w: Window, ctx: Context) -> Evidence:
         parent_rss=ctx.parent_rss,
         start_method=ctx.start_method,
         others=w.others_cores,
+        main_producing=w.main_producing,
+        data_wait=w.data_wait,
+        waits=waits,
+        wait_calls={k: w.wait_calls(k) for k, v in waits.items() if v},
+        looked=sum(w.producer_looks.values()),
+        where=ctx.where,
+        auto=ctx.auto,
     )
 
 

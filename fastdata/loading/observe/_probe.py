@@ -12,7 +12,10 @@
   two readings: what it wrote into its row of the stage table still counts (the larger of the two is
   taken), and the workers of a new pass take over the rows (slots) of the last one's, so totals only grow;
 * **the machine**, from ``/proc/stat`` over the CPUs we may use;
-* **D state**, from a background thread that looks at the loader's threads a few times a second.
+* **what the producers wait on**, from a background thread that looks at the loader's threads a few dozen
+  times a second (:class:`fastdata.core._proc.ThreadSampler`): each worker's (or loader thread's) state and
+  system call, counted per kind of wait (computing, network, disk, lock, sleep, idle, other), and the looks
+  that found a thread in D state.
 
 A reading costs about a millisecond for a few processes (one small file per thread and a few per
 process); with ``memory=True`` it also reads each process's PSS and USS (``smaps_rollup``, ~1 ms a
@@ -24,6 +27,8 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any
@@ -33,7 +38,6 @@ import torch
 
 from fastdata.core._machine import usable_cores, usable_memory
 from fastdata.core._proc import (
-    DStateSampler,
     ProcessCounters,
     ProcessProbe,
     machine_busy,
@@ -44,13 +48,15 @@ from fastdata.core._proc import (
     thread_runq,
     usable_cpus,
 )
+from fastdata.core._proc import ThreadSampler as Sampler
 from fastdata.loading.observe import _stage_table as stage_table
 from fastdata.loading.observe._counter import BatchCounter
 from fastdata.loading.observe._stage_table import StageTable
 from fastdata.loading.observe._window import Process, Window
 from fastdata.loading.transport._layout import Stack
 
-LOOK_EVERY = 0.05  # seconds between two looks for threads in D state
+LOOK_EVERY = 0.04  # seconds between two looks at what the loader's threads are doing
+LOADER_THREAD = "fastdata-loader"  # the name of thread mode's threads (fastdata.loading.threads._gang.ThreadGang)
 
 
 class Probe:
@@ -59,7 +65,9 @@ class Probe:
     Args:
         rows (int): rows of the stage table: 1 + the most workers the loader will run.
         counter (BatchCounter | None): the loop's counter. Defaults to a new one (:attr:`counter`).
-        look_every (float): seconds between two looks for threads in D state. Defaults to 0.05.
+        look_every (float): seconds between two looks at the loader's threads. Defaults to 0.04.
+        loader_threads (bool): the batches are made by loader threads of this process (thread mode): those
+            are the producers looked at. Defaults to False.
 
     Attributes:
         table (StageTable): where the producers write their stage totals and own counters.
@@ -68,15 +76,22 @@ class Probe:
         t0 (float): ``perf_counter()`` when the probe was made: readings' ``seconds`` count from it.
     """
 
-    def __init__(self, rows: int, counter: BatchCounter | None = None, look_every: float = LOOK_EVERY) -> None:
+    def __init__(
+        self,
+        rows: int,
+        counter: BatchCounter | None = None,
+        look_every: float = LOOK_EVERY,
+        loader_threads: bool = False,
+    ) -> None:
         self.table = StageTable(rows)
-        self.counter = counter if counter is not None else BatchCounter()
+        self.counter = counter if counter is not None else BatchCounter(step_threads=not loader_threads)
         self.rows = rows
         self.cpus = usable_cpus()
         self.cores = usable_cores()
         self.memory = float(usable_memory())
         self.pid = os.getpid()
-        self._sampler = DStateSampler((), look_every)
+        self._sampler = Sampler(look_every)
+        self.loader_threads = loader_threads
         self._main = ProcessProbe(self.pid, names=python_thread_names)
         self._slots: list[list[tuple[ProcessProbe, ProcessCounters]]] = []
         self.worker_pids: list[int] = []
@@ -87,7 +102,16 @@ class Probe:
     # -- what is watched ------------------------------------------------------------------------------
 
     def start(self) -> Probe:
-        """Start the D-state looks (at the first batch: a loader built and never iterated starts nothing)."""
+        """Start the looks at the loader's threads (at the first pass, from the thread that iterates: a loader
+        built and never iterated starts nothing)."""
+        counter = self.counter
+        self._sampler.watch_main(
+            self.pid,
+            threading.get_native_id(),
+            lambda: counter.inside,
+            _loader_threads if self.loader_threads else None,
+            _queued,
+        )
         self._sampler.start()
         return self
 
@@ -103,7 +127,7 @@ class Probe:
                 self._slots.append([])
             if not self._slots[k] or self._slots[k][-1][0].pid != pid:
                 self._slots[k].append((ProcessProbe(pid), ProcessCounters()))
-        self._sampler.watch([self.pid, *pids])
+        self._sampler.watch(pids)
 
     def attach_main(self) -> None:
         """The main process makes the batches itself (no workers, or loader threads): it writes into row 0."""
@@ -128,6 +152,7 @@ class Probe:
         sampler = self._sampler
         self._main.skip = {sampler.native_id} if sampler.native_id else set()
         main = _process(self._main.read(), self.pid)
+        main.looks = sampler.looked(self.pid)
         # getrusage counts exited threads too; the /proc sum only the living (and those it saw before)
         main.cpu_s = max(main.cpu_s, me.ru_utime + me.ru_stime - sampler.cpu)
         main.voluntary = max(main.voluntary, me.ru_nvcsw)
@@ -152,6 +177,7 @@ class Probe:
             wait_cpu_s=c.wait_cpu_s,
             step_s=c.step_s,
             step_cpu_s=c.step_cpu_s,
+            step_others_s=c.step_others_s,
             first_wait_s=c.first_wait_s,
             starts=c.starts,
             recv_s=c.recv_s,
@@ -181,7 +207,9 @@ class Probe:
                 if probe.alive and probe.pid in current:
                     last = probe.read()
                     slot[i] = (probe, last)
-                _add(total, _process(last, probe.pid))
+                p = _process(last, probe.pid)
+                p.looks = self._sampler.looked(probe.pid)
+                _add(total, p)
             live = slot[-1][0]
             total.pid = live.pid if live.pid in current else 0
             own = self.table.counters(1 + k)
@@ -193,7 +221,7 @@ class Probe:
         return out
 
     def close(self) -> None:
-        """Stop the D-state looks and stop probing the main process (idempotent)."""
+        """Stop the looks and stop probing the main process (idempotent)."""
         self._sampler.stop()
         self.detach_main()
 
@@ -225,7 +253,31 @@ def _add(total: Process, p: Process) -> None:
     total.rchar += p.rchar
     for name, cpu in p.by_thread.items():
         total.by_thread[name] = total.by_thread.get(name, 0.0) + cpu
+    for counted, n in p.looks.items():
+        total.looks[counted] = total.looks.get(counted, 0) + n
     total.threads, total.dstate = p.threads, p.dstate
+
+
+def _loader_threads() -> list[int]:
+    """Native ids of this process's loader threads (thread mode's producers)."""
+    return [t.native_id for t in threading.enumerate() if t.name.startswith(LOADER_THREAD) and t.native_id]
+
+
+def _queued(tid: int) -> bool:
+    """Thread ``tid`` of this process, blocked on a futex, waits on a queue (for work, or for room for what it
+    made: fastdata's loader threads, ``queue.Queue``), not on a lock: its innermost Python frames show it."""
+    ident = next((t.ident for t in threading.enumerate() if t.native_id == tid), None)
+    frame = sys._current_frames().get(ident) if ident is not None else None
+    for _ in range(2):
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if name.endswith("/queue.py") or "/fastdata/loading/threads/" in name:
+            return True
+        if not name.endswith("/threading.py"):
+            return False
+        frame = frame.f_back
+    return False
 
 
 def batch_samples(batch: Any) -> int:
@@ -258,4 +310,4 @@ def worker_pids(iterator: Any) -> list[int]:
     return [p.pid for p in workers if getattr(p, "pid", None) is not None]
 
 
-__all__ = ["LOOK_EVERY", "Probe", "batch_samples", "worker_pids"]
+__all__ = ["LOADER_THREAD", "LOOK_EVERY", "Probe", "batch_samples", "worker_pids"]

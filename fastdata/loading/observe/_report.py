@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -178,14 +179,15 @@ class Stats:
         w = self.window
         out = []
         secs = max(w.seconds, 1e-9)
+        most = float(self.usable_cores)  # threads summed: never more cores than there are
         live = [("main", w.main)] + [(f"worker {k}", p) for k, p in enumerate(w.workers) if p.pid]
         for role, p in live:
             out.append(
                 ProcessStats(
                     role,
                     p.pid,
-                    p.cpu_s / secs,
-                    (p.cpu_s + p.runq_s) / secs,
+                    min(most, p.cpu_s / secs),
+                    min(most, (p.cpu_s + p.runq_s) / secs),
                     p.voluntary,
                     p.involuntary,
                     p.threads,
@@ -196,6 +198,12 @@ class Stats:
                 )
             )
         return out
+
+    @property
+    def waits(self) -> dict[str, float]:
+        """What the producers did, shares of their time (computing, runq, network, disk, lock, sleep, idle,
+        other: :attr:`Window.waits`); empty when nobody looked."""
+        return self.window.waits
 
     @property
     def machine_cores(self) -> float:
@@ -212,7 +220,17 @@ class Stats:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what a JSON-lines file gets): the figures, and the raw window."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "window"}
-        for name in ("seconds", "batches", "samples", "samples_per_s", "stall", "wait_ms", "step_ms", "stages"):
+        for name in (
+            "seconds",
+            "batches",
+            "samples",
+            "samples_per_s",
+            "stall",
+            "wait_ms",
+            "step_ms",
+            "stages",
+            "waits",
+        ):
             out[name] = getattr(self, name)
         out.update(machine_cores=self.machine_cores, others_cores=self.others_cores, pss=self.pss)
         out["processes"] = [asdict(p) for p in self.processes]
@@ -240,6 +258,10 @@ class Stats:
         known = {s: v["ms_per_sample"] for s, v in self.stages.items() if v.get("ms_per_sample") is not None}
         if known:
             parts.append("per sample " + " ".join(f"{s} {ms:.2f} ms" for s, ms in known.items()))
+        waits = {k: v for k, v in self.waits.items() if v >= 0.02}
+        if waits:
+            who = "workers" if self.workers else "loader threads" if self.loader_threads else "main"
+            parts.append(f"{who} " + ", ".join(f"{WAIT_NAMES.get(k, k)} {v:.0%}" for k, v in waits.items()))
         dstate = sum(p.dstate for p in self.processes)
         parts.append(
             f"others {self.others_cores:.1f} of {self.usable_cores} cores; PSS {self.pss / 2**30:.2f} GiB, "
@@ -251,14 +273,45 @@ class Stats:
         return "; ".join(parts)
 
 
+WAIT_NAMES = {"runq": "waiting for a core"}  # the rest of Window.waits' kinds read as they are
+
+
 def _setting_text(s: dict[str, Any]) -> str:
     w = s["workers"]
     return "0 workers" if not w else f"{w} workers (prefetch {s['prefetch']})"
 
 
+class MonitorWriteWarning(UserWarning):
+    """A monitor's JSON-lines file could not be written (a full disk, ``/dev/full``): training goes on, the
+    file's reports stop."""
+
+
+def check_path(path: Path) -> None:
+    """Refuse a report file that cannot be written, before training starts: a folder, a path under a file,
+    a folder that cannot be made or written, a file that cannot be written.
+
+    Raises:
+        ConfigError: naming the path, why, and what to pass instead.
+    """
+    if path.is_dir():
+        raise ConfigError(f"monitor={str(path)!r} is a folder; give a file in it, like {str(path / 'loader.jsonl')!r}")
+    folder = path.parent
+    for above in (folder, *folder.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise ConfigError(f"monitor={str(path)!r}: {above} is a file, not a folder; choose a path in a folder")
+            if not os.access(above, os.W_OK | os.X_OK) and not path.exists():
+                raise ConfigError(f"monitor={str(path)!r}: cannot write in {above}; choose a folder you can write to")
+            break
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"monitor={str(path)!r}: the file is not writable; choose another path")
+
+
 class Sinks:
-    """Where a monitor's reports go (see :class:`Monitor`); JSON-lines files are opened on the first
-    report, appended to, flushed at every line, and closed by :meth:`close`."""
+    """Where a monitor's reports go (see :class:`Monitor`). A JSON-lines file's path is checked at once
+    (:func:`check_path`); the file is opened on the first report, appended to, flushed at every line, and
+    closed by :meth:`close`. A write that fails (a full disk) warns once (:class:`MonitorWriteWarning`) and
+    stops that file's reports: the training goes on."""
 
     def __init__(self, to: Sink | Sequence[Sink] | None) -> None:
         if to is None:
@@ -273,27 +326,54 @@ class Sinks:
         self.log = not targets
         self.calls = [t for t in targets if callable(t)]
         self.paths = [Path(t) for t in targets if isinstance(t, (str, os.PathLike))]
-        self._files: list[IO[str]] = []
+        for p in self.paths:
+            check_path(p)
+        self._files: dict[Path, IO[str]] = {}
+        self._opened = False
 
     def emit(self, stats: Stats) -> None:
         if self.log:
             logging.getLogger(LOGGER).info("%s", stats.line())
         for fn in self.calls:
             fn(stats)
-        if self.paths and not self._files:
+        if self.paths and not self._opened:
+            self._opened = True
             for p in self.paths:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                self._files.append(p.open("a", encoding="utf-8"))
+                try:
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    self._files[p] = p.open("a", encoding="utf-8")
+                except OSError as e:
+                    _warn(p, e)
         if self._files:
             text = json.dumps(stats.to_dict()) + "\n"
-            for f in self._files:
-                f.write(text)
-                f.flush()
+            for p, f in list(self._files.items()):
+                try:
+                    f.write(text)
+                    f.flush()
+                except OSError as e:
+                    _warn(p, e)
+                    del self._files[p]
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
 
     def close(self) -> None:
-        for f in self._files:
-            f.close()
-        self._files = []
+        for f in self._files.values():
+            try:
+                f.close()
+            except OSError:
+                pass  # what it held could not be written: warned at the write
+        self._files = {}
+
+
+def _warn(path: Path, error: OSError) -> None:
+    why = error.strerror or str(error)
+    warnings.warn(
+        f"monitor: cannot write reports to {path} ({why}); its reports stop, the training goes on",
+        MonitorWriteWarning,
+        stacklevel=4,
+    )
 
 
 def now() -> float:
@@ -301,4 +381,15 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["LOGGER", "Monitor", "ProcessStats", "Sink", "Sinks", "Stats", "as_monitor", "now"]
+__all__ = [
+    "LOGGER",
+    "Monitor",
+    "MonitorWriteWarning",
+    "ProcessStats",
+    "Sink",
+    "Sinks",
+    "Stats",
+    "as_monitor",
+    "check_path",
+    "now",
+]

@@ -94,6 +94,16 @@ class Reporter:
 
     def _stats(self, w: Window, context: Context, position: tuple[int, int], setting: dict[str, object]) -> Stats:
         verdict = classify(evidence(w, context), self.stall_target)
+        advice = list(verdict.advice)
+        changes = setting.get("changes") or []
+        if changes:
+            # one story: the report says what auto did in its window, and that its figures mix the settings
+            last = changes[-1]  # type: ignore[index]
+            advice.append(
+                f"num_workers='auto' moved {_setting(last['from'])} -> {_setting(last['to'])} at epoch "
+                f"{last['epoch']} batch {last['batch']} ({last['reason']}); this report's figures span "
+                f"{'that change' if len(changes) == 1 else f'{len(changes)} changes'}"  # type: ignore[arg-type]
+            )
         return Stats(
             time=now(),
             epoch=position[0],
@@ -103,13 +113,18 @@ class Reporter:
             memory_available=float(memory_available()),
             label=verdict.label,
             evidence=verdict.evidence,
-            advice=verdict.advice,
+            advice=advice,
             **setting,  # type: ignore[arg-type]
         )
 
     def close(self) -> None:
         if self.sinks is not None:
             self.sinks.close()
+
+
+def _setting(s: dict[str, object]) -> str:
+    w = s.get("workers") or 0
+    return "no workers" if not w else "1 worker" if w == 1 else f"{w} workers"
 
 
 __all__ = ["Reporter", "Since"]

@@ -17,18 +17,22 @@ one a fixed setting gives.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastdata.core import stages
 from fastdata.core._machine import memory_available, usable_cores, usable_memory
+from fastdata.core._shared import SharedState
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.loading.observe import _stage_table as stage_table
 from fastdata.loading.observe._autotune import AutoTune, Change, Setting, Tuner
 from fastdata.loading.observe._counter import BatchCounter
 from fastdata.loading.observe._evidence import Context
+from fastdata.loading.observe._ledger import Ledger
 from fastdata.loading.observe._probe import Probe, batch_samples, worker_pids
 from fastdata.loading.observe._report import Monitor, Stats, as_monitor
 from fastdata.loading.observe._reporting import Reporter, Since
@@ -84,6 +88,8 @@ class Session:
         persistent (bool): the workers persist between passes.
         threads (int): loader threads of this process that make the batches (``workers="threads"``): the
             probes count this process as the producer (``setting`` has no workers). Defaults to 0.
+        counters (SharedState | None): the dataset's shared counters: with a tuner, its ``skipped`` count is
+            kept right across restarts (:class:`~._ledger.Ledger`). Defaults to None.
     """
 
     def __init__(
@@ -95,11 +101,14 @@ class Session:
         start_method: str = "fork",
         persistent: bool = False,
         threads: int = 0,
+        counters: SharedState | None = None,
     ) -> None:
         self.setting, self.threads = setting, threads
+        has_skips = counters is not None and "skipped" in counters.counters
+        self.ledger = Ledger(counters) if tuner is not None and counters is not None and has_skips else None
         self.start_method, self.persistent = start_method, persistent
-        self.counter = BatchCounter()
-        self.probe = Probe(rows, self.counter)
+        self.counter = BatchCounter(step_threads=threads == 0)
+        self.probe = Probe(rows, self.counter, loader_threads=threads > 0)
         stall_target = tuner.options.stall_target if tuner is not None else 0.05
         self.reporter = Reporter(monitor, lambda: self.probe.read(memory=True), stall_target)
         self.tuning = Tuning(tuner, lambda memory: self.probe.read(memory=memory)) if tuner is not None else None
@@ -135,7 +144,11 @@ class Session:
         threads run no ``worker_init_fn``)."""
         if self.threads:
             return {"wrap_collate": MonitoredCollate}
-        return {"wrap_collate": MonitoredCollate, "wrap_worker_init": functools.partial(ProbeInit, self.probe.table)}
+        noter = self.ledger.noter() if self.ledger is not None else None
+        return {
+            "wrap_collate": MonitoredCollate,
+            "wrap_worker_init": functools.partial(ProbeInit, self.probe.table, ledger=noter),
+        }
 
     def kwargs_for(self, base: dict[str, Any], setting: Setting) -> dict[str, Any]:
         """The DataLoader options of ``setting``: the user's (``base``), the probes' hooks, the prefetch."""
@@ -148,6 +161,17 @@ class Session:
                 kw.pop(name, None)
         return kw
 
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """Around ``iter(dataloader)``: with more workers than cores, chosen by ``num_workers="auto"`` for workers
+        that wait, torch's warning that the count passes the cores is expected, and silenced."""
+        if self.tuning is None or self.setting.workers <= self.probe.cores:
+            yield
+            return
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+            yield
+
     def context(self) -> Context:
         """What the diagnosis needs beside a window."""
         return Context(
@@ -156,6 +180,8 @@ class Session:
             memory=self.probe.memory,
             start=self._split,
             start_method=self.start_method,
+            where="training",
+            auto=self.tuning is not None,
         )
 
     # -- the pass ------------------------------------------------------------------------------------
@@ -189,6 +215,7 @@ class Session:
         it = batches
         self._began(it)
         counter, probe, tuning, reporter = self.counter, self.probe, self.tuning, self.reporter
+        ledger = self.ledger if reopen is not None else None
         done = start
         self.position = (epoch, done)
         asked, first, restarted = self._asked, True, False  # a pass's first wait starts at iter()
@@ -200,15 +227,25 @@ class Session:
                 change = tuning.take("restart") if tuning is not None and reopen is not None else None
                 if change is not None and reopen is not None:
                     _shutdown(it)
+                    if ledger is not None:
+                        ledger.restarted(probe.table)  # what the old workers read ahead is read again
                     self.setting, self._fresh = change.after, True
                     asked = self._asked = counter.clocks()
-                    it = reopen(epoch, done, change.after)
+                    with self.opening():
+                        it = reopen(epoch, done, change.after)
                     self._began(it)
                     first = restarted = True
+                if ledger is not None:
+                    ledger.asking(it)
+                counter.inside = True
                 try:
                     batch = next(it)
                 except StopIteration:
                     return
+                finally:
+                    counter.inside = False
+                if ledger is not None:
+                    ledger.handed()
                 got = counter.clocks()
                 counter.handed(asked, got, batch_samples(batch), first=first)
                 done += 1
@@ -240,7 +277,10 @@ class Session:
             self._changes = []
 
     def _began(self, iterator: Any) -> None:
-        self.probe.watch(worker_pids(iterator) if self.setting.workers else [])
+        pids = worker_pids(iterator) if self.setting.workers else []
+        self.probe.watch(pids)
+        if self.ledger is not None:
+            self.ledger.began(pids)
 
     def _first(self, arrived: float, restarted: bool) -> None:
         """The first batch of a pass, or after a restart: its wait was a start-up."""
@@ -274,11 +314,17 @@ class Session:
 
 
 def loader_session(
-    num_workers: Any, monitor: Any, autotune: AutoTune | None, kwargs: dict[str, Any], threads: bool = False
+    num_workers: Any,
+    monitor: Any,
+    autotune: AutoTune | None,
+    kwargs: dict[str, Any],
+    threads: bool = False,
+    counters: SharedState | None = None,
 ) -> tuple[Session | None, dict[str, Any]]:
     """``fd.Loader``'s monitor and autotuner from its arguments: (the session, or None without either; the
     user's DataLoader options, ``prefetch_factor="auto"`` taken out). The session's ``setting`` is the first.
     With ``threads`` (``workers="threads"``, "auto" refused before): the monitor only, of this process.
+    ``counters``: the dataset's shared counters (its ``skipped`` count is kept right across auto's restarts).
 
     Raises:
         ConfigError: for a ``num_workers``/``prefetch_factor`` that is neither a count nor "auto", or an
@@ -319,11 +365,12 @@ def loader_session(
             persistent=persistent,
         )
         setting = tuner.initial(float(memory_available()), float(usable_memory()))
-        rows = 1 + (tuner.max_workers if auto_workers else int(num_workers))
+        rows = 1 + (tuner.most_workers if auto_workers else int(num_workers))
     else:
         setting = Setting(int(num_workers), prefetch if num_workers else None)
         rows = 1 + int(num_workers)
-    return Session(spec, tuner, setting, rows, start_method=str(method), persistent=persistent), base
+    session = Session(spec, tuner, setting, rows, start_method=str(method), persistent=persistent, counters=counters)
+    return session, base
 
 
 __all__ = ["MonitoredCollate", "Reopen", "Session", "loader_session"]

@@ -30,8 +30,13 @@ MARKS = ("init_start", "init_end", "first_begin", "first_read", "first_read_s", 
 # worker that lives one short epoch exits before anyone reads its /proc files
 SELF = ("cpu", "runq", "voluntary", "involuntary")
 SELF_EVERY = 0.02  # seconds between two updates of them (a getrusage and a few small reads)
-_COL = {name: NSTAGE + i for i, name in enumerate(MARKS + SELF)}
-COLUMNS = NSTAGE + len(MARKS) + len(SELF)
+# the ledger: batches the process collated since it attached, what a counter of its own (its skipped samples)
+# read when it attached, and after each of its last RING batches
+LEDGER = ("batches", "ledger0")
+RING = 32  # more than a worker reads ahead (prefetch_factor x 1, plus the batch being made)
+_COL = {name: NSTAGE + i for i, name in enumerate(MARKS + SELF + LEDGER)}
+_RING = NSTAGE + len(MARKS) + len(SELF) + len(LEDGER)
+COLUMNS = _RING + RING
 
 
 class StageTable:
@@ -49,14 +54,18 @@ class StageTable:
         self.tensor = torch.zeros((slots, COLUMNS), dtype=torch.float64).share_memory_()
         self.control = torch.zeros(2, dtype=torch.float64).share_memory_()  # epoch, when it started
 
-    def attach(self, slot: int) -> None:
+    def attach(self, slot: int, ledger: Callable[[], float] | None = None) -> None:
         """Probe the calling process, flushing into row ``slot`` (counting on from what it holds: the
-        workers of a new epoch take over the rows of the last epoch's)."""
+        workers of a new epoch take over the rows of the last epoch's). ``ledger``: a count of the process's
+        own (its skipped samples) to note after each batch (see :meth:`ledger`)."""
         global _attached
         row = self.tensor.numpy()[slot]
         stages.enable(row[:NSTAGE], start=row[:NSTAGE].tolist())
         row[_COL["pid"]] = os.getpid()
+        row[_COL["batches"]] = 0
+        row[_COL["ledger0"]] = ledger() if ledger is not None else 0.0
         _attached = _Attached(self, slot)
+        _attached.ledger = ledger
         _attached.read_at_end = _read_so_far()  # a replaced worker's row holds its predecessor's totals
 
     def new_epoch(self) -> None:
@@ -76,6 +85,21 @@ class StageTable:
         its threads, voluntary and involuntary context switches; summed over the processes that held it."""
         row = self.tensor.numpy()[slot]
         return {name: float(row[_COL[name]]) for name in SELF}
+
+    def batches(self, slot: int) -> int:
+        """Batches the process in row ``slot`` collated since it attached."""
+        return int(self.tensor.numpy()[slot][_COL["batches"]])
+
+    def ledger(self, slot: int, batches: int) -> float | None:
+        """What the process in row ``slot`` noted of its ledger count (:meth:`attach`) after its first
+        ``batches`` batches (0: when it attached); None when that is no longer in the ring (or not yet made)."""
+        row = self.tensor.numpy()[slot]
+        made = int(row[_COL["batches"]])
+        if batches == 0:
+            return float(row[_COL["ledger0"]])
+        if batches > made or batches <= made - RING:
+            return None
+        return float(row[_RING + (batches - 1) % RING])
 
     def marks(self, slot: int) -> dict[str, float]:
         """The marks of row ``slot`` (see :data:`MARKS`)."""
@@ -100,6 +124,7 @@ class _Attached:
         self.base = [float(self.row[_COL[n]]) for n in SELF]
         self.start = own_counters()
         self.updated = 0.0
+        self.ledger: Callable[[], float] | None = None
 
     def update(self, now: float) -> None:
         current = own_counters()
@@ -143,6 +168,10 @@ def batch_end(n: int) -> None:
         a.row[_COL["first_n"]] = n
         a.row[_COL["epoch"]] = a.epoch
     a.read_at_end = _read_so_far()
+    if a.ledger is not None:
+        made = int(a.row[_COL["batches"]])
+        a.row[_RING + made % RING] = a.ledger()  # noted before the count says it is there
+        a.row[_COL["batches"]] = made + 1
     now = perf_counter()
     if now - a.updated >= SELF_EVERY or a.first:
         a.update(now)
@@ -163,15 +192,23 @@ class ProbeInit:
     Args:
         table (StageTable): where the workers' totals go.
         then (Callable[[int], object] | None): the user's ``worker_init_fn``.
+        ledger (Callable[[], float] | None): a count of the worker's own to note after each batch (its
+            skipped samples: see :class:`fastdata.loading.observe._ledger.Ledger`). Defaults to None.
     """
 
-    def __init__(self, table: StageTable, then: Callable[[int], object] | None = None) -> None:
-        self.table, self.then = table, then
+    def __init__(
+        self, table: StageTable, then: Callable[[int], object] | None = None, ledger: Callable[[], float] | None = None
+    ) -> None:
+        self.table, self.then, self.ledger = table, then, ledger
 
     def __call__(self, worker_id: int) -> None:
         started = perf_counter()
         slot = 1 + worker_id
-        self.table.attach(slot)
+        if slot >= self.table.tensor.shape[0]:  # more workers than the table has rows: unprobed, not broken
+            if self.then is not None:
+                self.then(worker_id)
+            return
+        self.table.attach(slot, self.ledger)
         row = self.table.tensor.numpy()[slot]
         row[_COL["init_start"]] = started
         row[_COL["init_end"]] = 0.0

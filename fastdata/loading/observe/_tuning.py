@@ -48,6 +48,7 @@ class Tuning:
         self._windows = 0
         self._memory: dict[int, tuple[float, float]] = {}  # pid -> (PSS, USS) as last read
         self.restart_s = 0.0
+        self._fds = 0
         self.observations: list[Observation] = []  # latest last (bounded)
 
     @property
@@ -150,7 +151,26 @@ class Tuning:
             early=early,
             epoch=position[0],
             batch=position[1],
+            open_files=self._files(w),
+            open_files_limit=_file_limit(),
         )
+
+    def _files(self, w: Window) -> int:
+        """The main process's open descriptors, as last read (every ``USS_EVERY`` windows)."""
+        if w.main.fds:
+            self._fds = w.main.fds
+        return self._fds
+
+
+def _file_limit() -> int:
+    """This process's open-file limit (the soft ``RLIMIT_NOFILE``), 0 where unknown or unlimited."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 0
+    return 0 if soft == resource.RLIM_INFINITY else int(soft)
 
 
 __all__ = ["CHANGES", "USS_EVERY", "State", "Tuning"]

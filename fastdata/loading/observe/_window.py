@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastdata.core._waits import KINDS, split
 from fastdata.core.stages import STAGES
 
 # fields read as of the window's end (a state, not an amount): never subtracted or summed
@@ -36,6 +37,9 @@ class Process:
         read_bytes (int): bytes read from the storage device (what the page cache did not hold).
         rchar (int): bytes read through any read call (files, sockets, pipes, the page cache).
         by_thread (dict[str, float]): CPU-seconds per thread name (threads of one name summed).
+        looks (dict[str, int]): looks at what it was doing, by ``"kind/call"`` (``"network/recvfrom"``,
+            ``"computing/"``: :mod:`fastdata.core._waits`): a worker as one producer; in the main process its
+            loader threads each (thread mode), else its loop thread while inside ``next()``.
         pid (int), threads (int), dstate (int): at the window's end: its id, threads alive, of them in D state.
         pss, uss (float): at the end, bytes (0: not read): its proportional and unique set sizes.
         fds (int): at the end, open file descriptors (0: not read).
@@ -49,6 +53,7 @@ class Process:
     read_bytes: int = 0
     rchar: int = 0
     by_thread: dict[str, float] = field(default_factory=dict)
+    looks: dict[str, int] = field(default_factory=dict)
     pid: int = field(default=0, metadata=LAST)
     threads: int = field(default=0, metadata=LAST)
     dstate: int = field(default=0, metadata=LAST)
@@ -75,6 +80,8 @@ class Window:
         step_s (float): the loop's time outside ``next()`` inside passes: the training step.
         step_cpu_s (float): the loop thread's CPU outside ``next()`` (0 for a step that sleeps or waits on
             the GPU; the model's own CPU for a step that computes on the CPU).
+        step_others_s (float): the main process's other threads' CPU during the steps (a CPU model's intra-op
+            threads): the step's, not the loader's (0 in thread mode, where the loader threads run then).
         first_wait_s (float): waiting for a pass's first batch (starting the workers, refilling buffers),
             and after each restart; starts (int): those passes and restarts.
         recv_s, recv_cpu_s, pin_s (float | None): the main process rebuilding received batches (wall, CPU;
@@ -102,6 +109,7 @@ class Window:
     wait_cpu_s: float = 0.0
     step_s: float = 0.0
     step_cpu_s: float = 0.0
+    step_others_s: float = 0.0
     first_wait_s: float = 0.0
     starts: int = 0
     recv_s: float | None = None
@@ -175,10 +183,25 @@ class Window:
 
     @property
     def main_busy(self) -> float:
-        """The loop thread running or runnable for the loader (inside ``next()``), as a share of the time it
-        was not running the step: its CPU there, and its run-queue wait shared out by CPU."""
+        """The loop thread running or runnable for the loader (inside ``next()``: receiving batches, or making
+        them without workers), as a share of the loop's time; the step is not the loader's, so a loop that
+        mostly runs its step shows a small share however busy ``next()`` itself is."""
+        return min(1.0, (self.wait_cpu_s + self._wait_runq_s) / self.loop_s) if self.loop_s > 0 else 0.0
+
+    @property
+    def main_producing(self) -> float:
+        """Without workers: the main process's threads running or runnable, summed, as a share of the time the
+        loop was not running its step (the time it had to make batches in). May pass 1 with helper threads."""
         free = self.loop_s - self.step_s if self.step else self.loop_s
-        return min(1.0, (self.wait_cpu_s + self._wait_runq_s) / free) if free > 0 else 0.0
+        busy = self.wait_cpu_s + self._wait_runq_s + self.helper_cpu_s + self.helper_runq_s
+        return busy / free if free > 0 else 0.0
+
+    @property
+    def data_wait(self) -> float:
+        """Share of the loop's time inside ``next()`` not computing: waiting for the producers."""
+        if self.loop_s <= 0:
+            return 0.0
+        return max(0.0, self.wait_s - self.wait_cpu_s - self._wait_runq_s) / self.loop_s
 
     @property
     def _wait_runq_s(self) -> float:
@@ -189,8 +212,9 @@ class Window:
 
     @property
     def helper_cpu_s(self) -> float:
-        """CPU of the main process's threads other than the loop's (pin memory, decoders, loader threads)."""
-        return max(0.0, self.main.cpu_s - self.loop_cpu_s)
+        """CPU of the main process's threads other than the loop's (pin memory, decoders, loader threads); a CPU
+        step's own threads left out."""
+        return max(0.0, self.main.cpu_s - self.loop_cpu_s - self.step_others_s)
 
     @property
     def helper_runq_s(self) -> float:
@@ -277,6 +301,47 @@ class Window:
         total = self.machine_cpu_s + self.machine_iowait_s
         return self.machine_iowait_s / total if total > 0 else 0.0
 
+    @property
+    def producer_looks(self) -> dict[str, int]:
+        """Looks at the producers by ``"kind/call"``: the workers', else the main process's (its loader threads,
+        or its loop thread inside ``next()``)."""
+        out: dict[str, int] = {}
+        for p in self.workers or [self.main]:
+            for k, n in p.looks.items():
+                out[k] = out.get(k, 0) + int(n)
+        return out
+
+    @property
+    def waits(self) -> dict[str, float]:
+        """What the producers did, as shares of their time (empty when nobody looked): ``computing``,
+        ``runq`` (runnable, waiting for a core), then each kind of wait of :mod:`fastdata.core._waits`
+        (``network``, ``disk``, ``lock``, ``sleep``, ``idle``: waiting for work, ``other``). The looks give the
+        shares; the running ones are split into computing and waiting for a core by the producers' CPU and
+        run-queue seconds."""
+        looks = self.producer_looks
+        total = sum(looks.values())
+        if not total:
+            return {}
+        kinds = {k: 0.0 for k in WAIT_KINDS}
+        for counted, n in looks.items():
+            kind = split(counted)[0]
+            kinds[kind if kind in kinds else "other"] += n / total
+        procs = self.workers or [self.main]
+        cpu, runq = sum(p.cpu_s for p in procs), sum(p.runq_s for p in procs)
+        if cpu + runq > 0:
+            kinds["runq"] = kinds["computing"] * runq / (cpu + runq)
+            kinds["computing"] -= kinds["runq"]
+        return kinds
+
+    def wait_calls(self, kind: str) -> list[str]:
+        """The system calls the producers were seen waiting in for ``kind``, most seen first."""
+        calls: dict[str, int] = {}
+        for counted, n in self.producer_looks.items():
+            k, call = split(counted)
+            if k == kind and call:
+                calls[call] = calls.get(call, 0) + n
+        return sorted(calls, key=lambda c: -calls[c])
+
     def stage_ms(self, totals: Mapping[str, tuple[float, float]] | None = None) -> dict[str, float | None]:
         """Milliseconds per sample in each stage (None where nothing was timed), from ``totals`` where
         given (a whole run's, for datasets that do a stage's work outside every window)."""
@@ -349,6 +414,7 @@ class Window:
         return (sum(known) + (ms.get("collate") or 0.0)) * (self.samples / self.batches) / 1000
 
 
+WAIT_KINDS = ("computing", "runq", *KINDS[1:])  # the shares of Window.waits, in order
 STEP_SHARE = 0.1  # the loop spends this share of its time outside next(): it runs a training step
 
 
@@ -426,4 +492,4 @@ def _add(a: Any, b: Any) -> Any:
     return a + b
 
 
-__all__ = ["STEP_SHARE", "Process", "Window"]
+__all__ = ["STEP_SHARE", "WAIT_KINDS", "Process", "Window"]

@@ -1,0 +1,150 @@
+"""Producers that wait off the CPU: what they wait on (the looks at their threads, :func:`waiting`; without
+looks, the older signs of a wait on storage, :func:`storage_signs`), and the verdict that says it
+(``storage``, ``lock``, ``sleep``, ``wait``: :func:`waits_verdict`)."""
+
+from __future__ import annotations
+
+from fastdata.loading.observe import _wording as say
+from fastdata.loading.observe._evidence import Evidence
+from fastdata.loading.observe._verdict import (
+    BLOCKED,
+    FETCH_WAIT,
+    KIND_LABEL,
+    LOOKS_ENOUGH,
+    OFF_CPU,
+    WAITS,
+    Verdict,
+)
+
+
+def fetch_wait(ev: Evidence) -> float:
+    """Share of a producer's time in ``fetch`` beyond the CPU it uses (every thread of it): the wall
+    time of fetching far above its CPU time is a wait for bytes. CPU used, not demand: the run-queue
+    waits of a pool of fetch threads add up across threads on a crowded machine, and are no work done."""
+    fetch = ev.stage_busy.get("fetch")
+    if fetch is None:
+        return 0.0
+    return max(0.0, fetch - ev.producer_cpu)
+
+
+def fetch_dominates(ev: Evidence) -> bool:
+    """More of the producers' time goes to fetch than to decode and transform together.
+
+    On a crowded machine a pool of fetch threads that wakes on every network reply waits for a core at
+    each wake-up, and those run-queue waits add up to "busy": a producer that waits for bytes then looks
+    busy too. Where the time is spent tells the two apart: a decoder starved of CPU is in decode.
+    """
+    fetch = ev.stage_busy.get("fetch") or 0.0
+    work = (ev.stage_busy.get("decode") or 0.0) + (ev.stage_busy.get("transform") or 0.0)
+    return fetch > work
+
+
+def waiting(ev: Evidence) -> tuple[str, float, float] | None:
+    """What the producers wait on, when the looks at them say they mostly wait off the CPU: ``(kind, its
+    share, the share of every off-CPU wait)``; None when they do not, or too few looks were made."""
+    if ev.looked < LOOKS_ENOUGH or not ev.waits:
+        return None
+    off = sum(ev.waits.get(k, 0.0) for k in OFF_CPU)
+    # against computing alone: waiting for a core is the machine's crowding (another program's), not work
+    # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing
+    if off < WAITS or off <= ev.waits.get("computing", 0.0):
+        return None
+    top = max(OFF_CPU, key=lambda k: ev.waits.get(k, 0.0))
+    return top, ev.waits.get(top, 0.0), off
+
+
+def storage_signs(ev: Evidence) -> list[str]:
+    """The measurements that show a wait on storage without looks at the threads (empty when none does)."""
+    signs = []
+    wait = fetch_wait(ev)
+    who = "each worker" if ev.workers else "each loader thread" if ev.threads else "the main process"
+    if wait >= FETCH_WAIT:
+        fetch_ms = ev.stage_ms.get("fetch")
+        ms = f" ({fetch_ms:.2f} ms per sample)" if fetch_ms is not None else ""
+        fetch = ev.stage_busy.get("fetch") or 0.0
+        spent = f"{fetch:.0%} of its time" if fetch <= 1 else f"{fetch:.2f} cores' worth of time (its threads together)"
+        signs.append(
+            f"{who} spends {spent} in fetch{ms} but uses only {ev.producer_cpu:.2f} cores of CPU, every thread "
+            "counted: it waits for bytes"
+        )
+    if ev.blkio >= BLOCKED:
+        signs.append(f"block-I/O delay {say.pct(ev.blkio)} of the time (the kernel's delay accounting)")
+    if ev.dstate >= BLOCKED:
+        signs.append(f"a loader thread was in uninterruptible sleep (D state) in {say.pct(ev.dstate)} of the looks")
+    return signs
+
+
+def disk_or_network(ev: Evidence) -> str:
+    if ev.blkio >= BLOCKED or ev.dstate >= BLOCKED or ev.device_mb_s >= 1:
+        return (
+            f"The reads reach the disk ({ev.device_mb_s:.1f} MB/s from the device of {ev.read_mb_s:.1f} MB/s read): "
+            "faster storage, larger sequential reads (tar shards) or a warm page cache help."
+        )
+    accounting = "" if ev.blkio_known else " (delay accounting is off: D-state looks only)"
+    return (
+        f"No block-I/O wait or D state{accounting} and {ev.device_mb_s:.1f} MB/s from the device: the wait is on "
+        "the network or a remote store (or a lock or sleep in fetch)."
+    )
+
+
+def more_concurrency(ev: Evidence) -> str:
+    """The advice for producers that wait: more of them overlap the waits, past the core count."""
+    if ev.auto:
+        return "num_workers='auto' adds workers past the core count while they wait and throughput rises"
+    threads = "; or loader threads (fd.Loader(workers='threads')), lighter than processes" if ev.workers else ""
+    return (
+        f"the waits overlap: more workers, past the {ev.cores} cores (they mostly wait), or a larger "
+        f"prefetch_factor{threads}"
+    )
+
+
+def waits_verdict(ev: Evidence, found: tuple[str, float, float]) -> Verdict:
+    kind, share, off = found
+    label = KIND_LABEL[kind]
+    who = say.producers(ev)
+    verb = "are" if who.endswith("s") else "is"
+    first = f"{who} {verb} {say.WAIT_WORDS[kind]} {share:.0%} of the time{say.calls(ev, kind)}"
+    if off - share >= 0.1:
+        first += f", off the CPU {off:.0%} in all"
+    found_text = [first]
+    detail = say.breakdown(ev)
+    if detail:
+        found_text.append(detail)
+    advice = [more_concurrency(ev)]
+    if kind in ("network", "disk"):
+        found_text.append(disk_or_network(ev) if kind == "disk" else network_note(ev))
+    elif kind == "lock":
+        advice = [
+            "a lock held by another thread of the same process serialises the reads (a client library's "
+            "connection lock, a logging handler, a cache's lock): worker processes each hold their own, loader "
+            "threads share one, so more threads will not help; find who holds it (--profile shows the stacks)"
+            if ev.where == "bench"
+            else "a lock held by another thread of the same process serialises the reads: worker processes each "
+            "hold their own, loader threads share one; find who holds it (py-spy dump --pid <a worker's pid>)"
+        ]
+    elif kind == "sleep":
+        advice = [
+            "the dataset sleeps (time.sleep, a rate limit, a retry's back-off): "
+            + more_concurrency(ev)
+            + ", or make it sleep less"
+        ]
+    return Verdict(label, found_text, advice)
+
+
+def network_note(ev: Evidence) -> str:
+    return (
+        f"{ev.device_mb_s:.1f} MB/s from the device, {ev.read_mb_s:.1f} MB/s read through any call: the wait is "
+        "the round trip to a server (an object store, a database, an HTTP service), not the bytes"
+    )
+
+
+__all__ = [
+    "disk_or_network",
+    "fetch_dominates",
+    "fetch_wait",
+    "more_concurrency",
+    "network_note",
+    "storage_signs",
+    "waiting",
+    "waits_verdict",
+]
