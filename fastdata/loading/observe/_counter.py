@@ -83,23 +83,26 @@ class BatchCounter:
         self.pin_s = (self.pin_s or 0.0) + pin_s
         self.nbytes += nbytes
 
-    def stepped(self, now: tuple[float, float]) -> None:
+    def stepped(self, now: Clocks) -> None:
         """The loop has run its step since the last batch until ``now`` (a :meth:`clocks` reading): count it
         so far, so that a window ending here holds its last batch's step."""
         if self._last is not None:
-            last_t, last_c = self._last
+            last_t, last_c, last_p = self._last
             self.step_s += max(0.0, now[0] - last_t)
             self.step_cpu_s += max(0.0, now[1] - last_c)
+            if self.step_threads:
+                self.step_others_s += max(0.0, (now[2] - last_p) - (now[1] - last_c))
             self.loop_s += max(0.0, now[0] - last_t)
             self._last = now
 
-    def exclude(self, start: tuple[float, float], end: tuple[float, float]) -> None:
+    def exclude(self, start: Clocks, end: Clocks) -> None:
         """Leave the span ``start``..``end`` (two :meth:`clocks` readings after a batch was handed out) out of
         the loop: what the measuring itself did there (reading the probe) is neither the step nor a wait."""
         if self._last is not None:
-            self._last = (self._last[0] + end[0] - start[0], self._last[1] + end[1] - start[1])
+            last_t, last_c, last_p = self._last
+            self._last = (last_t + end[0] - start[0], last_c + end[1] - start[1], last_p + end[2] - start[2])
 
-    def resume(self, at: tuple[float, float]) -> None:
+    def resume(self, at: Clocks) -> None:
         """The loop runs on from ``at`` (a :meth:`clocks` reading): the next batch's step is counted from there,
         not lost as a pass's first (the sweep measures from the middle of a pass)."""
         self._last = at
