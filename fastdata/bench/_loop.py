@@ -407,13 +407,16 @@ def one_line(e: BaseException) -> str:
     it happened."""
     text = str(e)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    place = ""
     if "Original Traceback" in text and lines:
         where = lines[0].rstrip(".").replace("Caught ", "").split(" in ", 1)
         place = f" (in {where[1]})" if len(where) == 2 else ""
-        out = lines[-1] + place
+        kind, _, message = lines[-1].partition(": ")
+        out = f"{kind.rsplit('.', 1)[-1]}: {message}".rstrip(": ")  # the worker's line, its type unqualified
     else:
         out = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-    return out if len(out) <= ONE_LINE else out[: ONE_LINE - 3] + "..."
+    room = ONE_LINE - len(place)  # a long message is cut, where it happened is kept
+    return (out if len(out) <= room else out[: room - 3] + "...") + place
 
 
 def _split_dict(splits: list[StartSplit]) -> dict[str, float]:
