@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from torch.utils.data import Dataset
 
 import fastdata as fd
@@ -308,3 +309,40 @@ def test_restarts_count_each_bad_sample_once(tmp_path: Path) -> None:
     assert len(changes) == 3  # three restarts mid-epoch, each after read-ahead
     assert len(keys) == len(set(keys)) == 4 * 32 - 16
     assert ds.skipped == 16
+
+
+class SlowFirstWorker(Dataset[int]):
+    """Items of 1 ms; the last worker's first item takes 0.5 s more (its first connection, a SYN retried)."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, i: int) -> int:
+        info = torch.utils.data.get_worker_info()
+        slow = info is not None and info.id == info.num_workers - 1 and not self.started
+        self.started = True
+        time.sleep(0.5 if slow else 0.001)  # the workload, not a synchronisation
+        return i
+
+
+def test_a_setting_is_measured_once_every_worker_has_handed_its_first_batch() -> None:
+    """A worker's slow start is a start-up, paid once: the tuner's windows begin after each worker's first
+    batch (the DataLoader takes them in turn), not at the pass's first (16 HTTP workers, one of them held 1 s
+    by a SYN retry, measured 0.11x of 8 and were sent back)."""
+    options = AutoTune(window=0.05, min_batches=1, interval=1e3)  # no change: the first setting is measured
+    session, tuner, batches = _session(options, SlowFirstWorker())
+    workers = tuner.initial().workers
+    assert workers >= 2
+    begun: list[int] = []
+    started = session.tuning.started
+    session.tuning.started = lambda reading: (begun.append(session.counter.batches), started(reading))[1]
+    try:
+        for _ in batches:
+            if session.observations:
+                break
+    finally:
+        session.close()
+    assert begun == [workers]  # from the slow worker's first batch, the last of the first round
