@@ -64,7 +64,7 @@ class Trainer:
         self.loss = nn.CrossEntropyLoss()
 
     def step(self, images: torch.Tensor) -> None:
-        x = images.permute(0, 3, 1, 2).float().div_(255)
+        x = images.float().div_(255)  # decode='torch' gives uint8 NCHW
         y = torch.arange(len(x)) % 10
         self.opt.zero_grad()
         self.loss(self.model(x), y).backward()

@@ -3,11 +3,15 @@
 A sleep stands for a step the GPU runs: the training process waits and its cores are free for the loader.
 A CPU-side step (a model trained on the CPU, host-side augmentation, a heavy loss on the CPU) is different:
 it takes cores from the loader's workers, and they take cores from it, so a loader that keeps up with a
-sleeping step can stall a computing one. :class:`CPUStep` does CPU work as such a step does: torch matrix
-products on the training process's intra-op threads (``torch.get_num_threads()``), which release the GIL as
-a model's operators do. Its amount of work is fixed when it is made, calibrated to take ``cpu`` seconds on
-the machine as it is then (the fastest of several timings: the least contended), so that a crowded machine
-makes it take longer, as it makes a real step take longer.
+sleeping step can stall a computing one. :class:`CPUStep` does CPU work as such a step does: the forward
+and backward passes of a small convolutional network on the training process's intra-op threads
+(``torch.get_num_threads()``), which release the GIL as a model's operators do. Many short operators, each
+split over the threads and joined, are what makes a real step slow down when workers take its cores: the
+first version multiplied 192x192 matrices, and beside decoding workers its step slowed less than a real
+CNN's (``benchmarks/bench_cpu_step.py``, 2 cores, one run each: predicted stall 3.2x and 1.9x the real
+loop's at 1 and 2 workers with products, 1.8x and 1.7x with this network). Its amount of work is fixed when
+it is made, calibrated to take ``cpu`` seconds on the machine as it is then (the fastest of several timings:
+the least contended), so that a crowded machine makes it take longer, as it makes a real step take longer.
 """
 
 from __future__ import annotations
@@ -17,10 +21,30 @@ from time import perf_counter
 from typing import Any
 
 import torch
+from torch import nn
 
 from fastdata.core.errors import check_positive
 
-SIZE = 192  # the side of the matrices multiplied: ~14 MFLOP a product, ~0.1-0.5 ms on one core
+INPUT = (2, 3, 32, 32)  # the network's input: one forward and backward takes ~1 ms on a core
+
+
+class _SmallConvNet(nn.Module):
+    """Two 3x3 convolutions with ReLU and pooling, and a linear layer: a CPU model's kinds of operators."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.head = nn.Linear(32 * (INPUT[2] // 4) * (INPUT[3] // 4), 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
 
 
 class CPUStep:
@@ -32,7 +56,7 @@ class CPUStep:
         wait (float): seconds to sleep after it. Defaults to 0.
 
     Attributes:
-        reps (int): matrix products per step.
+        reps (int): forward and backward passes of the small network per step.
     """
 
     def __init__(self, cpu: float, wait: float = 0.0) -> None:
@@ -40,13 +64,14 @@ class CPUStep:
         check_positive("step_time", wait, allow_zero=True)
         self.cpu, self.wait = cpu, wait
         gen = torch.Generator().manual_seed(0)
-        self._a = torch.randn(SIZE, SIZE, generator=gen)
-        self._b = torch.randn(SIZE, SIZE, generator=gen)
-        self._out = torch.empty(SIZE, SIZE)
-        self.reps = max(1, round(cpu / self._per_product()))
+        with torch.random.fork_rng():  # the user's random state is left as it was
+            torch.manual_seed(0)
+            self._net = _SmallConvNet()
+        self._x = torch.randn(*INPUT, generator=gen)
+        self.reps = max(1, round(cpu / self._per_pass()))
 
-    def _per_product(self, n: int = 16, tries: int = 7) -> float:
-        self._burn(n)  # warm up: first products allocate and spin up the intra-op threads
+    def _per_pass(self, n: int = 8, tries: int = 5) -> float:
+        self._burn(2)  # warm up: the first passes allocate and spin up the intra-op threads
         best = float("inf")
         for _ in range(tries):
             start = perf_counter()
@@ -56,7 +81,8 @@ class CPUStep:
 
     def _burn(self, n: int) -> None:
         for _ in range(n):
-            torch.mm(self._a, self._b, out=self._out)
+            self._net.zero_grad(set_to_none=True)
+            self._net(self._x).sum().backward()
 
     def __call__(self, batch: Any = None) -> None:
         self._burn(self.reps)
@@ -67,4 +93,4 @@ class CPUStep:
         return f"CPUStep(cpu={self.cpu}, wait={self.wait})"
 
 
-__all__ = ["SIZE", "CPUStep"]
+__all__ = ["INPUT", "CPUStep"]
