@@ -364,3 +364,75 @@ def test_the_thread_sampler_closes_what_it_opened_for_workers_gone() -> None:
         held.append(len(os.listdir("/proc/self/fd")))
     sampler.stop()
     assert held[-1] <= held[0], held  # the last epoch's workers' files only, not every epoch's
+
+
+BEHIND_A_QUEUE = (
+    "import queue, threading, time\n"
+    "from fastdata.core._thread_name import name_this_thread\n"
+    "q = queue.Queue()\n"
+    "def read():\n"
+    "    if NAMED: name_this_thread('fastdata-loader-0')\n"
+    "    while True:\n"
+    "        time.sleep(0.05); q.put(1)\n"
+    "threading.Thread(target=read, daemon=True).start()\n"
+    "print('ready', flush=True)\n"
+    "while True: q.get()\n"
+)
+
+
+def test_a_process_waiting_on_its_own_reading_threads_waits_on_what_they_do() -> None:
+    """The main thread waits on a futex (a queue) for a thread that sleeps: fastdata's own reading thread
+    (named fastdata-..., as a hybrid worker's threads are) makes the process sleeping; a thread of the user's
+    doing the same is a lock's holder, and the process waits on a lock (a hybrid worker over sleeping items
+    read as 'lock' with the advice 'more threads will not help', though 2 threads doubled its speed)."""
+    import subprocess
+    import sys
+
+    from fastdata.core._proc import ThreadSampler
+    from fastdata.core._waits import split
+
+    procs = {
+        named: subprocess.Popen(
+            [sys.executable, "-c", f"NAMED = {named}\n" + BEHIND_A_QUEUE], stdout=subprocess.PIPE, cwd=os.getcwd()
+        )
+        for named in (True, False)
+    }
+    sampler = ThreadSampler(interval=0.01)
+    try:
+        for p in procs.values():
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+        sampler.watch([p.pid for p in procs.values()])
+        sampler.start()
+        deadline = time.perf_counter() + 30
+        while time.perf_counter() < deadline:
+            time.sleep(0.05)  # waiting for the sampler's looks, bounded
+            if all(sum(sampler.looked(p.pid).values()) >= 40 for p in procs.values()):
+                break
+        sampler.stop()
+        for named, p in procs.items():
+            counted: dict[str, int] = {}
+            for key, n in sampler.looked(p.pid).items():
+                counted[split(key)[0]] = counted.get(split(key)[0], 0) + n
+            expected = "sleep" if named else "lock"
+            assert counted.get(expected, 0) >= 0.6 * sum(counted.values()), (named, counted)
+    finally:
+        sampler.stop()
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+def test_hybrid_workers_over_sleeping_items_are_sleeping_not_on_a_lock() -> None:
+    """fastdata bench fastdata.bench:IOWaitDataset --modes hybrid: each worker's main thread waits for its
+    loader threads, which sleep in the dataset."""
+    result = fd.bench.sweep(
+        fd.bench.IOWaitDataset(n=100_000, delay=0.005),
+        modes=["hybrid"],
+        workers=[2],
+        batch_size=16,
+        seconds=1.0,
+        window=0.25,
+        warmup=0.25,
+        confirm=False,
+    )
+    assert fd.bench.recommend(result).bottleneck == "sleep", fd.bench.recommend(result).diagnosis

@@ -445,7 +445,12 @@ def run_spec(args: argparse.Namespace) -> int:
         result = fb.sweep(factory, progress=lambda d, t, p: bar.update(task, completed=d, total=t), **kwargs)
     result.settings.update(settings)
     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
-    report.print_report(result, rec, None if not out.is_terminal else out, title=f"fastdata bench {name}: {args.spec}")
+    report.print_report(
+        result,
+        rec,
+        None if not out.is_terminal else out,
+        title=f"fastdata bench {name}" + (f": {args.spec}" if args.spec != name else ""),
+    )
     if settings.get("decode"):
         out.print(f"measured: {settings['decode']}")
     if settings.get("ignored_kwargs"):

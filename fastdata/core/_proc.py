@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
 from fastdata.core import _waits as waits
+from fastdata.core._thread_name import OWN, thread_name
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -403,8 +404,14 @@ class ThreadSampler:
         first = self._thread_kind(pid, main, states[main])
         if first[0] != "lock":
             return first
-        others = [self._thread_kind(pid, tid, s, helper=True) for tid, s in states.items() if tid != main]
-        return waits.process_kind(first, others)  # type: ignore[arg-type]
+        others, own = [], []
+        for tid, s in states.items():
+            if tid != main:
+                kind = self._thread_kind(pid, tid, s, helper=True)
+                others.append(kind)
+                if thread_name(pid, tid).startswith(OWN):
+                    own.append(kind)
+        return waits.process_kind(first, others, own)  # type: ignore[arg-type]
 
     def _fd_kind(self, pid: int, fd: int) -> waits.FdKind:
         target = fd_target(pid, fd)

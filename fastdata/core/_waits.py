@@ -126,12 +126,25 @@ def kind_of(state: str, call: str, fds: list[FdKind] | None, helper: bool = Fals
 BEHIND_A_LOCK: tuple[Kind, ...] = ("computing", "disk", "network")
 
 
-def process_kind(main: tuple[Kind, str], others: list[tuple[Kind, str]]) -> tuple[Kind, str]:
+# ... when the threads it waits on are fastdata's own reading threads (the hybrid's): what those do, in order
+BEHIND_OWN: tuple[Kind, ...] = ("computing", "disk", "network", "sleep", "other", "lock", "idle")
+
+
+def process_kind(
+    main: tuple[Kind, str], others: list[tuple[Kind, str]], own: list[tuple[Kind, str]] | None = None
+) -> tuple[Kind, str]:
     """The kind of a producing process from its main thread's and its other threads' ``(kind, call)``: the
     main thread's, unless it waits on a futex (a helper thread decoding, a pool fetching): then the first
-    of :data:`BEHIND_A_LOCK` that another thread is in (a lock whose holder sleeps stays a lock)."""
+    of :data:`BEHIND_A_LOCK` that another thread is in (a lock whose holder sleeps stays a lock). ``own``:
+    the kinds of fastdata's own reading threads among the others (named :data:`fastdata.core._thread_name.OWN`);
+    a main thread waiting on a futex while they read waits on what they do, whatever it is
+    (:data:`BEHIND_OWN`: a hybrid worker whose threads sleep is sleeping, not on a lock)."""
     if main[0] != "lock":
         return main
+    for kind in BEHIND_OWN if own else ():
+        for k, call in own or ():
+            if k == kind:
+                return kind, call
     for kind in BEHIND_A_LOCK:
         for k, call in others:
             if k == kind:
@@ -152,6 +165,7 @@ def split(counted: str) -> tuple[str, str]:
 
 __all__ = [
     "BEHIND_A_LOCK",
+    "BEHIND_OWN",
     "KINDS",
     "SYSCALLS",
     "FdKind",

@@ -159,7 +159,7 @@ def _with_workers(ev: Evidence, waits: tuple[str, float, float] | None) -> Verdi
         threads = say.threads_text({k: v / ev.workers for k, v in ev.worker_threads.items()})
         who = "the worker" if ev.workers == 1 else "each worker"
         found = [
-            f"{who} {say.busy(ev.per_worker_busy)} (running, or waiting for a core); {say.need(ev)}"
+            f"{who} {say.busy(ev.per_worker_busy, how=True)}; {say.need(ev)}"
             + (f"; per worker, threads {threads}" if threads else "")
             + _stage_note(ev)
         ]

@@ -2,7 +2,7 @@
 
 Core counts are cores used (CPU-seconds per second, never more than the machine has); what the loader would
 use with more cores is said as a need ("the loader needs 2.4 cores, the machine has 2"); a busy share is
-"busy 57% of the time" (running, or waiting for a core); a wait names what it waits on and the system calls
+"busy 57% of the time (running or waiting for a core)"; a wait names what it waits on and the system calls
 seen ("waiting on the network 85% of the time (recvfrom/poll)").
 """
 
@@ -45,10 +45,14 @@ def workers_text(n: int) -> str:
     return "no workers" if n == 0 else "1 worker" if n == 1 else f"{n} workers"
 
 
-def busy(x: float) -> str:
+def busy(x: float, how: bool = False) -> str:
     """A producer's busy share, with its verb: "is busy 73% of the time", or past one (its threads together)
-    "keeps 1.75 cores busy (its threads together)"."""
-    return f"is busy {x:.0%} of the time" if x <= 1.0 else f"keeps {x:.2f} cores busy (its threads together)"
+    "keeps 1.75 cores busy (its threads together)"; ``how``: saying what busy is, in the same parentheses
+    ("is busy 73% of the time (running or waiting for a core)")."""
+    what = "running or waiting for a core"
+    if x <= 1.0:
+        return f"is busy {x:.0%} of the time" + (f" ({what})" if how else "")
+    return f"keeps {x:.2f} cores busy (its threads together" + (f", {what})" if how else ")")
 
 
 def cores(used: float, machine: int) -> str:

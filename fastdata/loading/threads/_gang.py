@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from fastdata.core._protocol import Warmable
+from fastdata.core._thread_name import name_this_thread
 from fastdata.core._world import acting_as_worker
 from fastdata.core.errors import ConfigError, FastdataError
 
@@ -133,6 +134,7 @@ class ThreadGang:
         return len(self.copies)
 
     def _serve(self, j: int) -> None:
+        name_this_thread(self._threads[j].name)  # the probe tells the loader's threads from the user's by it
         copy = self.copies[j]
         with acting_as_worker(*self.workers[j], token=self.token):
             if isinstance(copy, Warmable):

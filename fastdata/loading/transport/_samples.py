@@ -94,10 +94,14 @@ class PlainBatches:
 
 
 def slot_samples(samples: Iterator[Any]) -> Iterator[Any]:
-    """``samples``, each dict a :class:`SlotSample` when this is a DataLoader worker (unchanged elsewhere)."""
+    """``samples``, each dict a :class:`SlotSample` when this is a DataLoader worker (the same iterator
+    elsewhere: no generator in between, which costs a hop per sample)."""
     if get_worker_info() is None:
-        yield from samples
-        return
+        return samples
+    return _as_slot_samples(samples)
+
+
+def _as_slot_samples(samples: Iterator[Any]) -> Iterator[Any]:
     for sample in samples:
         yield SlotSample(sample) if type(sample) is dict else sample
 
