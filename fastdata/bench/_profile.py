@@ -208,6 +208,7 @@ def record(
         ConfigError: py-spy is missing, or may not attach (ptrace), with the fix.
     """
     from fastdata.bench._loop import make_loader
+    from fastdata.loading._protocol import Dataset as FastdataDataset
 
     exe = py_spy or py_spy_path()
     if exe is None or not Path(exe).exists():
@@ -227,8 +228,16 @@ def record(
     )
     proc: subprocess.Popen[str] | None = None
     log = ""
+
+    def next_pass() -> Any:
+        # a pass of its own, as a training loop's next epoch (the sweep read this dataset's epoch already:
+        # the same epoch again would warn the user of a repeat the profile made)
+        if isinstance(ds, FastdataDataset):
+            ds.set_epoch(ds.epoch + 1)
+        return iter(loader)
+
     try:
-        it = iter(loader)
+        it = next_pass()
         next(it)  # workers up before recording
         cmd = [exe, "record", "--pid", str(os.getpid()), "--subprocesses", "--idle", "--threads"]
         cmd += ["--rate", str(RATE), "--duration", str(max(1, round(seconds))), "--format", "raw"]
@@ -239,7 +248,7 @@ def record(
             try:
                 next(it)
             except StopIteration:
-                it = iter(loader)
+                it = next_pass()
             if step:
                 time.sleep(step)
         try:
