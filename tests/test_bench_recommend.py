@@ -455,3 +455,16 @@ def test_the_grid_widens_past_the_cores_only_while_waiting_workers_keep_getting_
     # the most while they wait: 16 on 2 cores
     at_most = sweep_of(pt(8, 1500, **WAITING), pt(16, 3000, **WAITING), cores=2)
     assert wider(at_most) == []
+
+
+def test_the_spread_of_windows_leaves_out_a_window_of_a_few_ms() -> None:
+    """Windows of 0.5 s at ~1,000 samples/s, and one that held a single batch right after a pass's end (4 ms
+    of loop): the spread is that of the real windows (it said 'windows up to 17407% apart')."""
+    from dataclasses import replace
+
+    from tests.bench_points import window_of
+
+    steady = [replace(window_of(2, rate), samples=round(rate / 2), loop_s=0.5) for rate in (950.0, 1000.0, 1050.0)]
+    blip = replace(window_of(2, 16_000.0), samples=64, loop_s=0.004)
+    point = Point(Config(2, 2, False, False, 64), windows=[*steady, blip], step=False)
+    assert point.spread == pytest.approx(0.1, abs=0.01)

@@ -222,8 +222,13 @@ class Point:
     @property
     def spread(self) -> float:
         """How far apart its measurements were, (max - min) / median: of its rounds where it was measured
-        several times, else of its windows. The run's noise."""
-        rates = self.round_rates or self.window_rates
+        several times, else of its windows that measured at least half the median window's loop time (a
+        window holding one batch right after a pass's end lasts a few ms, and its rate says nothing: such
+        windows once made a spread of 17,407%). The run's noise."""
+        rates = self.round_rates
+        if not rates and self.windows:
+            typical = statistics.median(w.loop_s for w in self.windows)
+            rates = [w.samples_per_s for w in self.windows if w.loop_s >= typical / 2]
         mid = statistics.median(rates) if rates else 0.0
         return (max(rates) - min(rates)) / mid if mid else 0.0
 
