@@ -88,3 +88,22 @@ def test_the_demo_summary_has_a_row_per_backend() -> None:
     text = console.export_text()
     assert "tar" in text and "340" in text and "storage" in text
     assert "skipped: no h5py" in text
+
+
+def test_the_cores_rule_of_thumb_is_said_as_one_for_computing_workers_beside_waiting_ones() -> None:
+    """Storage-bound workers: min(cores, data time / step time) is a rule for workers that compute; beside
+    a measured best past the cores it must not read as the answer."""
+    result = sweep_of(
+        pt(0, 100, stall=0.6, **WAITING),
+        pt(2, 340, stall=0.4, **WAITING),
+        pt(4, 600, stall=0.3, **WAITING),
+        step_time=0.02,
+    )
+    result.machine.update(describe())
+    result.machine["usable_cores"] = 2
+    rec = fd.bench.recommend(result)
+    assert rec.bottleneck == "storage" and rec.estimate is not None, (rec.bottleneck, rec.diagnosis)
+    console = Console(record=True, width=300)
+    report.print_report(result, rec, console)
+    estimate = [line for line in console.export_text().splitlines() if "• Estimate" in line]
+    assert len(estimate) == 1 and "a rule for workers that compute; these mostly wait" in estimate[0], estimate

@@ -12,6 +12,7 @@ from fastdata.bench._advise import Recommendation
 from fastdata.bench._diagnose import label, step_words
 from fastdata.bench._result import Point, SweepResult
 from fastdata.core.stages import STAGES
+from fastdata.loading.observe._verdict import WAITING_LABELS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -258,7 +259,12 @@ def print_report(
             lines.append((f"• Later epochs' first batch: {_split_text(rec.point.restart_split)}.", None))
     if rec.estimate is not None:
         measured = rec.config.describe() if rec.config is not None else "?"
-        lines.append((f"• Estimate: workers = {rec.estimate[1]}; measured best: {measured}.", None))
+        # the rule counts cores, for workers that compute: beside workers that mostly wait it is said as such
+        waiting = rec.bottleneck in WAITING_LABELS
+        aside = (
+            " (a rule for workers that compute; these mostly wait, so more than the cores can pay)" if waiting else ""
+        )
+        lines.append((f"• Estimate: workers = {rec.estimate[1]}{aside}; measured best: {measured}.", None))
     for check in rec.checks:
         mark = "✗ fires" if check.fires else "✓"
         lines.append((f"• Rule of thumb, {check.name} [{mark}]: {check.text}.", None))
