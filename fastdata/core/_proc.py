@@ -165,7 +165,10 @@ class ProcessProbe:
                 continue
             reading = read_thread(self.pid, tid)
             if reading is not None:
-                reading.name = named.get(tid, reading.name)
+                # a name once known is kept: a joined thread's task lingers in /proc a moment after Python
+                # forgets it, and its kernel name ("python") must not replace its Python one
+                known = self._seen.get(tid)
+                reading.name = named.get(tid) or (known.name if known is not None else reading.name)
                 self._seen[tid] = reading
                 states.append(reading.state)
         io = _read(f"/proc/{self.pid}/io")
@@ -288,7 +291,9 @@ def cpu_model() -> str:
     return ""
 
 
-BUDGET = 100  # the pause between two looks is at least this many times a look's cost (~1% of a core)
+BUDGET = 100  # the pause between two looks is at least this many times a look's cost (~1% of a core) ...
+MAX_PAUSE = 0.1  # ... and at most this: 10 looks a second whatever they cost (on a crowded machine a look took
+# ~5 ms and the budget alone left 2-6 looks in a second's measurement: too few to tell a lock or the disk)
 
 
 class ThreadSampler:
@@ -374,7 +379,7 @@ class ThreadSampler:
             now = time.thread_time()
             self.cpu = now - start
             # many processes make a look dear: look less often, to keep within ~1% of a core
-            pause = max(self.interval, BUDGET * (now - before))
+            pause = min(max(self.interval, BUDGET * (now - before)), MAX_PAUSE)
 
     def _count(self, pid: int, kind: str, call: str) -> None:
         counts = self._counts.setdefault(pid, {})
