@@ -35,7 +35,6 @@ import http.client
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -50,41 +49,11 @@ from fastdata.bench._environment import describe
 from fastdata.bench._synthetic import spin
 from fastdata.datasets._base import MapDatasetBase
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: the tests' server
+from tests.user_workloads import http_server
+
 FIXED = (0, 1, 2, 4, 8, 16)
 BATCH = 16
-SERVER = """
-import socket
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-BODY = bytes(range(256)) * 8
-
-
-class Slow(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def setup(self):
-        # headers and body go out in two writes: without this, Nagle's algorithm holds the body back until
-        # the client's delayed ACK (40 ms), not the 5 ms the server means to take
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        super().setup()
-
-    def do_GET(self):
-        time.sleep(0.005)
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(BODY)))
-        self.end_headers()
-        self.wfile.write(BODY)
-
-    def log_message(self, *args):
-        pass
-
-
-server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-server.daemon_threads = True
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
 
 
 class Items(MapDatasetBase, Dataset[torch.Tensor]):
@@ -118,16 +87,12 @@ class Items(MapDatasetBase, Dataset[torch.Tensor]):
 
 @contextlib.contextmanager
 def server(kind: str) -> Iterator[int]:
+    """The loopback HTTP server of tests/user_workloads.py (5 ms per GET) for ``http``; port 0 otherwise."""
     if kind != "http":
         yield 0
         return
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        yield int(proc.stdout.readline())
-    finally:
-        proc.kill()
-        proc.wait()
+    with http_server() as port:
+        yield port
 
 
 def one_run(ds: Items, workers: Any, cutoff: float, threads: bool = False) -> dict[str, Any]:

@@ -265,19 +265,16 @@ WAITERS = {
 }
 
 
-def test_the_thread_sampler_tells_what_each_process_waits_on() -> None:
-    """Real processes, each waiting on one thing: a socket (Python's timeout polls before it receives), sleeps,
-    a lock another thread holds while it sleeps, a pipe (a DataLoader worker waiting for work: not the
-    network, though it polls too), and a busy loop. The looks name each one's kind."""
+def _sampled(codes: dict[Any, str], looks: int = 40) -> tuple[dict[Any, dict[str, int]], Any]:
+    """Start one Python process per code (each prints 'ready' once waiting), look at them with a real
+    ThreadSampler until each was looked at ``looks`` times (bounded), and kill them: each one's looks by
+    ``kind/call``, and the (stopped) sampler."""
     import subprocess
     import sys
 
     from fastdata.core._proc import ThreadSampler
-    from fastdata.core._waits import split
 
-    procs = {
-        kind: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for kind, code in WAITERS.items()
-    }
+    procs = {k: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for k, code in codes.items()}
     sampler = ThreadSampler(interval=0.01)
     try:
         for p in procs.values():
@@ -285,29 +282,40 @@ def test_the_thread_sampler_tells_what_each_process_waits_on() -> None:
         sampler.watch([p.pid for p in procs.values()])
         sampler.start()
         deadline = time.perf_counter() + 30
-        ready = False
-        while not ready and time.perf_counter() < deadline:
+        while time.perf_counter() < deadline:
             time.sleep(0.05)  # waiting for the sampler's looks, bounded
-            ready = all(sum(sampler.looked(p.pid).values()) >= 40 for p in procs.values())
+            if all(sum(sampler.looked(p.pid).values()) >= looks for p in procs.values()):
+                break
         sampler.stop()
-        for kind, p in procs.items():
-            looks = sampler.looked(p.pid)
-            # a look may find the sleeper between two sleeps: most, not all, must be the kind
-            counted: dict[str, int] = {}
-            for key, n in looks.items():
-                counted[split(key)[0]] = counted.get(split(key)[0], 0) + n
-            assert counted.get(kind, 0) >= 0.6 * sum(counted.values()), (kind, looks)
-        assert any(
-            k.startswith("network/") and k.split("/")[1] in ("poll", "recvfrom")
-            for k in sampler.looked(procs["network"].pid)
-        )
-        looks, blocked = sampler.counts()
-        assert looks >= 40 and 0 <= blocked <= looks
+        return {k: sampler.looked(p.pid) for k, p in procs.items()}, sampler
     finally:
         sampler.stop()
         for p in procs.values():
             p.kill()
             p.wait()
+
+
+def _by_kind(looks: dict[str, int]) -> dict[str, int]:
+    from fastdata.core._waits import split
+
+    counted: dict[str, int] = {}
+    for key, n in looks.items():
+        counted[split(key)[0]] = counted.get(split(key)[0], 0) + n
+    return counted
+
+
+def test_the_thread_sampler_tells_what_each_process_waits_on() -> None:
+    """Real processes, each waiting on one thing: a socket (Python's timeout polls before it receives), sleeps,
+    a lock another thread holds while it sleeps, a pipe (a DataLoader worker waiting for work: not the
+    network, though it polls too), and a busy loop. The looks name each one's kind."""
+    looked, sampler = _sampled(WAITERS)
+    for kind, looks in looked.items():
+        # a look may find the sleeper between two sleeps: most, not all, must be the kind
+        counted = _by_kind(looks)
+        assert counted.get(kind, 0) >= 0.6 * sum(counted.values()), (kind, looks)
+    assert any(k.startswith("network/") and k.split("/")[1] in ("poll", "recvfrom") for k in looked["network"])
+    looks, blocked = sampler.counts()
+    assert looks >= 40 and 0 <= blocked <= looks
 
 
 def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings() -> None:
@@ -385,41 +393,11 @@ def test_a_process_waiting_on_its_own_reading_threads_waits_on_what_they_do() ->
     (named fastdata-..., as a hybrid worker's threads are) makes the process sleeping; a thread of the user's
     doing the same is a lock's holder, and the process waits on a lock (a hybrid worker over sleeping items
     read as 'lock' with the advice 'more threads will not help', though 2 threads doubled its speed)."""
-    import subprocess
-    import sys
-
-    from fastdata.core._proc import ThreadSampler
-    from fastdata.core._waits import split
-
-    procs = {
-        named: subprocess.Popen(
-            [sys.executable, "-c", f"NAMED = {named}\n" + BEHIND_A_QUEUE], stdout=subprocess.PIPE, cwd=os.getcwd()
-        )
-        for named in (True, False)
-    }
-    sampler = ThreadSampler(interval=0.01)
-    try:
-        for p in procs.values():
-            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
-        sampler.watch([p.pid for p in procs.values()])
-        sampler.start()
-        deadline = time.perf_counter() + 30
-        while time.perf_counter() < deadline:
-            time.sleep(0.05)  # waiting for the sampler's looks, bounded
-            if all(sum(sampler.looked(p.pid).values()) >= 40 for p in procs.values()):
-                break
-        sampler.stop()
-        for named, p in procs.items():
-            counted: dict[str, int] = {}
-            for key, n in sampler.looked(p.pid).items():
-                counted[split(key)[0]] = counted.get(split(key)[0], 0) + n
-            expected = "sleep" if named else "lock"
-            assert counted.get(expected, 0) >= 0.6 * sum(counted.values()), (named, counted)
-    finally:
-        sampler.stop()
-        for p in procs.values():
-            p.kill()
-            p.wait()
+    looked, _ = _sampled({named: f"NAMED = {named}\n" + BEHIND_A_QUEUE for named in (True, False)})
+    for named, looks in looked.items():
+        counted = _by_kind(looks)
+        expected = "sleep" if named else "lock"
+        assert counted.get(expected, 0) >= 0.6 * sum(counted.values()), (named, counted)
 
 
 def test_hybrid_workers_over_sleeping_items_are_sleeping_not_on_a_lock() -> None:
