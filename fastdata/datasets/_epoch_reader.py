@@ -161,14 +161,15 @@ class EpochReader:
         """``(shard, sample number in it)`` of ``positions`` of the part."""
         return locate(self.offsets, self.order, (self.start + positions) % self.total)
 
-    def decoded(self, positions: np.ndarray) -> list[Any]:
-        """The samples at ``positions``, decoded, in order (bad ones left out)."""
+    def decoded(self, positions: np.ndarray, views: bool = False) -> list[Any]:
+        """The samples at ``positions``, decoded, in order (bad ones left out); ``views``: see
+        :meth:`TarSource.read`."""
         shards, local = self.locate(positions)
         out: list[Any] = []
         # read runs of consecutive positions that fall in the same shard together
         cuts = np.flatnonzero(np.diff(shards)) + 1
         for run_shards, run_local in zip(np.split(shards, cuts), np.split(local, cuts)):
-            out.extend(self.source.read(int(run_shards[0]), run_local.tolist()))
+            out.extend(self.source.read(int(run_shards[0]), run_local.tolist(), views=views))
         return out
 
     def raw(self, positions: np.ndarray) -> dict[int, Sample]:

@@ -46,6 +46,7 @@ from fastdata.datasets._tar_source import Sample, TarSource, choose_cache, remot
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
 from fastdata.loading.transport._samples import slot_samples
+from fastdata.loading.transport._slots import stacking
 from fastdata.storage import scheme
 from fastdata.storage.cache import CacheCheck, CacheDir
 
@@ -304,8 +305,12 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         ahead = None
         try:
             if not self.remote:
+                # members that go straight into a worker's slot untouched (no decoder, transform or collate
+                # of the user's in between) are read as views of the shard: the slot's copy is then the
+                # only one (a bytes object per member first cost as much again; see read_views)
+                untouched = self.source.pipeline.passthrough and self.collate_fn is batch_default_collate
                 for lo, hi, positions in mine:
-                    batch = epoch.decoded(positions)
+                    batch = epoch.decoded(positions, views=untouched and stacking())
                     if not batch:
                         batch = [self._stand_in_batch(epoch, shuffled, lo, hi, positions)]
                     yield self._batch(world, (lo, hi, stride), batch)

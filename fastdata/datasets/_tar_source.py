@@ -429,11 +429,19 @@ class TarSource:
                 self._readers.discard(url)
 
     def read(
-        self, shard: int, which: Sequence[int], *, decode: bool = True, kept: list[int] | None = None
+        self,
+        shard: int,
+        which: Sequence[int],
+        *,
+        decode: bool = True,
+        kept: list[int] | None = None,
+        views: bool = False,
     ) -> list[Any]:
         """Samples ``which`` of shard number ``shard``, decoded and transformed (``decode=False``: raw, for
         :attr:`pipeline` later); bad ones handled by the policy (raised, or counted and left out). The
-        numbers of the samples read (all of ``which`` but the bad ones) are appended to ``kept``."""
+        numbers of the samples read (all of ``which`` but the bad ones) are appended to ``kept``. With
+        ``views`` (a pipeline that passes samples through), a local shard's members come as views of the
+        file (see :func:`~fastdata.formats.tar._reader.read_samples`)."""
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         url = self.urls[shard]
         self._check_identities()
@@ -450,7 +458,7 @@ class TarSource:
             else:
                 good = [i for i in which if index.error_at(i) is None]
             try:
-                samples: list[Any] = read_samples(reader, index, good)
+                samples: list[Any] = read_samples(reader, index, good, views=views)
             except SidecarMismatch as e:  # a remote sidecar, checked as it is read, was wrong: scan, read again
                 self._distrust(url, e)
                 continue

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from fastdata.core._heap import keep_freed_heap
 from fastdata.core._seeding import WorkerInit, compose_worker_init
 from fastdata.core._seeding import worker_init_fn as default_worker_init
 from fastdata.core.errors import ConfigError, check_choice, check_positive
@@ -123,6 +124,8 @@ def build_dataloader(
         kwargs["multiprocessing_context"] = multiprocessing.get_context(ctx) if isinstance(ctx, str) else ctx
     if threads_per_worker > 1:
         dataset = threaded(dataset, threads_per_worker)
+    if num_workers:
+        keep_freed_heap()  # the batches' bytes arriving here reuse the heap, not fresh pages (see the module)
     return dataloader_class(dataset, num_workers=num_workers, **kwargs)
 
 

@@ -336,8 +336,13 @@ def _verify_headers(
     return first
 
 
-def read_samples(reader: Reader, index: ShardIndex, which: Sequence[int]) -> list[dict[str, object]]:
+def read_samples(
+    reader: Reader, index: ShardIndex, which: Sequence[int], *, views: bool = False
+) -> list[dict[str, object]]:
     """The samples ``which`` of a shard as dicts ``{"__key__", "__url__", EXT: bytes, ...}``.
+
+    With ``views`` a reader that can (a local file's) gives each member as a read-only ``memoryview`` of
+    the file instead of ``bytes``: for a caller that copies them on at once (a worker's slot).
 
     The caller checks :meth:`ShardIndex.error_at` first; this reads only good samples. An index whose
     claims are not all checked yet (:attr:`ShardIndex.pending`: a remote shard's sidecar) checks each
@@ -353,7 +358,9 @@ def read_samples(reader: Reader, index: ShardIndex, which: Sequence[int]) -> lis
         if pending.done:
             index.pending = None  # every claim checked: the index is trusted whole from now on
     else:
-        data = reader.read_ranges([(off, n) for i in which for _, off, n in index.members[i]])
+        ranges = [(off, n) for i in which for _, off, n in index.members[i]]
+        read_views = getattr(reader, "read_views", None) if views else None
+        data = read_views(ranges) if read_views is not None else reader.read_ranges(ranges)
     out: list[dict[str, object]] = []
     at = 0
     url, keys, members = index.url, index.keys, index.members

@@ -144,7 +144,18 @@ def _checked(samples: list[Any], collate_fn_map: dict[Any, Any]) -> Any:
         raise why from (None if isinstance(e, Unequal) else e)
 
 
-_LATER_MAP = {**default_collate_fn_map, torch.Tensor: _stack_later, np.ndarray: _arrays}
+def _views_as_list(batch: list[memoryview], *, collate_fn_map: Any = None) -> list[memoryview]:
+    """Members read as views of their shard (see ``TarShardDataset``): kept as a list, as ``bytes`` are,
+    for the slot to copy (``default_collate`` would take a view for a sequence and transpose it)."""
+    return list(batch)
+
+
+_LATER_MAP = {
+    **default_collate_fn_map,
+    torch.Tensor: _stack_later,
+    np.ndarray: _arrays,
+    memoryview: _views_as_list,
+}
 _CHECKED_MAP = {**default_collate_fn_map, torch.Tensor: _stack_checked, np.ndarray: _arrays}
 
 

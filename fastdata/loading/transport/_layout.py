@@ -221,6 +221,16 @@ def _walk(value: Any, take: Callable[[Any], Any]) -> Any:
 _DESCEND = object()
 
 
+def _byte_string(v: Any) -> bool:
+    """``bytes``, or a flat ``memoryview`` of bytes (a member read as a view of its mapped shard, see
+    :meth:`fastdata.storage._local.LocalReader.read_views`): copied into the slot alike."""
+    return type(v) is bytes or (type(v) is memoryview and v.ndim == 1 and v.format == "B")
+
+
+def _byte_strings(values: list[Any]) -> bool:
+    return all(type(v) is bytes for v in values) or all(_byte_string(v) for v in values)
+
+
 def _atoms(values: list[Any]) -> bool:
     return all(isinstance(v, _ATOMS) for v in values)
 
@@ -279,10 +289,10 @@ def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
 
     def take(leaf: Any) -> Any:
         if isinstance(leaf, list):
-            if leaf and all(type(v) is bytes for v in leaf):
+            if leaf and _byte_strings(leaf):
                 total = sum(map(len, leaf))
                 if total < INLINE_BELOW:
-                    return leaf
+                    return [bytes(v) for v in leaf] if type(leaf[0]) is not bytes else leaf
                 bounds = np.zeros(len(leaf) + 1, dtype=np.int64)
                 np.cumsum([len(v) for v in leaf], out=bounds[1:])
                 at = p.place(total, leaf)
@@ -313,6 +323,8 @@ def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
             return ArrayRef(p.place(leaf.nbytes, leaf) if here is None else here, leaf.dtype, leaf.shape, True)
         if isinstance(leaf, (bytes, bytearray)) and len(leaf) >= INLINE_BELOW:
             return BytesRef(p.place(len(leaf), leaf), len(leaf))
+        if type(leaf) is memoryview and _byte_string(leaf):
+            return BytesRef(p.place(len(leaf), leaf), len(leaf)) if len(leaf) >= INLINE_BELOW else bytes(leaf)
         call = _as_call(leaf)
         if call is not None:
             writes = len(p.writes)
@@ -343,11 +355,14 @@ def packed_lists(batch: Any) -> Any:
 
 
 def materialise(batch: Any) -> Any:
-    """``batch`` with every :class:`Stack` stacked in fresh memory (for a batch that takes the pipe)."""
+    """``batch`` with every :class:`Stack` stacked in fresh memory and every view of a shard made ``bytes``
+    (for a batch that takes the pipe)."""
 
     def take(leaf: Any) -> Any:
         if isinstance(leaf, Stack):
             return leaf.materialise()
+        if type(leaf) is memoryview and _byte_string(leaf):
+            return bytes(leaf)  # a view of a mapped shard: the pipe needs the bytes themselves
         return _DESCEND if isinstance(leaf, list) and not _atoms(leaf) else leaf
 
     return _walk(batch, take)

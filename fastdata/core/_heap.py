@@ -1,0 +1,47 @@
+"""Keeping freed heap memory for reuse in the process that receives batches (glibc only).
+
+A batch of raw members that reaches the main process from a worker becomes fresh ``bytes`` objects
+(~30 KB each: glibc's heap, below its 128 KiB mmap threshold). Once the batch is dropped, glibc gives
+the top of the heap back to the system whenever more than 128 KiB is free there, so the next batch's
+``bytes`` land on fresh pages, each faulted in and zeroed. Measured (2 cores, tar shards of 30 KB
+members, batches of 64 through 2 workers): ~100 page faults a batch in the main process, its CPU per
+batch 1.0-1.16 ms; with the thresholds below 1 fault a batch, 0.64 ms, and the loader 1.35x faster.
+
+:func:`keep_freed_heap` sets what glibc's own dynamic rule converges to once a process has freed one
+32 MiB block (its largest mmap threshold, and twice that as trim threshold): blocks under 32 MiB come
+from the heap, and up to 64 MiB freed at its top is kept for the next allocations. Setting them is
+never a lowering: glibc's dynamic thresholds stop at those values. ``FASTDATA_KEEP_FREED_HEAP=0``
+leaves malloc as it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # what glibc sets beside it when it raises the mmap threshold
+
+_done_in: int | None = None  # the process that set them (a forked child inherits them)
+
+
+def keep_freed_heap() -> bool:
+    """Set glibc's mmap and trim thresholds as described in the module doc, once per process; whether
+    they are set (False: not glibc, or turned off by ``FASTDATA_KEEP_FREED_HEAP=0``)."""
+    global _done_in
+    if _done_in is not None:
+        return True
+    if os.environ.get("FASTDATA_KEEP_FREED_HEAP", "1") == "0" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    if not (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
+        return False
+    _done_in = os.getpid()
+    return True
