@@ -12,9 +12,9 @@ included) for ``num_workers="auto"`` and for each fixed count of {0, 1, 2, 4, 8,
 (rotated); a fixed setting slower than ``--cutoff`` seconds stops early and counts its rate so far (the best
 one always finishes). Figure: median samples/s of the rounds per setting; ratio: auto / the best fixed
 (target >= 0.9). Then the sweep ``fastdata bench`` runs by default (its grid widened past the cores while the
-workers wait) and its recommendation: the recommended count's run rate / the best fixed (target >= 0.95; for
-a count outside the fixed grid it is run too). The JSON records the load average before and after, library
-versions, every run.
+workers wait) and its recommendation: the recommended setting's run rate / the best fixed (target >= 0.95),
+both run again after the sweep in interleaved rounds (the runs before the sweep are reported beside). The
+JSON records the load average before and after, library versions, every run.
 
     PYTHONPATH=. python benchmarks/bench_autotune_waits.py --out bench-out/autotune_waits.json
     PYTHONPATH=. python benchmarks/bench_autotune_waits.py --workloads sleep --rounds 1 --items 20000
@@ -137,11 +137,18 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         sweep_s = time.perf_counter() - started
         assert rec.config is not None
         key = str(rec.config.num_workers) if rec.config.mode == "processes" else f"{rec.config.num_workers}t"
+        # the recommendation against the best fixed setting, measured again after the sweep in interleaved
+        # rounds: compared with runs taken before the sweep, drift between the two (the machine, the
+        # server's state) reads as the recommendation's fault or merit
+        threads = rec.config.mode == "threads"
+        pair = {key: (rec.config.num_workers, threads), f"{best} (again)": (int(best), False)}
+        after: dict[str, list[dict[str, Any]]] = {k: [] for k in pair}
+        for rnd in range(args.rounds):
+            for k in list(pair)[rnd % 2 :] + list(pair)[: rnd % 2]:
+                after[k].append(one_run(ds, pair[k][0], args.cutoff, pair[k][1]))
+        after_medians = {k: statistics.median(r["rate"] for r in v) for k, v in after.items()}
         if key not in medians:
-            threads = rec.config.mode == "threads"
-            extra = [one_run(ds, rec.config.num_workers, args.cutoff, threads) for _ in range(args.rounds)]
-            runs[key] = extra
-            medians[key] = statistics.median(r["rate"] for r in extra)
+            runs[key], medians[key] = after[key], after_medians[key]
     return {
         "items": n,
         "runs": runs,
@@ -157,6 +164,9 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
             "bottleneck": rec.bottleneck,
             "diagnosis": rec.diagnosis[:2],
             "ratio_recommended_to_best_fixed": medians[key] / fixed[best],
+            "after_sweep": {"runs": after, "median_rate": after_medians},
+            # the target's figure: both measured after the sweep, rounds interleaved
+            "ratio_recommended_to_best_fixed_interleaved": after_medians[key] / after_medians[f"{best} (again)"],
         },
     }
 
