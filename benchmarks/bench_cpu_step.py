@@ -118,6 +118,7 @@ def predicted_stall(pattern: str, workers: int, step: float, kind: str, seconds:
         batch_size=None,
         collate_fn=fd.as_is,
         persistent_workers=[False],
+        transport=["slots"],  # the real loop's fd.Loader hands batches over through slots (the sweep's default: stock)
         seconds=seconds,
         confirm=False,
         **step_args,

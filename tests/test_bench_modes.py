@@ -204,3 +204,12 @@ def test_a_thread_points_demand_counts_its_loader_threads() -> None:
     p, result = _thread_point(main_cores=1.5, others=0.0)
     assert p.demand == pytest.approx(p.window.main_process_busy) and p.demand == pytest.approx(1.5)  # not 0.1
     assert evidence(p, result).demand == pytest.approx(1.5)
+
+
+def test_the_slots_transport_is_measured_beside_the_stock_one() -> None:
+    # the slots point was built with its transport given twice (the pasteable keywords carry it): every
+    # such point failed with "got multiple values for keyword argument 'transport'"
+    result = fd.bench.sweep(IOWaitDataset(n=2000, delay=0.001), workers=[1], transport=["stock", "slots"], **QUICK)
+    points = {p.config.label(): p for p in result.points}
+    assert sorted(points) == ["1w pf2", "1w pf2 slots"]
+    assert all(p.ok and p.samples_per_s > 0 for p in points.values()), {k: p.error for k, p in points.items()}

@@ -109,7 +109,7 @@ def make_loader(
         plan,
         worker_init_fn=worker_init_fn,
         multiprocessing_context=multiprocessing_context,
-        transport=config.transport,
+        transport=kwargs.pop("transport", config.transport),  # in the pasteable keywords when not stock
         # a configuration recommended as a plain DataLoader(...) line is measured as one
         dataloader_class=FastDataLoader if config.uses_loader() else DataLoader,
         **hooks,
