@@ -8,9 +8,9 @@ and backward passes of a small convolutional network on the training process's i
 (``torch.get_num_threads()``), which release the GIL as a model's operators do. Many short operators, each
 split over the threads and joined, are what makes a real step slow down when workers take its cores: the
 first version multiplied 192x192 matrices, and beside decoding workers its step slowed less than a real
-CNN's (``benchmarks/bench_cpu_step.py``, 2 cores, one run each: predicted stall 3.2x and 1.9x the real
-loop's at 1 and 2 workers with products, 1.84x and 1.80x with this network, whose throughput was the
-real loop's within 5%). Its amount of work is fixed when it is made, calibrated to take ``cpu`` seconds on
+CNN's (``benchmarks/bench_cpu_step.py``, 2 cores: predicted stall 3.2x and 1.9x the real loop's at 1
+and 2 workers with products; with this network 0.98-1.44x once the sweep measured the real loop's
+transport, and run inside the real loop instead of the sweep it stalled as the CNN did). Its amount of work is fixed when it is made, calibrated to take ``cpu`` seconds on
 the machine as it is then (the fastest of several timings: the least contended), so that a crowded machine
 makes it take longer, as it makes a real step take longer.
 """
