@@ -10,9 +10,10 @@ split over the threads and joined, are what makes a real step slow down when wor
 first version multiplied 192x192 matrices, and beside decoding workers its step slowed less than a real
 CNN's (``benchmarks/bench_cpu_step.py``, 2 cores: predicted stall 3.2x and 1.9x the real loop's at 1
 and 2 workers with products; with this network 0.98-1.44x once the sweep measured the real loop's
-transport, and run inside the real loop instead of the sweep it stalled as the CNN did). Its amount of work is fixed when it is made, calibrated to take ``cpu`` seconds on
-the machine as it is then (the fastest of several timings: the least contended), so that a crowded machine
-makes it take longer, as it makes a real step take longer.
+transport, and run inside the real loop instead of the sweep it stalled as the CNN did). Its amount of
+work is fixed when it is made, calibrated to take ``cpu`` seconds on the machine as it is then (the
+fastest of several timings: the least contended), so that a crowded machine makes it take longer, as it
+makes a real step take longer.
 """
 
 from __future__ import annotations
