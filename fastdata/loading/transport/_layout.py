@@ -292,7 +292,7 @@ def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
             if leaf and _byte_strings(leaf):
                 total = sum(map(len, leaf))
                 if total < INLINE_BELOW:
-                    return [bytes(v) for v in leaf] if type(leaf[0]) is not bytes else leaf
+                    return leaf if all(type(v) is bytes for v in leaf) else [bytes(v) for v in leaf]
                 bounds = np.zeros(len(leaf) + 1, dtype=np.int64)
                 np.cumsum([len(v) for v in leaf], out=bounds[1:])
                 at = p.place(total, leaf)
