@@ -18,30 +18,38 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # what glibc sets beside it when it raises the mmap threshold
 
-_done_in: int | None = None  # the process that set them (a forked child inherits them)
+_result: bool | None = None  # once decided in this process (a forked child inherits the thresholds too)
 
 
 def keep_freed_heap() -> bool:
     """Set glibc's mmap and trim thresholds as described in the module doc, once per process; whether
     they are set (False: not glibc, or turned off by ``FASTDATA_KEEP_FREED_HEAP=0``)."""
-    global _done_in
-    if _done_in is not None:
-        return True
-    if os.environ.get("FASTDATA_KEEP_FREED_HEAP", "1") == "0" or platform.libc_ver()[0] != "glibc":
+    global _result
+    if _result is None:
+        _result = _set_thresholds()
+    return _result
+
+
+def _set_thresholds() -> bool:
+    if os.environ.get("FASTDATA_KEEP_FREED_HEAP", "1") == "0" or not _glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    if not (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def _glibc() -> bool:
+    # asked of the C library itself (platform.libc_ver() reads the interpreter's executable to guess)
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (AttributeError, ValueError, OSError):
         return False
-    _done_in = os.getpid()
-    return True
