@@ -50,7 +50,7 @@ import torch
 import fastdata as fd
 from fastdata.bench import backends as registry
 from fastdata.bench._environment import describe
-from fastdata.core._machine import usable_cores
+from fastdata.core.system._machine import usable_cores
 from fastdata.loading.observe import Monitor
 from fastdata.loading.observe._autotune import ladder
 

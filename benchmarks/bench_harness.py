@@ -59,7 +59,7 @@ from fastdata.bench._loop import Timing, measure
 from fastdata.bench._result import Config, Point
 from fastdata.bench._sweep import default_workers
 from fastdata.bench.backends import public_options
-from fastdata.core._machine import usable_cores
+from fastdata.core.system._machine import usable_cores
 
 
 def alternate(

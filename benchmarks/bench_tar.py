@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 import fastdata as fd
 from fastdata.convert import convert
-from fastdata.datasets._tar_source import load_index
+from fastdata.datasets.tar._source import load_index
 from fastdata.formats.tar._reader import read_samples
 from fastdata.loading._loader import as_is
 from fastdata.storage._local import LocalReader

@@ -42,7 +42,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
-from fastdata.core._handles import open_files
+from fastdata.core.process._handles import open_files
 
 LOADERS = [
     "fastdata",

@@ -29,13 +29,13 @@ from fastdata.core.errors import (
 
 if TYPE_CHECKING:
     from fastdata import bench
-    from fastdata.core._seeding import worker_init_fn
-    from fastdata.datasets._hdf5 import HDF5Dataset
-    from fastdata.datasets._indexed_tar import IndexedTarDataset
-    from fastdata.datasets._mix import Mix
+    from fastdata.core.epoch._seeding import worker_init_fn
     from fastdata.datasets._s3 import S3Dataset
-    from fastdata.datasets._tar_shards import TarShardDataset
-    from fastdata.datasets._video import VideoClipDataset
+    from fastdata.datasets.hdf5._dataset import HDF5Dataset
+    from fastdata.datasets.mix._mix import Mix
+    from fastdata.datasets.tar._indexed import IndexedTarDataset
+    from fastdata.datasets.tar._shards import TarShardDataset
+    from fastdata.datasets.video._dataset import VideoClipDataset
     from fastdata.formats._decode import Decoder
     from fastdata.loading._loader import Loader, as_is
     from fastdata.loading.observe._autotune import AutoTune
@@ -48,15 +48,15 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "AutoTune": ("fastdata.loading.observe._autotune", None),
     "bench": ("fastdata.bench", None),
     "Decoder": ("fastdata.formats._decode", None),
-    "HDF5Dataset": ("fastdata.datasets._hdf5", "hdf5"),
-    "IndexedTarDataset": ("fastdata.datasets._indexed_tar", None),
+    "HDF5Dataset": ("fastdata.datasets.hdf5._dataset", "hdf5"),
+    "IndexedTarDataset": ("fastdata.datasets.tar._indexed", None),
     "Loader": ("fastdata.loading._loader", None),
-    "Mix": ("fastdata.datasets._mix", None),
+    "Mix": ("fastdata.datasets.mix._mix", None),
     "S3Dataset": ("fastdata.datasets._s3", "s3"),
-    "TarShardDataset": ("fastdata.datasets._tar_shards", None),
-    "VideoClipDataset": ("fastdata.datasets._video", "video"),
+    "TarShardDataset": ("fastdata.datasets.tar._shards", None),
+    "VideoClipDataset": ("fastdata.datasets.video._dataset", "video"),
     "monitor": ("fastdata.loading.observe._monitor", None),
-    "worker_init_fn": ("fastdata.core._seeding", None),
+    "worker_init_fn": ("fastdata.core.epoch._seeding", None),
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core._handles import open_files
+from fastdata.core.process._handles import open_files
 from fastdata.loading._builder import build_dataloader
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading.threads._loader import ThreadLoader

@@ -28,7 +28,7 @@ from fastdata.bench._synthetic import (
     ShuffleBufferDataset,
     SlowStartDataset,
 )
-from fastdata.core._proc import pss
+from fastdata.core.system._procfs import pss
 from fastdata.loading.observe import Stats
 from tests.user_workloads import (
     cold_reads,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fastdata.core import _machine as cores
+from fastdata.core.system import _machine as cores
 
 
 def make_root(tmp_path: Path, *, cgroup: str, mountinfo: str, files: dict[str, str]) -> Path:
@@ -133,7 +133,7 @@ def test_a_process_pinned_to_one_cpu_has_one_usable_core() -> None:
 
 
 def test_smt_siblings_count_once(tmp_path: Path) -> None:
-    from fastdata.core._machine import physical_cores
+    from fastdata.core.system._machine import physical_cores
 
     # 8 CPUs: 4 cores with two hyperthreads each (cpu k and k+4 share a core)
     for cpu in range(8):

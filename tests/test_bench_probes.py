@@ -182,7 +182,7 @@ def test_every_thread_of_a_process_is_counted_a_helper_thread_included() -> None
     import threading
 
     from fastdata.bench._synthetic import spin
-    from fastdata.core._proc import ProcessProbe, python_thread_names
+    from fastdata.core.system._procfs import ProcessProbe, python_thread_names
 
     probe = ProcessProbe(os.getpid(), names=python_thread_names)
     before = probe.read()
@@ -209,7 +209,7 @@ def test_every_thread_of_a_process_is_counted_a_helper_thread_included() -> None
 
 
 def test_voluntary_and_involuntary_switches_are_told_apart() -> None:
-    from fastdata.core._proc import read_thread
+    from fastdata.core.system._procfs import read_thread
 
     tid = threading_id()
     before = read_thread(os.getpid(), tid)
@@ -272,7 +272,7 @@ def _sampled(codes: dict[Any, str], looks: int = 40) -> tuple[dict[Any, dict[str
     import subprocess
     import sys
 
-    from fastdata.core._proc import ThreadSampler
+    from fastdata.core.system._procfs import ThreadSampler
 
     procs = {k: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for k, code in codes.items()}
     sampler = ThreadSampler(interval=0.01)
@@ -296,7 +296,7 @@ def _sampled(codes: dict[Any, str], looks: int = 40) -> tuple[dict[Any, dict[str
 
 
 def _by_kind(looks: dict[str, int]) -> dict[str, int]:
-    from fastdata.core._waits import split
+    from fastdata.core.system._waits import split
 
     counted: dict[str, int] = {}
     for key, n in looks.items():
@@ -351,7 +351,7 @@ def test_the_thread_sampler_closes_what_it_opened_for_workers_gone() -> None:
     import subprocess
     import sys
 
-    from fastdata.core._proc import ThreadSampler
+    from fastdata.core.system._procfs import ThreadSampler
 
     code = "import socket\ns, peer = socket.socketpair()\ns.settimeout(60)\nprint('ready', flush=True)\ns.recv(1)"
     sampler = ThreadSampler(interval=0.01)
@@ -376,7 +376,7 @@ def test_the_thread_sampler_closes_what_it_opened_for_workers_gone() -> None:
 
 BEHIND_A_QUEUE = (
     "import queue, threading, time\n"
-    "from fastdata.core._thread_name import name_this_thread\n"
+    "from fastdata.core.system._thread_name import name_this_thread\n"
     "q = queue.Queue()\n"
     "def read():\n"
     "    if NAMED: name_this_thread('fastdata-loader-0')\n"

@@ -15,7 +15,7 @@ import pytest
 
 import fastdata as fd
 from fastdata.bench._synthetic import CheapDataset, CPUDataset, IOWaitDataset
-from fastdata.core._machine import usable_cores
+from fastdata.core.system._machine import usable_cores
 
 # short measurements: a few windows per point; rounds=2 interleaves the grid so that a burst of load
 # from another program is shared by every point instead of landing on one
@@ -98,7 +98,7 @@ def test_a_sweep_moves_a_fastdata_dataset_to_a_new_epoch_at_every_pass(tmp_path)
     # so a shuffled dataset is never read twice in the same order (and never warns that it was)
     import warnings
 
-    from fastdata.core._seeding import RepeatedEpochWarning
+    from fastdata.core.epoch._seeding import RepeatedEpochWarning
     from tests.datagen import make_shards
 
     ds = fd.TarShardDataset(make_shards(tmp_path, shards=2, per_shard=8), shuffle=True, batch_size=4)

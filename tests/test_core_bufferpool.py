@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import torch
 
-from fastdata.core._bufferpool import MIN_BYTES, BufferPool
+from fastdata.core.process._bufferpool import MIN_BYTES, BufferPool
 
 SHAPE = (64, 64, 64, 3)  # 768 KiB: pooled
 

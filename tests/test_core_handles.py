@@ -1,4 +1,4 @@
-"""Per-process handles (fastdata.core._handles): lazy opening, the bounded LRU, pickling without handles,
+"""Per-process handles (fastdata.core.process._handles): lazy opening, the bounded LRU, pickling without handles,
 fork safety, ProcessLocal, the default bound from ulimit."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import resource
 
 import pytest
 
-from fastdata.core._handles import HandleCache, ProcessLocal, default_max_open
 from fastdata.core.errors import ConfigError
+from fastdata.core.process._handles import HandleCache, ProcessLocal, default_max_open
 
 
 class Handle:

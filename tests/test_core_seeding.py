@@ -1,4 +1,4 @@
-"""Seeding (fastdata.core._seeding) through real workers: persistent workers see new epochs (shared
+"""Seeding (fastdata.core.epoch._seeding) through real workers: persistent workers see new epochs (shared
 state) and reseed, worker_init_fn composes with the user's, seeds differ by every part, stagger is seeded."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
 from fastdata.core import compose_worker_init
-from fastdata.core._seeding import derive_seed, stagger
-from fastdata.core._shared import SharedState
-from fastdata.core._world import World
+from fastdata.core.epoch._seeding import derive_seed, stagger
+from fastdata.core.epoch._world import World
+from fastdata.core.process._shared import SharedState
 
 
 class EpochProbe(Dataset):
@@ -33,7 +33,7 @@ class EpochProbe(Dataset):
         return 4
 
     def __getitem__(self, i: int) -> tuple[int, int, float, float, float]:
-        from fastdata.core._seeding import on_epoch
+        from fastdata.core.epoch._seeding import on_epoch
 
         on_epoch(self.worker_world())
         self.shared.add("seen")

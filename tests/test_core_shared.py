@@ -1,10 +1,10 @@
-"""SharedState (fastdata.core._shared): pickled by value outside spawning."""
+"""SharedState (fastdata.core.process._shared): pickled by value outside spawning."""
 
 from __future__ import annotations
 
 import pickle
 
-from fastdata.core._shared import SharedState
+from fastdata.core.process._shared import SharedState
 
 
 def test_shared_state_pickles_by_value_outside_spawning() -> None:

@@ -1,10 +1,10 @@
-"""World (fastdata.core._world): rank and world size from the environment, checked."""
+"""World (fastdata.core.epoch._world): rank and world size from the environment, checked."""
 
 from __future__ import annotations
 
 import pytest
 
-from fastdata.core._world import World
+from fastdata.core.epoch._world import World
 from fastdata.core.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""Resuming an epoch on another number of ranks, or with another batch size (:mod:`fastdata.core._elastic`).
+"""Resuming an epoch on another number of ranks, or with another batch size (:mod:`fastdata.core.epoch._elastic`).
 
 In one process, ranks simulated by ``rank=``/``world_size=``: a state saved mid-epoch at 4 ranks is loaded at 2
 and at 3 (and 1, 5), with other ``num_workers`` and batch sizes; across the two runs every sample of the
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import fastdata as fd
-from fastdata.core._elastic import Base, layout, rank_plan
-from fastdata.core._resume import Stop
-from fastdata.core._sharding import rank_span
+from fastdata.core.epoch._elastic import Base, layout, rank_plan
+from fastdata.core.epoch._resume import Stop
+from fastdata.core.epoch._sharding import rank_span
 from fastdata.core.errors import ConfigError
 from fastdata.loading import EpochSampler
 from tests.dist_backends import BACKENDS, BATCH, batch_keys, make_dataset, make_loader, make_stateful

@@ -1,4 +1,4 @@
-"""The main process keeps freed heap for the next batches (fastdata.core._heap): raw bytes batches from
+"""The main process keeps freed heap for the next batches (fastdata.core.system._heap): raw bytes batches from
 workers land on reused memory, not on fresh pages faulted in one by one; FASTDATA_KEEP_FREED_HEAP=0
 leaves malloc as it was."""
 
@@ -70,7 +70,7 @@ def test_batches_of_bytes_reuse_the_heap_in_the_main_process(shards: list[str]) 
 
 
 def test_the_setting_can_be_left_off(shards: list[str]) -> None:
-    script = "from fastdata.core import _heap; print(_heap.keep_freed_heap())"
+    script = "from fastdata.core.system import _heap; print(_heap.keep_freed_heap())"
     for keep, expect in (("0", "False"), ("1", "True")):
         env = {**os.environ, "FASTDATA_KEEP_FREED_HEAP": keep}
         run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)

@@ -15,8 +15,8 @@ import fastdata as fd
 from fastdata.bench._loop import make_loader
 from fastdata.bench._probes import ProbedCollate
 from fastdata.bench._result import Config
-from fastdata.core._protocol import Warmable, WorkerAware
-from fastdata.core._seeding import WorkerInit
+from fastdata.core.epoch._protocol import Warmable, WorkerAware
+from fastdata.core.epoch._seeding import WorkerInit
 from fastdata.core.errors import ConfigError
 from fastdata.loading import EpochSampler
 from fastdata.loading._builder import build_dataloader

@@ -228,7 +228,7 @@ def test_probes_wrap_the_collate_inside_the_slots(kind: str, shards: list[str], 
 def test_each_pass_of_loader_threads_is_a_new_pass(shards: list[str]) -> None:
     # the threads of a pass share one pass token, the next pass's differ: a second pass over the same epoch
     # is seen as such (warned, as with worker processes), not taken for the first one again
-    from fastdata.core._seeding import RepeatedEpochWarning
+    from fastdata.core.epoch._seeding import RepeatedEpochWarning
     from fastdata.loading.threads._loader import ThreadLoader
 
     ds = fd.TarShardDataset(shards, batch_size=4, shuffle=True)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import fastdata as fd
-from fastdata.core._mixing import apportion, prefix
+from fastdata.core.epoch._mixing import apportion, prefix
 from fastdata.core.errors import ConfigError
 from tests.dist_backends import BACKENDS, batch_keys, make_dataset, make_mix_sources, mix_key_of_tar
 from tests.test_autotune_loader import Scripted
@@ -308,7 +308,7 @@ def test_a_worker_reads_its_next_batch_along_with_the_one_asked_for(data: Path) 
 
 
 def test_read_ahead_stops_guessing_when_the_batches_do_not_follow_a_stride() -> None:
-    from fastdata.datasets._mix_ahead import MISSES, ReadAhead
+    from fastdata.datasets.mix._ahead import MISSES, ReadAhead
 
     ahead = ReadAhead()
     run = lambda first: np.arange(first, first + 4)  # noqa: E731

@@ -47,7 +47,7 @@ def test_each_sub_package_names_its_public_surface(package: str) -> None:
         assert getattr(mod, name) is not None, f"{package}.{name}"
 
 
-# a dotted fastdata path with a private part: fastdata.loading._loader, fastdata.core._world.World ...
+# a dotted fastdata path with a private part: fastdata.loading._loader, fastdata.core.epoch._world.World ...
 _PRIVATE = re.compile(r"(?<![\w/.-])fastdata(?:\.\w+)*\._\w+")
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from fastdata.core import stages
 from fastdata.core._pipeline import SKIP, SamplePipeline
-from fastdata.core._shared import SharedState
 from fastdata.core.errors import BadSampleWarning, DecodeFailed, ErrorPolicy, TransformFailed
+from fastdata.core.process._shared import SharedState
 
 
 def decode(sample: dict[str, Any]) -> dict[str, Any]:

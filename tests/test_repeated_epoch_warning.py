@@ -12,7 +12,7 @@ import pytest
 from torch.utils.data import DataLoader, DistributedSampler
 
 import fastdata as fd
-from fastdata.core._seeding import RepeatedEpochWarning
+from fastdata.core.epoch._seeding import RepeatedEpochWarning
 from tests.datagen import make_shards
 from tests.videogen import make_videos
 from tests.worker_probe import as_list, printing

@@ -5,7 +5,7 @@ every backend in ``tests/dist_backends.py`` and over HDF5's chunk sampler, ``Epo
 Every one goes through the one check, :func:`tests.resume_check.check_resume`: saved at the start, the
 middle and the end of an epoch, resumed in an object built anew (a new dataset too) from a state that went
 through JSON, as after a restart; ``test_distributed.py`` does the same across real process restarts under
-torchrun. The rest checks the one state schema (:mod:`fastdata.core._resume`): what it reports, the states
+torchrun. The rest checks the one state schema (:mod:`fastdata.core.epoch._resume`): what it reports, the states
 older versions saved, and the states that do not fit.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from torch.utils.data import SequentialSampler
 
 import fastdata as fd
-from fastdata.core._seeding import WorkerInit
+from fastdata.core.epoch._seeding import WorkerInit
 from fastdata.core.errors import ConfigError
 from fastdata.loading import EpochSampler
 from fastdata.loading._chunk_sampler import ChunkBatchSampler

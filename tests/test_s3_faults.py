@@ -15,8 +15,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.core._shared import SharedState
 from fastdata.core.errors import BadSampleWarning, SourceNotFound, SourceUnreadable
+from fastdata.core.process._shared import SharedState
 from fastdata.storage.s3._reader import COUNTERS, ObjectChanged, S3Reader, S3Unavailable, Stats
 from tests.datagen import make_shards
 from tests.fault_proxy import FaultProxy

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import fastdata as fd
-from fastdata.core._shared import SharedState
 from fastdata.core.errors import ConfigError, SourceNotFound
+from fastdata.core.process._shared import SharedState
 from fastdata.formats.tar._reader import ShardIndex, scan
 from fastdata.storage import open_reader
 from fastdata.storage._local import LocalReader

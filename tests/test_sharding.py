@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fastdata.core._sharding import (
+from fastdata.core.epoch._sharding import (
     EXACT_ORDER_MAX,
     WindowShuffle,
     epoch_order,

@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import torch
 
-from fastdata.core._shared import SharedPlan, SharedState
+from fastdata.core.process._shared import SharedPlan, SharedState
 from fastdata.loading._sampler import EpochSampler
 
 

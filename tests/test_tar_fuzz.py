@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fastdata.core.errors import FastdataError
-from fastdata.datasets._tar_source import load_index, sidecar_index
+from fastdata.datasets.tar._source import load_index, sidecar_index
 from fastdata.formats.tar._index import SidecarMismatch
 from fastdata.formats.tar._reader import ShardIndex, read_samples, scan, split_key
 from fastdata.formats.tar._writer import TarShardWriter

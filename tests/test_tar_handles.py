@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.core._handles import open_files
+from fastdata.core.process._handles import open_files
 from tests.datagen import make_shards
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""TarShardDataset's shuffle windows (fastdata.datasets._epoch_reader): bounded by bytes as well as by count,
+"""TarShardDataset's shuffle windows (fastdata.datasets.tar._epoch_reader): bounded by bytes as well as by count,
 samples decoded only as they leave the window, per-sample workers that read whole shards, every sample
 once per epoch in per-sample mode too; on S3, each shard's bytes fetched about once."""
 
@@ -15,7 +15,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.datasets._epoch_reader import EgressWarning, WindowWarning, worker_span
+from fastdata.datasets.tar._epoch_reader import EgressWarning, WindowWarning, worker_span
 from fastdata.formats._decode import make_decoder
 from tests.datagen import make_shards
 from tests.s3_server import MotoServer, upload_files

@@ -1,4 +1,4 @@
-"""Where VideoClipDataset's clips start (fastdata.datasets._video_plan): by default distinct random starts
+"""Where VideoClipDataset's clips start (fastdata.datasets.video._plan): by default distinct random starts
 within a video in each epoch, as far as the video allows; the old independent draws as an option."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 import fastdata as fd
 from fastdata.core.errors import ConfigError
-from fastdata.datasets._video_plan import ClipStarts
+from fastdata.datasets.video._plan import ClipStarts
 from tests.videogen import make_videos
 
 

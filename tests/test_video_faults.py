@@ -25,8 +25,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.core._handles import open_files
 from fastdata.core.errors import BadSampleWarning
+from fastdata.core.process._handles import open_files
 from fastdata.formats.video import DecodeTimeout
 from fastdata.formats.video._pyav import PyAVReader
 from fastdata.formats.video._watchdog import stuck_calls
@@ -287,7 +287,7 @@ ULIMIT_SCRIPT = """
 import json, resource, sys, warnings
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))
-import fastdata, fastdata.datasets._video
+import fastdata, fastdata.datasets.video._dataset
 libs = sorted(m for m in ("av", "decord", "cv2", "torchcodec") if m in sys.modules)
 from torch.utils.data import DataLoader
 paths = sys.argv[2:]

@@ -31,8 +31,8 @@ from torch.utils.data import DataLoader
 
 from fastdata.bench._probes import ProbedCollate, leading_dim
 from fastdata.bench._result import Config, Point
-from fastdata.core._proc import delay_accounting, rss
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.core.system._procfs import delay_accounting, rss
 from fastdata.loading._builder import build_dataloader
 from fastdata.loading._dataloader import FastDataLoader
 from fastdata.loading._plan import ReadPlan

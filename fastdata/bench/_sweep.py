@@ -23,8 +23,8 @@ from fastdata.bench._loop import StepFn, Timing, measure
 from fastdata.bench._result import MODES, Config, Mode, Point, SweepResult
 from fastdata.bench._step import CPUStep
 from fastdata.bench._wider import wider
-from fastdata.core._machine import usable_cores
 from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.core.system._machine import usable_cores
 from fastdata.loading._builder import Transport
 from fastdata.loading._protocol import Dataset as FastdataDataset
 
@@ -151,7 +151,7 @@ def sweep(
         dataset_or_factory: a dataset (map-style or iterable), or a function that builds one; a
             function is called afresh for every point, so no point inherits another's caches.
         workers (list[int] | None): worker counts. Defaults to 0, 1, 2, 4 ... up to the usable cores
-            (CPU affinity and cgroup quota respected; see :func:`fastdata.core._machine.usable_cores`), and,
+            (CPU affinity and cgroup quota respected; see :func:`fastdata.core.system._machine.usable_cores`), and,
             where the workers wait off the CPU and throughput still rises at the largest, twice as many, and
             so on (up to 16, or twice the cores; :mod:`fastdata.bench._wider`; ``settings["widened"]``).
         modes (list["processes" | "threads" | "hybrid"]): who reads the batches: DataLoader worker

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from fastdata.core import _process as process
 from fastdata.core import stages
+from fastdata.core.process import _pid as process
 
 
 class IOWaitDataset(Dataset[Any]):

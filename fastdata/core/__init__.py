@@ -12,22 +12,22 @@ from typing import TYPE_CHECKING
 from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.core._machine import usable_cores, usable_memory
-    from fastdata.core._resume import ResumeState
-    from fastdata.core._seeding import RepeatedEpochWarning, WorkerInit, compose_worker_init, worker_init_fn
-    from fastdata.core._world import World
+    from fastdata.core.epoch._resume import ResumeState
+    from fastdata.core.epoch._seeding import RepeatedEpochWarning, WorkerInit, compose_worker_init, worker_init_fn
+    from fastdata.core.epoch._world import World
+    from fastdata.core.system._machine import usable_cores, usable_memory
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "usable_cores": "._machine",
-        "usable_memory": "._machine",
-        "ResumeState": "._resume",
-        "RepeatedEpochWarning": "._seeding",
-        "WorkerInit": "._seeding",
-        "compose_worker_init": "._seeding",
-        "worker_init_fn": "._seeding",
-        "World": "._world",
+        "usable_cores": ".system._machine",
+        "usable_memory": ".system._machine",
+        "ResumeState": ".epoch._resume",
+        "RepeatedEpochWarning": ".epoch._seeding",
+        "WorkerInit": ".epoch._seeding",
+        "compose_worker_init": ".epoch._seeding",
+        "worker_init_fn": ".epoch._seeding",
+        "World": ".epoch._world",
     },
 )
 

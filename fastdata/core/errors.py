@@ -193,7 +193,7 @@ def source_of(error: BaseException) -> str:
 class ErrorPolicy:
     """What a dataset does with a bad sample: raise it, or skip it and count it.
 
-    The counters live in the dataset's shared state (:class:`fastdata.core._shared.SharedState`), so the
+    The counters live in the dataset's shared state (:class:`fastdata.core.process._shared.SharedState`), so the
     counts from every worker process are visible in the main process while and after it iterates.
 
     Args:

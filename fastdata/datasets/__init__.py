@@ -8,22 +8,22 @@ from typing import TYPE_CHECKING
 from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.datasets._hdf5 import HDF5Dataset
-    from fastdata.datasets._indexed_tar import IndexedTarDataset
-    from fastdata.datasets._mix import Mix
     from fastdata.datasets._s3 import S3Dataset
-    from fastdata.datasets._tar_shards import TarShardDataset
-    from fastdata.datasets._video import VideoClipDataset
+    from fastdata.datasets.hdf5._dataset import HDF5Dataset
+    from fastdata.datasets.mix._mix import Mix
+    from fastdata.datasets.tar._indexed import IndexedTarDataset
+    from fastdata.datasets.tar._shards import TarShardDataset
+    from fastdata.datasets.video._dataset import VideoClipDataset
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "HDF5Dataset": "._hdf5",
-        "IndexedTarDataset": "._indexed_tar",
-        "Mix": "._mix",
+        "HDF5Dataset": ".hdf5._dataset",
+        "IndexedTarDataset": ".tar._indexed",
+        "Mix": ".mix._mix",
         "S3Dataset": "._s3",
-        "TarShardDataset": "._tar_shards",
-        "VideoClipDataset": "._video",
+        "TarShardDataset": ".tar._shards",
+        "VideoClipDataset": ".video._dataset",
     },
 )
 

@@ -8,12 +8,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fastdata.core import _process as process
-from fastdata.core._seeding import RepeatedEpochWarning, on_epoch, on_pass, pass_token
-from fastdata.core._sharding import Remainder
-from fastdata.core._shared import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
-from fastdata.core._world import World, current_rank, current_worker
+from fastdata.core.epoch._seeding import RepeatedEpochWarning, on_epoch, on_pass, pass_token
+from fastdata.core.epoch._sharding import Remainder
+from fastdata.core.epoch._world import World, current_rank, current_worker
 from fastdata.core.errors import ErrorPolicy, OnError
+from fastdata.core.process import _pid as process
+from fastdata.core.process._shared import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
 from fastdata.datasets._substitute import Read, after_index, find_substitute
 from fastdata.loading._sampler import EpochSampler
 
@@ -89,7 +89,7 @@ class DatasetBase(SharedEpoch):
         return World(self.rank, self.world_size, worker, num_workers, self.seed, self.epoch)
 
     def follow_epoch(self) -> None:
-        """Reseed this process's random streams (:func:`fastdata.core._seeding.on_epoch`) when the shared epoch
+        """Reseed this process's random streams (:func:`fastdata.core.epoch._seeding.on_epoch`) when the shared epoch
         has moved since it last looked: map-style datasets call it on every read, so persistent workers
         get new streams each epoch even without ``worker_init_fn``. Keyed by pid too: a worker forked
         from a parent that already read (``ds[0]`` before training) still seeds its own streams. The first
@@ -182,7 +182,7 @@ class MapDatasetBase(DatasetBase):
         Args:
             shuffle (bool): a new order every epoch (from the dataset's seed). Defaults to True.
             remainder ("drop" | "pad" | "uneven"): an epoch that does not split evenly over the ranks, see
-                :data:`fastdata.core._sharding.Remainder`. Defaults to "drop".
+                :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
         """
         return EpochSampler(
             len(self),  # type: ignore[arg-type]

@@ -12,12 +12,9 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from fastdata.core import _process as process
 from fastdata.core import stages
-from fastdata.core._handles import ProcessLocal
 from fastdata.core._pipeline import SKIP, SamplePipeline
-from fastdata.core._shared import SharedPlan
-from fastdata.core._world import current_worker
+from fastdata.core.epoch._world import current_worker
 from fastdata.core.errors import (
     ErrorPolicy,
     OnError,
@@ -26,6 +23,9 @@ from fastdata.core.errors import (
     check_choice,
     check_positive,
 )
+from fastdata.core.process import _pid as process
+from fastdata.core.process._handles import ProcessLocal
+from fastdata.core.process._shared import SharedPlan
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.formats.tar._reader import split_key
@@ -91,7 +91,7 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
     concurrently (``concurrency`` threads per process, see :class:`~fastdata.storage.s3._reader.S3Config`) and
     decoded as they arrive; with ``lookahead``, while a batch is decoded and handed over, the objects of
     the batches this worker will be given next are already being fetched: :meth:`sampler` publishes each
-    epoch's order once, in shared memory (:class:`~fastdata.core._shared.SharedPlan`), and a worker looks
+    epoch's order once, in shared memory (:class:`~fastdata.core.process._shared.SharedPlan`), and a worker looks
     up where the batch it was given sits in it.
 
     Use :meth:`sampler` for a rank-aware, resumable order. Under ``on_missing="skip"`` / ``on_error="skip"``

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
-from fastdata.core._shared import SUBSTITUTE_FLAG, SharedState
 from fastdata.core.errors import SubstituteWarning, TooManyBadSamples, collecting, source_of
+from fastdata.core.process._shared import SUBSTITUTE_FLAG, SharedState
 
 SUBSTITUTE_TRIES = 65536
 """The most samples looked at to find one substitute: more than a shard of ~256 MB holds of ~30 KB samples,

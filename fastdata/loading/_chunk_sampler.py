@@ -8,7 +8,7 @@ resulting sequence is cut into batches, each sorted (a batch is a set to the mod
 read as runs). A batch therefore touches one or a few chunks; the order still changes every epoch and
 every index appears exactly once.
 
-Ranks take equal, contiguous parts of the epoch sequence (:func:`fastdata.core._sharding.rank_span` and its
+Ranks take equal, contiguous parts of the epoch sequence (:func:`fastdata.core.epoch._sharding.rank_span` and its
 remainder policy), so each rank's batches also stay within chunks. The DataLoader hands whole batches
 to its workers round-robin, so the batches a rank sees do not depend on ``num_workers``.
 
@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from fastdata.core._elastic import Base
-from fastdata.core._resume import ResumeState, load_state
-from fastdata.core._sharding import Remainder, rank_span
-from fastdata.core._shared import SharedEpoch, SharedState
-from fastdata.core._world import current_rank
+from fastdata.core.epoch._elastic import Base
+from fastdata.core.epoch._resume import ResumeState, load_state
+from fastdata.core.epoch._sharding import Remainder, rank_span
+from fastdata.core.epoch._world import current_rank
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.core.process._shared import SharedEpoch, SharedState
 
 
 def block_sequence(starts: np.ndarray, n: int, *, shuffle: bool, seed: int, epoch: int, mix: int = 1) -> np.ndarray:
@@ -71,7 +71,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         shuffle (bool): a new block order (and order inside blocks) every epoch. Defaults to True.
         seed (int): Defaults to 0.
         drop_last (bool): drop the rank's last, smaller batch. Defaults to False.
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core._sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
         mix (int): consecutive blocks whose indices are shuffled together before batching: more
             randomness per batch, less locality. Defaults to 1.
         rank, world_size (int | None): Default to the detected ones.
@@ -131,7 +131,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         start, length = rank_span(self.n, rank, world_size, self.remainder)
         return self.sequence()[(start + np.arange(length)) % self.n]
 
-    # --- resuming on another number of ranks (fastdata.core._elastic; fastdata.Loader drives it) ---
+    # --- resuming on another number of ranks (fastdata.core.epoch._elastic; fastdata.Loader drives it) ---
 
     def elastic_base(self, world_size: int, batch_size: int, drop_last: bool = False) -> Base:
         """This epoch's plan on ``world_size`` ranks with batches of ``batch_size`` (``drop_last`` is this
@@ -175,7 +175,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         return {"batch_size": self.batch_size, "size": self.n, "world_size": self.world_size, "seed": self.seed}
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """The position to resume from: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting
+        """The position to resume from: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting
         the samples of the current epoch already consumed, in whole batches.
 
         Args:

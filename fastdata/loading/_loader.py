@@ -3,17 +3,17 @@
 It builds the ``torch.utils.data.DataLoader`` with :func:`fastdata.loading._builder.build_dataloader` (an
 iterable dataset batches itself, so ``batch_size=None``; a map-style one is read through its rank-aware
 ``.sampler()``, or through a resumable batch sampler such as ``HDF5Dataset.chunk_sampler()``), sets the
-epoch, counts the batches handed out, and saves that count as a :class:`~fastdata.core._resume.ResumeState`.
+epoch, counts the batches handed out, and saves that count as a :class:`~fastdata.core.epoch._resume.ResumeState`.
 
 Why a count of batches is enough: for both kinds the rank's sequence of batches depends only on
-(seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.core._sharding`), and
+(seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.core.epoch._sharding`), and
 the DataLoader hands batches out in that order. So ``(epoch, batches consumed)`` names the exact point to
 resume from, in a new process, with any number of workers. The state is the same on every rank (all
 ranks consume the same number of batches per step), so saving rank 0's is enough.
 
 A state saved on another number of ranks, or with another batch size, resumes too: the samples of that
 epoch no rank had consumed are read exactly once across this run's ranks, the same number of batches on
-each (:mod:`fastdata.core._elastic`; map-style: :mod:`fastdata.loading._tail`); the epochs after it are read
+each (:mod:`fastdata.core.epoch._elastic`; map-style: :mod:`fastdata.loading._tail`); the epochs after it are read
 as a run of this size reads them.
 
 Who reads: worker processes (``num_workers``; batches handed over through reused shared-memory slots by
@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core._resume import ResumeState, Stop, load_state, next_layout
-from fastdata.core._sharding import REMAINDERS, Remainder, rank_span
+from fastdata.core.epoch._resume import ResumeState, Stop, load_state, next_layout
+from fastdata.core.epoch._sharding import REMAINDERS, Remainder, rank_span
 from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.loading._builder import Transport, build_dataloader, fastdata_worker_init
 from fastdata.loading._checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
@@ -95,7 +95,7 @@ class Loader:
         shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
             dataset, set it on the dataset (it must agree if given here).
         remainder ("drop" | "pad" | "uneven" | None): how an epoch that does not split evenly over ranks
-            is handled, see :data:`fastdata.core._sharding.Remainder`. Map-style: passed to ``sampler()``,
+            is handled, see :data:`fastdata.core.epoch._sharding.Remainder`. Map-style: passed to ``sampler()``,
             defaults to "drop". Iterable: set it on the dataset (it must agree if given here).
         drop_last (bool | None): drop the rank's last, smaller batch. Map-style: defaults to False.
             Iterable: set it on the dataset (it must agree if given here).
@@ -310,7 +310,7 @@ class Loader:
             return tail[2] if self.iterable else len(tail[2])
         return len(self.dataset) if self.iterable else len(self._source())
 
-    # --- an epoch resumed on another number of ranks, or with another batch size (fastdata.core._elastic) ---
+    # --- an epoch resumed on another number of ranks, or with another batch size (fastdata.core.epoch._elastic) ---
 
     def _active_tail(self) -> TailBatches | None:
         """The batch sampler of the current epoch's tail (map-style), or None."""
@@ -368,7 +368,7 @@ class Loader:
             tail[2].start = start
         else:
             # set for every pass, so that the dataset knows the pass is this epoch's (its workers seed their
-            # streams from it: see fastdata.core._seeding), whatever sampler the Loader reads through
+            # streams from it: see fastdata.core.epoch._seeding), whatever sampler the Loader reads through
             self.dataset.set_epoch(epoch)
             # the sampler counts samples; the last batch may be short: k batches are at most the whole epoch
             samples = self.sampler.samples if self._batch_sampler else len(self.sampler)
@@ -444,7 +444,7 @@ class Loader:
         }
         if self.sampler is not None:  # what else its batches depend on (a clip sampler's layout, a mix ...)
             plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
-        # the split over ranks: an epoch finished on another number of ranks replays it (fastdata.core._elastic)
+        # the split over ranks: an epoch finished on another number of ranks replays it (fastdata.core.epoch._elastic)
         remainder = getattr(ds if self.iterable else self.sampler, "remainder", None)
         if remainder in REMAINDERS:
             plan["remainder"] = REMAINDERS.index(remainder)
@@ -455,7 +455,7 @@ class Loader:
         return plan
 
     def state_dict(self) -> dict[str, Any]:
-        """Where to resume: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting the batches of
+        """Where to resume: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting the batches of
         the current epoch handed out, with the plan they were consumed under.
 
         The batch count is the batches handed out by this Loader in the current epoch, so save the state
@@ -474,7 +474,7 @@ class Loader:
         A state saved on another number of ranks or with another batch size (this run's ``world_size`` and
         ``batch_size`` differ from its plan's) finishes its epoch here: the samples of that epoch no rank had
         consumed are read exactly once across this run's ranks, in the same number of batches on each (see
-        :mod:`fastdata.core._elastic` for the order, and the one case where a sample is read twice). Load
+        :mod:`fastdata.core.epoch._elastic` for the order, and the one case where a sample is read twice). Load
         the same state on every rank.
 
         Raises:

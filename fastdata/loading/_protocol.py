@@ -10,9 +10,9 @@ dataset written outside fastdata can join by offering them. Split by what really
 - :class:`BatchingDataset`: an iterable one that deals whole batches and resumes (``TarShardDataset``);
 - :class:`Collating`: a dataset with its own faster ``collate`` (``HDF5Dataset``);
 - :class:`Resumable`, :class:`ResumableSampler`, :class:`ResumableBatchSampler`: what can save and load
-  a :class:`~fastdata.core._resume.ResumeState`.
+  a :class:`~fastdata.core.epoch._resume.ResumeState`.
 
-The two members core calls itself (``worker_world``, ``warm``) are declared in :mod:`fastdata.core._protocol`.
+The two members core calls itself (``worker_world``, ``warm``) are declared in :mod:`fastdata.core.epoch._protocol`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from fastdata.core._protocol import Warmable, WorkerAware
-from fastdata.core._sharding import Remainder
+from fastdata.core.epoch._protocol import Warmable, WorkerAware
+from fastdata.core.epoch._sharding import Remainder
 
 
 @runtime_checkable
 class Resumable(Protocol):
-    """Saves where it stands and resumes from it (a :class:`~fastdata.core._resume.ResumeState` as a dict)."""
+    """Saves where it stands and resumes from it (a :class:`~fastdata.core.epoch._resume.ResumeState` as a dict)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -93,7 +93,7 @@ class Dataset(WorkerAware, Protocol):
 class MapDataset(Dataset, Protocol):
     """A map-style fastdata dataset: random access, read in the order of its rank-aware ``sampler()``.
 
-    fastdata's also offer ``warm()`` (:class:`~fastdata.core._protocol.Warmable`), which
+    fastdata's also offer ``warm()`` (:class:`~fastdata.core.epoch._protocol.Warmable`), which
     :data:`fastdata.worker_init_fn` calls in each worker.
     """
 

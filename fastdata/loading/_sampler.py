@@ -1,6 +1,6 @@
 """``EpochSampler``: the indices one rank reads in one epoch, for map-style datasets.
 
-Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.core._sharding`,
+Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.core.epoch._sharding`,
 the rank detected at construction, the epoch shared with the dataset (``dataset.set_epoch`` moves both),
 and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never depends on
 ``num_workers``: the DataLoader hands this order to its workers and returns batches in it.
@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from fastdata.core import _process as process
-from fastdata.core._elastic import Base
-from fastdata.core._resume import ResumeState, load_state
-from fastdata.core._seeding import RepeatedEpochWarning, derive_seed
-from fastdata.core._sharding import (
+from fastdata.core.epoch._elastic import Base
+from fastdata.core.epoch._resume import ResumeState, load_state
+from fastdata.core.epoch._seeding import RepeatedEpochWarning, derive_seed
+from fastdata.core.epoch._sharding import (
     EXACT_ORDER_MAX,
     Remainder,
     order_at,
@@ -27,9 +26,10 @@ from fastdata.core._sharding import (
     rank_indices,
     rank_span,
 )
-from fastdata.core._shared import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
-from fastdata.core._world import current_rank
+from fastdata.core.epoch._world import current_rank
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.core.process import _pid as process
+from fastdata.core.process._shared import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 
 
 class EpochSampler(SharedEpoch, Sampler[int]):
@@ -39,12 +39,12 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         n (int): samples in the dataset.
         shuffle (bool): a new order every epoch, from (seed, epoch). Defaults to True.
         seed (int): Defaults to 0.
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core._sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones (``torch.distributed``, ``RANK``).
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
         publish (Callable[[int, np.ndarray], None] | None): called with ``(epoch, order)`` at the start of
             each iteration, with the epoch's whole order (before any resume skip): how a dataset's workers
-            learn what comes next (see :class:`fastdata.core._shared.SharedPlan`). Defaults to None.
+            learn what comes next (see :class:`fastdata.core.process._shared.SharedPlan`). Defaults to None.
         owner (str | None): the dataset it orders, named in its warning when a new pass repeats a shuffled
             epoch already read because the epoch was not set again. Defaults to None.
         unit (int): indices that stay together, in order: the epoch is ordered and split over ranks in
@@ -169,7 +169,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
             plan["unit"] = self.unit
         return plan
 
-    # --- resuming on another number of ranks (fastdata.core._elastic; fastdata.Loader drives it) ---
+    # --- resuming on another number of ranks (fastdata.core.epoch._elastic; fastdata.Loader drives it) ---
 
     def elastic_base(self, world_size: int, batch_size: int, drop_last: bool) -> Base:
         """This epoch's plan on ``world_size`` ranks read in batches of ``batch_size`` (by a DataLoader,
@@ -191,7 +191,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         return units * unit + positions % unit
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """The position to resume from: a :class:`~fastdata.core._resume.ResumeState` (as a dict) counting
+        """The position to resume from: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting
         the samples of the current epoch already consumed.
 
         Args:

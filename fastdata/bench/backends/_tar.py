@@ -65,7 +65,7 @@ def detect(spec: str) -> bool:
 
 def _urls(spec: str) -> list[str]:
     """The shards of SPEC, a folder read through its manifest as the datasets read it."""
-    from fastdata.datasets._tar_source import tar_urls
+    from fastdata.datasets.tar._source import tar_urls
 
     return tar_urls(spec)
 

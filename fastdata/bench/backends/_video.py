@@ -59,7 +59,7 @@ _OPTIONS = {
 
 
 def _extensions() -> frozenset[str]:
-    from fastdata.datasets._video import VIDEO_EXTENSIONS
+    from fastdata.datasets.video._dataset import VIDEO_EXTENSIONS
 
     return VIDEO_EXTENSIONS
 

@@ -22,7 +22,7 @@ Member = tuple[str, int, int]  # (ext, data offset, size)
 
 class SidecarMismatch(FastdataError, ValueError):
     """A sidecar index trusted until its members were read does not describe its shard; nothing it
-    pointed at was returned. Readers (:class:`~fastdata.datasets._tar_source.TarSource`) scan the shard
+    pointed at was returned. Readers (:class:`~fastdata.datasets.tar._source.TarSource`) scan the shard
     instead and read again."""
 
     def __init__(self, url: str, problem: str) -> None:

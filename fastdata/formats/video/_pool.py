@@ -1,6 +1,6 @@
 """Per-process video readers: opened on first use through the watchdog, kept in a bounded LRU.
 
-The rules of :mod:`fastdata.core._handles` apply: nothing is opened before it is needed, nothing opened in
+The rules of :mod:`fastdata.core.process._handles` apply: nothing is opened before it is needed, nothing opened in
 one process is used in another, pickling drops every reader, and at most ``max_open`` readers (so
 file descriptors) are open per process. Forks get three guards:
 
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.core import _process as process
 from fastdata.core import stages
-from fastdata.core._handles import HandleCache
 from fastdata.core.errors import BadSample
+from fastdata.core.process import _pid as process
+from fastdata.core.process._handles import HandleCache
 from fastdata.formats.video import reader_class
 from fastdata.formats.video._base import DecodeTimeout, Size, VideoMeta, VideoReader
 from fastdata.formats.video._watchdog import Watchdog

@@ -7,13 +7,13 @@
   the wait in ``next()`` and the loop thread's CPU there, the step, first waits);
 * **the producers' stages and own counters**, from the shared-memory stage table
   (:class:`~._stage_table.StageTable`) each worker (or the main process, without workers) writes into;
-* **every thread of every process**, from ``/proc`` (:mod:`fastdata.core._proc`): CPU, run-queue wait,
+* **every thread of every process**, from ``/proc`` (:mod:`fastdata.core.system._procfs`): CPU, run-queue wait,
   context switches, block-I/O delay, bytes read, by thread name. A worker of a short pass exits between
   two readings: what it wrote into its row of the stage table still counts (the larger of the two is
   taken), and the workers of a new pass take over the rows (slots) of the last one's, so totals only grow;
 * **the machine**, from ``/proc/stat`` over the CPUs we may use;
 * **what the producers wait on**, from a background thread that looks at the loader's threads a few dozen
-  times a second (:class:`fastdata.core._proc.ThreadSampler`): each worker's (or loader thread's) state and
+  times a second (:class:`fastdata.core.system._procfs.ThreadSampler`): each worker's (or loader thread's) state and
   system call, counted per kind of wait (computing, network, disk, lock, sleep, idle, other), and the looks
   that found a thread in D state.
 
@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata.core._machine import usable_cores, usable_memory
-from fastdata.core._proc import (
+from fastdata.core.system._machine import usable_cores, usable_memory
+from fastdata.core.system._procfs import (
     ProcessCounters,
     ProcessProbe,
     machine_busy,
@@ -48,7 +48,7 @@ from fastdata.core._proc import (
     thread_runq,
     usable_cpus,
 )
-from fastdata.core._proc import ThreadSampler as Sampler
+from fastdata.core.system._procfs import ThreadSampler as Sampler
 from fastdata.loading.observe import _stage_table as stage_table
 from fastdata.loading.observe._counter import BatchCounter
 from fastdata.loading.observe._stage_table import StageTable

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from fastdata.core._machine import memory_available
 from fastdata.core.errors import check_choice
+from fastdata.core.system._machine import memory_available
 from fastdata.loading.observe._diagnosis import classify
 from fastdata.loading.observe._evidence import Context, evidence
 from fastdata.loading.observe._report import Monitor, Sinks, Stats, now

@@ -11,7 +11,7 @@ to the autotuner.
 A change the autotuner makes is applied at the next batch boundary: the DataLoader's iterator is shut down
 and the loader's ``reopen(epoch, batches_done, setting)`` returns a new one with the new setting that
 continues the epoch exactly where the training is (``fd.Loader`` resumes at any batch with any
-``num_workers``: see :mod:`fastdata.core._sharding`), so no sample is lost or read twice, and the order is the
+``num_workers``: see :mod:`fastdata.core.epoch._sharding`), so no sample is lost or read twice, and the order is the
 one a fixed setting gives.
 """
 
@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastdata.core import stages
-from fastdata.core._machine import memory_available, usable_cores, usable_memory
-from fastdata.core._shared import SharedState
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.core.process._shared import SharedState
+from fastdata.core.system._machine import memory_available, usable_cores, usable_memory
 from fastdata.loading.observe import _stage_table as stage_table
 from fastdata.loading.observe._autotune import AutoTune, Change, Setting, Tuner
 from fastdata.loading.observe._counter import BatchCounter

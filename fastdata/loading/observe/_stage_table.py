@@ -20,8 +20,8 @@ from time import perf_counter
 import torch
 
 from fastdata.core import stages
-from fastdata.core._proc import own_counters
 from fastdata.core.stages import STAGES
+from fastdata.core.system._procfs import own_counters
 
 NSTAGE = 2 * len(STAGES)
 # the marks of the latest epoch's first batch in a process's row, after the stage totals

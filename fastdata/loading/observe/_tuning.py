@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from fastdata.core._machine import memory_available
+from fastdata.core.system._machine import memory_available
 from fastdata.loading.observe._autotune import EARLY, Change, Observation, Setting, Tuner
 from fastdata.loading.observe._diagnosis import classify
 from fastdata.loading.observe._evidence import Context, evidence

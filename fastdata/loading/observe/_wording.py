@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastdata.loading.observe._evidence import Evidence
 
-# what a kind of wait is, in words (the kinds of fastdata.core._waits, and the probe's "runq")
+# what a kind of wait is, in words (the kinds of fastdata.core.system._waits, and the probe's "runq")
 WAIT_WORDS = {
     "computing": "computing",
     "runq": "waiting for a core",

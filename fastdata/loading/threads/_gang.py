@@ -7,13 +7,13 @@ an ordinary object the moment it is made. The guarantees are those of the proces
 thread does what a worker process would:
 
 - **the same batches in the same order**: thread ``t`` of ``N`` stands for DataLoader worker ``t`` of
-  ``N`` (:func:`fastdata.core._world.acting_as_worker`: everything in fastdata that asks which worker it
+  ``N`` (:func:`fastdata.core.epoch._world.acting_as_worker`: everything in fastdata that asks which worker it
   is asks there). A map-style dataset's batches of indices come from its sampler in the main thread and
   are dealt to the threads in turn, as the DataLoader deals them; an iterable dataset that deals its own
   batches (``TarShardDataset(batch_size=...)``) runs worker ``t``'s plan in thread ``t``, and the batches
   are taken from the threads in turn. So the order never depends on ``N``, and a count of batches still
   names the point to resume from;
-- **a dataset per thread**: handles are per process (a :class:`~fastdata.core._handles.HandleCache` is not
+- **a dataset per thread**: handles are per process (a :class:`~fastdata.core.process._handles.HandleCache` is not
   safe to share between threads), so each thread reads its own copy, made as a ``spawn`` worker's is
   (pickled: ``__getstate__`` drops handles), except that tensors and arrays (the shared epoch and
   counters, indexes) and plain functions are shared, not copied (:func:`thread_copies`);
@@ -46,10 +46,10 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from fastdata.core._protocol import Warmable
-from fastdata.core._thread_name import name_this_thread
-from fastdata.core._world import acting_as_worker
+from fastdata.core.epoch._protocol import Warmable
+from fastdata.core.epoch._world import acting_as_worker
 from fastdata.core.errors import ConfigError, FastdataError
+from fastdata.core.system._thread_name import name_this_thread
 
 # A list or tuple of at least this many plain values (URLs, paths, counts) is shared between the
 # copies rather than copied: datasets never change them, and a million URLs per thread adds up.

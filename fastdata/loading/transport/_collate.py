@@ -58,8 +58,8 @@ from torch.utils.data._utils.collate import (
     np_str_obj_array_pattern,
 )
 
-from fastdata.core import _process as process
 from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.core.process import _pid as process
 from fastdata.loading._batching import Unequal, as_tensors, check_shapes, explain
 from fastdata.loading.transport._layout import BytesAs, PackedBytes, Stack, packed_lists
 from fastdata.loading.transport._slots import (

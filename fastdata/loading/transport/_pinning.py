@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from fastdata.core import _process as process
+from fastdata.core.process import _pid as process
 
 _warned = False
 

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata.core import _process as process
-from fastdata.core._bufferpool import BufferPool
+from fastdata.core.process import _pid as process
+from fastdata.core.process._bufferpool import BufferPool
 from fastdata.loading.transport import _layout as slot_layout
 from fastdata.loading.transport._registry import SlotLost, _receive, _receive_pipe, release, reset_counts, stats
 
@@ -283,12 +283,12 @@ def stacking() -> bool:
 class SlotPool:
     """Batch arrays allocated straight in the worker's next slot, so a dataset reads into shared memory
     and packing the batch copies nothing: pass it where a dataset takes a
-    :class:`~fastdata.core._bufferpool.BufferPool` (it has the same ``empty``).
+    :class:`~fastdata.core.process._bufferpool.BufferPool` (it has the same ``empty``).
 
     In a DataLoader worker whose batches go through :class:`~fastdata.loading.transport._collate.SlotCollate`
     (from its second batch on, once a slot's size is known), :meth:`empty` returns memory of the slot
     that the worker's next batch will be packed into; anywhere else, or when that slot is full, it
-    falls back to the :class:`~fastdata.core._bufferpool.BufferPool`. The arrays belong to that batch:
+    falls back to the :class:`~fastdata.core.process._bufferpool.BufferPool`. The arrays belong to that batch:
     the slot is reused once the main process has dropped it, whatever the worker still holds, so a
     dataset must not keep them past returning the batch.
 

@@ -29,9 +29,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from typing import Any
 
-from fastdata.core import _process as process
-from fastdata.core._handles import HandleCache
 from fastdata.core.errors import ConfigError, SourceUnreadable, check_positive
+from fastdata.core.process import _pid as process
+from fastdata.core.process._handles import HandleCache
 from fastdata.storage.s3._client import (
     COUNTERS,
     MiB,

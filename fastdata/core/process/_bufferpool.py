@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.core import _process as process
+from fastdata.core.process import _pid as process
 
 MIN_BYTES = 256 << 10
 """Smaller arrays come from ``np.empty``: the allocator keeps and reuses those well on its own."""

@@ -14,12 +14,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fastdata.core import _process as process
 from fastdata.core import stages
 from fastdata.core._pipeline import SKIP, SamplePipeline
-from fastdata.core._seeding import derive_seed, stagger
-from fastdata.core._sharding import Remainder
-from fastdata.core._world import current_worker
+from fastdata.core.epoch._seeding import derive_seed, stagger
+from fastdata.core.epoch._sharding import Remainder
+from fastdata.core.epoch._world import current_worker
 from fastdata.core.errors import (
     BadSample,
     ConfigError,
@@ -29,8 +28,9 @@ from fastdata.core.errors import (
     check_choice,
     is_collecting,
 )
+from fastdata.core.process import _pid as process
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.datasets._video_plan import ClipSampling, ClipStarts
+from fastdata.datasets.video._plan import ClipSampling, ClipStarts
 from fastdata.formats.video import VIDEO_EXTENSIONS, DecoderName, VideoMeta, VideoReader, reader_class
 from fastdata.formats.video._base import DecodeTimeout, Size, VideoTooShort
 from fastdata.formats.video._meta_cache import VideoIndex, default_index_file
@@ -114,7 +114,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         clip_sampling ("random" | "uniform" | "random-replace"): with an int ``clips_per_video``: new random
             starts every epoch, distinct within a video as far as its length allows; evenly spaced fixed
             starts (for evaluation); or random starts drawn independently per clip (two may coincide).
-            See :data:`fastdata.datasets._video_plan.ClipSampling`. Defaults to "random".
+            See :data:`fastdata.datasets.video._plan.ClipSampling`. Defaults to "random".
         size ((height, width) | None): resize frames to this size (needed to batch videos of different
             sizes). Defaults to None.
         decoder ("pyav" | "decord" | "opencv" | "torchcodec" | VideoReader subclass): see

@@ -24,10 +24,10 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from fastdata.core import stages
-from fastdata.core._handles import ProcessLocal
 from fastdata.core._pipeline import SKIP
-from fastdata.core._sharding import locate
-from fastdata.datasets._tar_source import Sample, TarSource
+from fastdata.core.epoch._sharding import locate
+from fastdata.core.process._handles import ProcessLocal
+from fastdata.datasets.tar._source import Sample, TarSource
 
 DEFAULT_WINDOW = 4096  # samples
 DEFAULT_WINDOW_BYTES = 64 * 2**20  # bytes of undecoded samples
@@ -148,7 +148,7 @@ class EpochReader:
 
     Args:
         source (TarSource): the dataset's shards and readers.
-        start, length (int): the part of the epoch sequence (see :mod:`fastdata.core._sharding`).
+        start, length (int): the part of the epoch sequence (see :mod:`fastdata.core.epoch._sharding`).
         offsets (np.ndarray): where shard ``order[i]`` starts in the epoch sequence (``split_counts``).
         order (np.ndarray): the shards in this epoch's order.
     """

@@ -29,9 +29,8 @@ import numpy as np
 
 from fastdata.core import stages
 from fastdata.core._pipeline import SKIP
-from fastdata.core._sharding import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at, split_counts
-from fastdata.core._shared import SharedState
-from fastdata.datasets._epoch_reader import EpochReader
+from fastdata.core.epoch._sharding import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at
+from fastdata.core.process._shared import SharedState
 from fastdata.datasets._substitute import find_substitute
 from fastdata.loading._chunk_sampler import block_sequence
 
@@ -89,7 +88,7 @@ class MapReader(SourceReader):
             starts = self.ds.block_starts()
             return block_sequence(starts, self.n, shuffle=self.shuffle, seed=self.seed, epoch=q)
         if self.n > EXACT_ORDER_MAX and self.shuffle:
-            return None  # computed at the positions asked for (fastdata.core._sharding.keyed_permutation)
+            return None  # computed at the positions asked for (fastdata.core.epoch._sharding.keyed_permutation)
         return epoch_order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=q)
 
     def indices(self, draws: np.ndarray) -> np.ndarray:
@@ -131,11 +130,8 @@ class TarReader(SourceReader):
 
     _found: SharedState | None = None
 
-    def _make_order(self, q: int) -> tuple[EpochReader, WindowShuffle]:
-        ds = self.ds
-        order = epoch_order(len(ds.urls), shuffle=ds.shuffle, seed=self.seed, epoch=q)
-        reader = EpochReader(ds.source, 0, self.n, split_counts(ds.source.counts, order), order)
-        return reader, WindowShuffle(self.n, ds.window, seed=self.seed, epoch=q, rank=0)
+    def _make_order(self, q: int) -> tuple[Any, WindowShuffle]:
+        return self.ds.whole_pass(self.seed, q)  # type: ignore[no-any-return]
 
     def read(self, draws: np.ndarray) -> tuple[Any, int]:
         passes, at = np.divmod(draws, self.n)

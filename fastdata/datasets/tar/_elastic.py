@@ -1,6 +1,6 @@
 """``TarShardDataset``: an epoch resumed on another number of ranks (or with another batch size).
 
-The plan is :mod:`fastdata.core._elastic`'s: the epoch's own plan on the saved number of ranks (each rank's span
+The plan is :mod:`fastdata.core.epoch._elastic`'s: the epoch's own plan on the saved number of ranks (each rank's span
 of the epoch sequence, shuffled within windows, :func:`tar_base` and :func:`tar_positions`), what no rank had
 consumed of it, dealt to this run's ranks in the same number of batches each. Each worker computes its rank's
 part (an array of epoch positions as long as the rank's share) and reads every ``num_workers``-th batch of it,
@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.core import _process as process
-from fastdata.core._elastic import Base, layout, rank_plan
 from fastdata.core._pipeline import SKIP
-from fastdata.core._resume import Stop
-from fastdata.core._sharding import WindowShuffle, epoch_order, rank_span, split_counts
-from fastdata.core._world import World
-from fastdata.datasets._epoch_reader import EpochReader
+from fastdata.core.epoch._elastic import Base, layout, rank_plan
+from fastdata.core.epoch._resume import Stop
+from fastdata.core.epoch._sharding import WindowShuffle, epoch_order, rank_span, split_counts
+from fastdata.core.epoch._world import World
+from fastdata.core.process import _pid as process
 from fastdata.datasets._substitute import find_substitute
+from fastdata.datasets.tar._epoch_reader import EpochReader
 
 # ``ds`` below is a TarShardDataset (not imported: it imports this module)
 TarShardDataset = Any

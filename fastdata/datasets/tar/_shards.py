@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from fastdata.core import _process as process
 from fastdata.core._pipeline import SKIP
-from fastdata.core._resume import Stop
-from fastdata.core._sharding import (
+from fastdata.core.epoch._resume import Stop
+from fastdata.core.epoch._sharding import (
     Remainder,
     WindowShuffle,
     epoch_order,
@@ -22,11 +21,14 @@ from fastdata.core._sharding import (
     split_counts,
     worker_ranges,
 )
-from fastdata.core._shared import EGRESS_FLAG
-from fastdata.core._world import World
+from fastdata.core.epoch._world import World
 from fastdata.core.errors import OnError, PlanError, check_choice, check_positive
+from fastdata.core.process import _pid as process
+from fastdata.core.process._shared import EGRESS_FLAG
 from fastdata.datasets._base import DatasetBase
-from fastdata.datasets._epoch_reader import (
+from fastdata.datasets._substitute import find_substitute
+from fastdata.datasets.tar._elastic import read_tail
+from fastdata.datasets.tar._epoch_reader import (
     DEFAULT_WINDOW,
     DEFAULT_WINDOW_BYTES,
     LOCAL_CHUNK,
@@ -39,10 +41,8 @@ from fastdata.datasets._epoch_reader import (
     window_size,
     worker_span,
 )
-from fastdata.datasets._substitute import find_substitute
-from fastdata.datasets._tar_elastic import read_tail
-from fastdata.datasets._tar_resume import TarResume
-from fastdata.datasets._tar_source import Sample, TarSource, choose_cache, remote_counters, tar_urls
+from fastdata.datasets.tar._resume import TarResume
+from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._collate import batch_default_collate
 from fastdata.loading.transport._samples import slot_samples
@@ -59,7 +59,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
     shard bytes; each worker reads its own part. A window's samples are read undecoded and each is decoded
     as it leaves the window, so a worker holds at most one window of raw bytes (remote shards: a window
     fetched shard by shard in few ranged GETs, the next one fetched while the second half of the current one
-    is used) and a batch of decoded samples. See :mod:`fastdata.datasets._epoch_reader`. Shards are indexed (from
+    is used) and a batch of decoded samples. See :mod:`fastdata.datasets.tar._epoch_reader`. Shards are indexed (from
     ``manifest.json`` and ``.idx`` files written by ``fastdata convert``, or by scanning their headers), so
     shards may be fewer than workers and any worker can start mid-shard.
 
@@ -94,10 +94,10 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
         transform (Callable | None): applied to each decoded sample dict.
         on_error ("raise" | "skip"): bad-input policy. Defaults to "raise".
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core._sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): shard readers open at once per worker. Defaults to
-            :func:`fastdata.core._handles.default_max_open`.
+            :func:`fastdata.core.process._handles.default_max_open`.
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).
@@ -256,7 +256,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
 
     def _samples(self, world: World, epoch: EpochReader) -> Iterator[Any]:
         """Per-sample mode: this worker's contiguous range, a window at a time, each sample decoded as it
-        leaves its window (see :mod:`fastdata.datasets._epoch_reader`)."""
+        leaves its window (see :mod:`fastdata.datasets.tar._epoch_reader`)."""
         within = epoch.offsets[1:-1] - epoch.start  # where shards start, in this rank's part
         within = within[(within > 0) & (within < epoch.length)]
         lo, hi = worker_span(epoch.length, world.worker, world.num_workers, within)
@@ -398,6 +398,13 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
 
     def _epoch_randomness(self) -> str | None:
         return "the order of shards and samples (shuffle=True)" if self.shuffle else None
+
+    def whole_pass(self, seed: int, epoch: int) -> tuple[EpochReader, WindowShuffle]:
+        """The reader of pass ``epoch`` over every shard, as one rank alone would read it, and the window
+        shuffle of its ``total`` positions (what :class:`fastdata.Mix` draws a tar source through)."""
+        order = epoch_order(len(self.urls), shuffle=self.shuffle, seed=seed, epoch=epoch)
+        reader = EpochReader(self.source, 0, self.total, split_counts(self.source.counts, order), order)
+        return reader, WindowShuffle(self.total, self.window, seed=seed, epoch=epoch, rank=0)
 
     def close(self) -> None:
         self.source.close()

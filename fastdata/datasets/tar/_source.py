@@ -12,11 +12,11 @@ from typing import Any
 from tqdm import tqdm
 
 from fastdata.core import stages
-from fastdata.core._handles import HandleCache
 from fastdata.core._pipeline import SamplePipeline, describe_sample
-from fastdata.core._world import current_worker
+from fastdata.core.epoch._world import current_worker
 from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
-from fastdata.datasets._cached_shards import CachedShards
+from fastdata.core.process._handles import HandleCache
+from fastdata.datasets.tar._cached_shards import CachedShards
 from fastdata.formats._manifest import resolve_sources, shard_listing
 from fastdata.formats.tar._checks import check_on_read, check_once
 from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
@@ -158,7 +158,7 @@ class TarSource:
         urls (list[str]): the shards.
         policy (ErrorPolicy): what to do with bad samples and missing shards.
         decoder, transform: applied to each sample, in that order (see ``SamplePipeline``).
-        max_open (int | None): readers open at once per process; see :class:`~fastdata.core._handles.HandleCache`.
+        max_open (int | None): readers open at once per process; see ``HandleCache``.
         storage_options (dict | None): passed to the reader of remote URLs (for ``s3://``: the fields
             of :class:`~fastdata.storage.s3._client.S3Config` such as ``endpoint_url``, and the
             ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
@@ -244,7 +244,7 @@ class TarSource:
 
     def plan(self, urls: Sequence[str]) -> None:
         """The shards this process will read next, in order: with a cache, their versions are asked and
-        the next ones downloaded in the background (see :class:`~fastdata.datasets._cached_shards.CachedShards`)."""
+        the next ones downloaded in the background (see :class:`~fastdata.datasets.tar._cached_shards.CachedShards`)."""
         if self._cached is not None:
             self._check_identities()  # a new epoch starts here: versions asked before it are not good for it
             self._cached.plan(urls)

@@ -10,15 +10,15 @@ import numpy as np
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from fastdata.core import _process as process
 from fastdata.core import stages
-from fastdata.core._bufferpool import BufferPool
-from fastdata.core._handles import HandleCache
 from fastdata.core._pipeline import SamplePipeline
-from fastdata.core._sharding import Remainder
+from fastdata.core.epoch._sharding import Remainder
 from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable
+from fastdata.core.process import _pid as process
+from fastdata.core.process._bufferpool import BufferPool
+from fastdata.core.process._handles import HandleCache
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.datasets._hdf5_batch import Sample, SampleBatch, build_samples, collate
+from fastdata.datasets.hdf5._batch import Sample, SampleBatch, build_samples, collate
 from fastdata.formats._decode import DecodeMode, Decoder
 from fastdata.formats._manifest import resolve_sources
 from fastdata.formats.hdf5._handle import H5Handle, row_error
@@ -82,7 +82,7 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
         rdcc_nslots (int): chunk cache hash slots. Defaults to 10_007.
         rdcc_w0 (float): chunk cache preemption policy. Defaults to 0.75.
         max_open (int | None): files open at once per process. Defaults to
-            :func:`fastdata.core._handles.default_max_open`.
+            :func:`fastdata.core.process._handles.default_max_open`.
 
     Under ``on_error="skip"`` a bad row is left out of its batch and counted in :attr:`skipped`; a batch of
     only bad rows becomes a batch of one substitute, and ``ds[i]`` of a bad row returns it (never None):

@@ -1,6 +1,6 @@
 """Per-process handles: a bounded LRU cache of open files, readers and clients, and one value per process.
 
-The rules (see :mod:`fastdata.core._process`): a handle is opened on first use in the process that uses
+The rules (see :mod:`fastdata.core.process._pid`): a handle is opened on first use in the process that uses
 it; a process created by ``fork`` never uses a handle it inherited (it opens its own); pickling drops
 handles, so a dataset crosses into ``spawn`` workers without them; whatever is opened is closed at exit.
 """
@@ -15,10 +15,10 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
-from fastdata.core import _process as process
-from fastdata.core._proc import open_fd_targets
-from fastdata.core._world import current_worker
+from fastdata.core.epoch._world import current_worker
 from fastdata.core.errors import ConfigError
+from fastdata.core.process import _pid as process
+from fastdata.core.system._procfs import open_fd_targets
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

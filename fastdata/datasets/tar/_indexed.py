@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from fastdata.core._pipeline import SKIP
 from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.datasets._tar_source import Sample, TarSource, choose_cache, remote_counters, tar_urls
+from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
 from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
 from fastdata.loading.transport._samples import slot_sample, slot_samples
 from fastdata.storage.cache import CacheCheck, CacheDir
@@ -42,7 +42,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): readers open at once per process. Defaults to
-            :func:`fastdata.core._handles.default_max_open`.
+            :func:`fastdata.core.process._handles.default_max_open`.
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).

@@ -131,7 +131,7 @@ class SampleBatch(Sequence[Any]):
 
 def collate(samples: Sequence[Sample]) -> Any:
     """``default_collate``, without copying the fields that :class:`HDF5Dataset` already read as whole
-    batches: pass ``collate_fn=ds.collate`` (or ``fastdata.datasets._hdf5.collate``) to the DataLoader.
+    batches: pass ``collate_fn=ds.collate`` (or ``fastdata.datasets.hdf5._dataset.collate``) to the DataLoader.
 
     The result is the same as ``default_collate``'s: a dict of tensors (and lists for strings and bytes;
     compound fields as dicts of their members). Where ``default_collate`` fails, a field comes back as the

@@ -10,14 +10,14 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from fastdata.core._mixing import MixSequence, apportion
-from fastdata.core._seeding import derive_seed
-from fastdata.core._sharding import Remainder, rank_span
-from fastdata.core._shared import REPEAT_FLAG
+from fastdata.core.epoch._mixing import MixSequence, apportion
+from fastdata.core.epoch._seeding import derive_seed
+from fastdata.core.epoch._sharding import Remainder, rank_span
 from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.core.process._shared import REPEAT_FLAG
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.datasets._mix_ahead import ReadAhead
-from fastdata.datasets._mix_parts import (
+from fastdata.datasets.mix._ahead import ReadAhead
+from fastdata.datasets.mix._parts import (
     SOURCE_KEY,
     SourceBatch,
     check_alike,
@@ -26,7 +26,7 @@ from fastdata.datasets._mix_parts import (
     named,
     weights_of,
 )
-from fastdata.datasets._mix_sources import SourceReader, reader_for
+from fastdata.datasets.mix._sources import SourceReader, reader_for
 from fastdata.loading._sampler import EpochSampler
 from fastdata.loading.transport._collate import checked_default_collate
 
@@ -43,11 +43,11 @@ class Mix(MapDatasetBase, Dataset[Any]):
     Each epoch of ``epoch_size`` samples takes ``c_s`` samples from source ``s``: its weight's share, apportioned
     so that the counts sum to the epoch (each within one sample of ``weight * epoch_size``); they are the same
     every epoch. The sources' samples are interleaved as evenly as integers allow (Webster's apportionment,
-    :mod:`fastdata.core._mixing`): every batch, on every rank, holds each source's share to within about one
+    :mod:`fastdata.core.epoch._mixing`): every batch, on every rank, holds each source's share to within about one
     sample, and the epoch holds it exactly. Each source is read without repetition within its own pass; one
-    that runs out starts its next pass in a new order (see :mod:`fastdata.datasets._mix_sources`). Everything
+    that runs out starts its next pass in a new order (see :mod:`fastdata.datasets.mix._sources`). Everything
     follows from (``seed``, epoch): every rank computes the same sequence, and reads an equal, contiguous
-    part of it (:meth:`sampler`, with the remainder policies of :mod:`fastdata.core._sharding`).
+    part of it (:meth:`sampler`, with the remainder policies of :mod:`fastdata.core.epoch._sharding`).
 
     Read it through ``fastdata.Loader`` (processes, threads, slots, the monitor, ``num_workers="auto"``, and
     exact resume mid-epoch with any ``num_workers``, or on another number of ranks), like any map-style
@@ -193,7 +193,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
                 and shuffling its positions would undo the even spread; the sources' orders are shuffled by
                 ``Mix(shuffle=...)`` and their own settings. Defaults to True.
             remainder ("drop" | "pad" | "uneven"): an epoch that does not split evenly over the ranks (in
-                batches with ``per_source``), see :data:`fastdata.core._sharding.Remainder`. Defaults to "drop":
+                batches with ``per_source``), see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop":
                 the sequence's last ``len(mix) % world_size`` samples are left out, so the counts read are the
                 apportionment of the samples read.
         """
@@ -221,7 +221,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
 
     def locate(self, positions: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(source, draw)`` of each position of the current epoch: the source's index, and the draw's number
-        counted from the first epoch on (see :mod:`fastdata.datasets._mix_sources`)."""
+        counted from the first epoch on (see :mod:`fastdata.datasets.mix._sources`)."""
         at = np.asarray(positions, dtype=np.int64).reshape(-1)
         n = len(self)
         if len(at) and (at.min() < -n or at.max() >= n):
@@ -236,7 +236,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
 
     def __getitems__(self, positions: Sequence[int]) -> Any:
         """The samples at ``positions`` of the current epoch, in their order (this worker's next batch is read
-        along with them, and held: :mod:`fastdata.datasets._mix_ahead`)."""
+        along with them, and held: :mod:`fastdata.datasets.mix._ahead`)."""
         self.follow_epoch()
         self._count_reads(len(positions))
         sources, draws = self.locate(positions)
