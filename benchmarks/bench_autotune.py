@@ -232,7 +232,7 @@ def interference(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def _hook_cost(n: int = 200_000) -> dict[str, float]:
     """Seconds per batch of the session's hook alone, over a list of small batches; a snapshot; a report."""
-    from fastdata.loading.observe._autotune import Setting
+    from fastdata.loading.observe._autotune_types import Setting
     from fastdata.loading.observe._report import Monitor
     from fastdata.loading.observe._session import Session
 

@@ -41,7 +41,7 @@ import fastdata as fd
 from fastdata.convert import convert
 from fastdata.datasets.tar._source import load_index
 from fastdata.formats.tar._reader import read_samples
-from fastdata.loading._loader import as_is
+from fastdata.loading.transport._collate import batch_as_is as as_is
 from fastdata.storage._local import LocalReader
 
 CHUNK = 1 << 20

@@ -70,7 +70,7 @@ sys.path.insert(0, str(ROOT))
 
 import fastdata as fd  # noqa: E402
 from fastdata.convert._hdf5_task import CHUNK_BYTES  # noqa: E402
-from fastdata.loading.transport import _slots as slots  # noqa: E402
+from fastdata.loading import transport as slots  # noqa: E402
 from fastdata.loading.transport._collate import SlotCollate, batch_as_is, slot_dataloader  # noqa: E402
 from fastdata.loading.transport._layout import PackedBytes  # noqa: E402
 from fastdata.loading.transport._slots import SlotPool  # noqa: E402

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fastdata.core._version import __version__ as __version__
+from fastdata.core import __version__ as __version__
 from fastdata.core.errors import (
     BadSample,
     BadSampleWarning,
@@ -29,34 +29,33 @@ from fastdata.core.errors import (
 
 if TYPE_CHECKING:
     from fastdata import bench
-    from fastdata.core.epoch._seeding import worker_init_fn
-    from fastdata.datasets._s3 import S3Dataset
-    from fastdata.datasets.hdf5._dataset import HDF5Dataset
-    from fastdata.datasets.mix._mix import Mix
-    from fastdata.datasets.tar._indexed import IndexedTarDataset
-    from fastdata.datasets.tar._shards import TarShardDataset
-    from fastdata.datasets.video._dataset import VideoClipDataset
-    from fastdata.formats._decode import Decoder
-    from fastdata.loading._loader import Loader, as_is
-    from fastdata.loading.observe._autotune import AutoTune
+    from fastdata.core.epoch import worker_init_fn
+    from fastdata.datasets import S3Dataset
+    from fastdata.datasets.hdf5 import HDF5Dataset
+    from fastdata.datasets.mix import Mix
+    from fastdata.datasets.tar import IndexedTarDataset, TarShardDataset
+    from fastdata.datasets.video import VideoClipDataset
+    from fastdata.formats import Decoder
+    from fastdata.loading import Loader, as_is
+    from fastdata.loading.observe._autotune_types import AutoTune
     from fastdata.loading.observe._monitor import monitor
 
 
 # name -> (module, the extra that provides its libraries, or None when it needs only the core)
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "as_is": ("fastdata.loading._loader", None),
-    "AutoTune": ("fastdata.loading.observe._autotune", None),
+    "as_is": ("fastdata.loading", None),
+    "AutoTune": ("fastdata.loading.observe", None),
     "bench": ("fastdata.bench", None),
-    "Decoder": ("fastdata.formats._decode", None),
-    "HDF5Dataset": ("fastdata.datasets.hdf5._dataset", "hdf5"),
-    "IndexedTarDataset": ("fastdata.datasets.tar._indexed", None),
-    "Loader": ("fastdata.loading._loader", None),
-    "Mix": ("fastdata.datasets.mix._mix", None),
-    "S3Dataset": ("fastdata.datasets._s3", "s3"),
-    "TarShardDataset": ("fastdata.datasets.tar._shards", None),
-    "VideoClipDataset": ("fastdata.datasets.video._dataset", "video"),
-    "monitor": ("fastdata.loading.observe._monitor", None),
-    "worker_init_fn": ("fastdata.core.epoch._seeding", None),
+    "Decoder": ("fastdata.formats", None),
+    "HDF5Dataset": ("fastdata.datasets", "hdf5"),
+    "IndexedTarDataset": ("fastdata.datasets", None),
+    "Loader": ("fastdata.loading", None),
+    "Mix": ("fastdata.datasets", None),
+    "S3Dataset": ("fastdata.datasets", "s3"),
+    "TarShardDataset": ("fastdata.datasets", None),
+    "VideoClipDataset": ("fastdata.datasets", "video"),
+    "monitor": ("fastdata.loading.observe", None),
+    "worker_init_fn": ("fastdata.core", None),
 }
 
 
@@ -66,12 +65,12 @@ def __getattr__(name: str) -> Any:
     module, extra = _LAZY[name]
     try:
         mod = importlib.import_module(module)
+        # a module named like the name is the value (fastdata.bench); a face's lazy name imports its libraries
+        value = mod if module.endswith(name) else getattr(mod, name)
     except ImportError as e:
         if extra is None:
             raise
         raise ImportError(f"fastdata.{name} needs {e.name}; install it with pip install 'fastdata[{extra}]'") from e
-    # a module named like the name is the value (fastdata.bench), unless it holds the name (fastdata.monitor)
-    value = mod if module.endswith(name) and not hasattr(mod, name) else getattr(mod, name)
     globals()[name] = value  # later look-ups skip this function
     return value
 

@@ -20,10 +20,10 @@ import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
 from fastdata.core.process._handles import open_files
+from fastdata.loading import transport as slots
 from fastdata.loading._builder import build_dataloader
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading.threads._loader import ThreadLoader
-from fastdata.loading.transport import _slots as slots
 
 MODES = ("stock", "slots", "threads", "hybrid")
 """How the suite reads: worker processes with the stock transport or with reused slots, loader threads in

@@ -20,7 +20,8 @@ from fastdata.convert._plan import sample_names
 from fastdata.convert._resume import STATE_DIR
 from fastdata.convert._tar import CorpusProblems
 from fastdata.core.errors import ConfigError
-from fastdata.formats.tar._reader import ShardIndex, scan
+from fastdata.formats.tar._index import ShardIndex
+from fastdata.formats.tar._reader import scan
 from fastdata.storage._local import LocalReader
 from tests.convert_driver import kill, start_paused
 from tests.datagen import jpeg_bytes, make_image_folder

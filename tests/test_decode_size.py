@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from fastdata.core.errors import ConfigError
-from fastdata.formats._decode import Decoder, reduction, target_size
+from fastdata.formats._decode import Decoder
+from fastdata.formats._images import reduction, target_size
 
 
 def picture(w: int, h: int, fmt: str = "JPEG", seed: int = 0) -> bytes:

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, default_collate
 
 import fastdata as fd
 from fastdata.core.process._handles import open_files
-from fastdata.datasets.hdf5._dataset import SampleBatch, collate
+from fastdata.datasets.hdf5._batch import SampleBatch, collate
 from fastdata.formats.hdf5._reader import DEFAULT_RDCC_NBYTES, DEFAULT_RDCC_NSLOTS, DEFAULT_RDCC_W0
 from tests.datagen import jpeg_bytes
 from tests.hdf5_datagen import make_files, make_h5

@@ -21,7 +21,7 @@ from fastdata.core.errors import ConfigError
 from fastdata.loading import EpochSampler
 from fastdata.loading._builder import build_dataloader
 from fastdata.loading._chunk_sampler import ChunkBatchSampler
-from fastdata.loading._plan import ReadPlan, as_is
+from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import (
     BatchingDataset,
     Collating,
@@ -34,6 +34,7 @@ from fastdata.loading._protocol import (
 )
 from fastdata.loading.observe._stage_table import ProbeInit, StageTable
 from fastdata.loading.transport._collate import SlotCollate, checked_default_collate
+from fastdata.loading.transport._collate import batch_as_is as as_is
 from fastdata.loading.transport._samples import PlainBatches
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files

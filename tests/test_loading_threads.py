@@ -13,10 +13,10 @@ import pytest
 import fastdata as fd
 from fastdata.bench._probes import Probed, ProbedCollate
 from fastdata.core.errors import BadSample, ConfigError
+from fastdata.loading import transport as slots
 from fastdata.loading._builder import build_dataloader
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading.threads._gang import thread_copies
-from fastdata.loading.transport import _slots as slots
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 

@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader, SequentialSampler
 import fastdata as fd
 from fastdata.core.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound
 from fastdata.datasets._s3 import sample_key
-from fastdata.storage.s3._client import client
-from fastdata.storage.s3._reader import S3Config, executor
+from fastdata.storage.s3._client import S3Config, client
+from fastdata.storage.s3._reader import executor
 from tests.datagen import jpeg_bytes
 from tests.s3_server import MotoServer, upload_files
 

@@ -17,7 +17,10 @@ from torch.utils.data import DataLoader
 import fastdata as fd
 from fastdata.core.errors import BadSampleWarning, SourceNotFound, SourceUnreadable
 from fastdata.core.process._shared import SharedState
-from fastdata.storage.s3._reader import COUNTERS, ObjectChanged, S3Reader, S3Unavailable, Stats
+from fastdata.storage._remote import ObjectChanged
+from fastdata.storage.s3._client import COUNTERS, Stats
+from fastdata.storage.s3._fetch import S3Unavailable
+from fastdata.storage.s3._reader import S3Reader
 from tests.datagen import make_shards
 from tests.fault_proxy import FaultProxy
 from tests.s3_server import MotoServer, upload_files

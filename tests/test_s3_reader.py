@@ -13,11 +13,14 @@ import pytest
 import fastdata as fd
 from fastdata.core.errors import ConfigError, SourceNotFound
 from fastdata.core.process._shared import SharedState
-from fastdata.formats.tar._reader import ShardIndex, scan
+from fastdata.formats.tar._index import ShardIndex
+from fastdata.formats.tar._reader import scan
 from fastdata.storage import open_reader
 from fastdata.storage._local import LocalReader
+from fastdata.storage._remote import ObjectChanged
 from fastdata.storage.s3 import _client as s3_client
-from fastdata.storage.s3._reader import COUNTERS, ObjectChanged, S3Config, S3Reader, Stats
+from fastdata.storage.s3._client import COUNTERS, S3Config, Stats
+from fastdata.storage.s3._reader import S3Reader
 from tests.datagen import make_shards
 from tests.s3_server import MotoServer, upload_files
 

@@ -15,8 +15,7 @@ from fastdata.convert._upload import ShardUploader
 from fastdata.core.errors import SourceNotFound, SourceUnreadable
 from fastdata.formats.tar._reader import scan
 from fastdata.storage._local import LocalReader
-from fastdata.storage.s3._reader import upload_file
-from fastdata.storage.s3._upload import file_sha256
+from fastdata.storage.s3._upload import file_sha256, upload_file
 from tests.datagen import make_shards
 from tests.fault_proxy import FaultProxy
 from tests.s3_server import MotoServer

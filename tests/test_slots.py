@@ -18,7 +18,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from fastdata.loading.transport import _slots as slots
+from fastdata.loading import transport as slots
+from fastdata.loading.transport import _slots
 from fastdata.loading.transport._collate import SlotCollate, slot_dataloader
 from fastdata.loading.transport._layout import PackedBytes
 
@@ -197,7 +198,7 @@ _SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
 from tests.test_slots import Rich, load, expected, without_pid, same
-from fastdata.loading.transport import _slots as slots
+from fastdata.loading import transport as slots
 from fastdata.loading.transport._collate import SlotCollate
 
 
@@ -266,7 +267,7 @@ class Columns(Dataset[Any]):
         image[:] = np.asarray(indices, dtype=np.uint8)[:, None, None, None]
         label = self.pool.empty((len(indices),), np.int64)
         label[:] = indices
-        ring = slots._current  # whether the pool handed out memory of a reserved slot
+        ring = _slots._current  # whether the pool handed out memory of a reserved slot
         reserved = ring is not None and ring._arena is not None
         return {"image": torch.from_numpy(image), "label": torch.from_numpy(label), "reserved": reserved}
 

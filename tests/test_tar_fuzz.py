@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from fastdata.core.errors import FastdataError
 from fastdata.datasets.tar._source import load_index, sidecar_index
-from fastdata.formats.tar._index import SidecarMismatch
-from fastdata.formats.tar._reader import ShardIndex, read_samples, scan, split_key
+from fastdata.formats.tar._index import ShardIndex, SidecarMismatch
+from fastdata.formats.tar._reader import read_samples, scan, split_key
 from fastdata.formats.tar._writer import TarShardWriter
 from fastdata.storage._local import LocalReader
 from tests.tar_datagen import fix_checksum, tar_bytes, within

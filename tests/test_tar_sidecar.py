@@ -16,7 +16,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.formats.tar._reader import ShardIndex
+from fastdata.formats.tar._index import ShardIndex
 from fastdata.formats.tar._writer import TarShardWriter
 
 N = 10

@@ -16,9 +16,9 @@ import torch
 from torch.utils.data import DataLoader
 
 import fastdata as fd
+from fastdata.loading import transport as slots
 from fastdata.loading.transport import SlotCollate
 from fastdata.loading.transport import _layout as layout
-from fastdata.loading.transport import _slots as slots
 from fastdata.storage._local import LocalReader
 from tests.datagen import make_shards
 

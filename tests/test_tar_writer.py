@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fastdata.core.errors import SourceNotFound, SourceUnreadable
-from fastdata.formats.tar._reader import ShardIndex, scan
+from fastdata.formats.tar._index import ShardIndex
+from fastdata.formats.tar._reader import scan
 from fastdata.formats.tar._writer import TarShardWriter
 from fastdata.storage._local import LocalReader
 

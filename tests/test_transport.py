@@ -11,8 +11,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
+from fastdata.loading import transport as slots
 from fastdata.loading.transport import SlotCollate
-from fastdata.loading.transport import _slots as slots
 from tests.datagen import make_shards
 
 

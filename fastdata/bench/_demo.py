@@ -41,7 +41,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from fastdata.bench import backends
     from fastdata.bench._loop import one_line
     from fastdata.bench._options import grid_size, progress_bar, sweep_args
-    from fastdata.loading._loader import as_is
+    from fastdata.loading import as_is
 
     everything = backends.backends()
     if args.backends:

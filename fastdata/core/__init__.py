@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING
 from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from fastdata.core._cache_dir import default_cache_dir
+    from fastdata.core._lazy import lazy_exports
+    from fastdata.core._pipeline import SKIP, SamplePipeline, describe_sample
+    from fastdata.core._version import __version__
     from fastdata.core.epoch._resume import ResumeState
     from fastdata.core.epoch._seeding import RepeatedEpochWarning, WorkerInit, compose_worker_init, worker_init_fn
     from fastdata.core.epoch._world import World
@@ -20,23 +24,35 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "usable_cores": ".system._machine",
-        "usable_memory": ".system._machine",
+        "default_cache_dir": "._cache_dir",
+        "lazy_exports": "._lazy",
+        "SKIP": "._pipeline",
+        "SamplePipeline": "._pipeline",
+        "describe_sample": "._pipeline",
+        "__version__": "._version",
         "ResumeState": ".epoch._resume",
         "RepeatedEpochWarning": ".epoch._seeding",
         "WorkerInit": ".epoch._seeding",
         "compose_worker_init": ".epoch._seeding",
         "worker_init_fn": ".epoch._seeding",
         "World": ".epoch._world",
+        "usable_cores": ".system._machine",
+        "usable_memory": ".system._machine",
     },
 )
 
 __all__ = [
+    "SKIP",
     "RepeatedEpochWarning",
     "ResumeState",
+    "SamplePipeline",
     "WorkerInit",
     "World",
+    "__version__",
     "compose_worker_init",
+    "default_cache_dir",
+    "describe_sample",
+    "lazy_exports",
     "usable_cores",
     "usable_memory",
     "worker_init_fn",

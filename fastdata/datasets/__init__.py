@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
     from fastdata.datasets._s3 import S3Dataset
@@ -18,13 +18,20 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "HDF5Dataset": ".hdf5._dataset",
-        "IndexedTarDataset": ".tar._indexed",
-        "Mix": ".mix._mix",
         "S3Dataset": "._s3",
+        "HDF5Dataset": ".hdf5._dataset",
+        "Mix": ".mix._mix",
+        "IndexedTarDataset": ".tar._indexed",
         "TarShardDataset": ".tar._shards",
         "VideoClipDataset": ".video._dataset",
     },
 )
 
-__all__ = ["HDF5Dataset", "IndexedTarDataset", "Mix", "S3Dataset", "TarShardDataset", "VideoClipDataset"]
+__all__ = [
+    "HDF5Dataset",
+    "IndexedTarDataset",
+    "Mix",
+    "S3Dataset",
+    "TarShardDataset",
+    "VideoClipDataset",
+]

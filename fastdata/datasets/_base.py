@@ -8,14 +8,21 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fastdata.core.epoch._seeding import RepeatedEpochWarning, on_epoch, on_pass, pass_token
-from fastdata.core.epoch._sharding import Remainder
-from fastdata.core.epoch._world import World, current_rank, current_worker
+from fastdata.core import process
+from fastdata.core.epoch import (
+    Remainder,
+    RepeatedEpochWarning,
+    World,
+    current_rank,
+    current_worker,
+    on_epoch,
+    on_pass,
+    pass_token,
+)
 from fastdata.core.errors import ErrorPolicy, OnError
-from fastdata.core.process import _pid as process
-from fastdata.core.process._shared import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
+from fastdata.core.process import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
 from fastdata.datasets._substitute import Read, after_index, find_substitute
-from fastdata.loading._sampler import EpochSampler
+from fastdata.loading import EpochSampler
 
 
 class DatasetBase(SharedEpoch):

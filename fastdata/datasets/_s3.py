@@ -12,9 +12,8 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from fastdata.core import stages
-from fastdata.core._pipeline import SKIP, SamplePipeline
-from fastdata.core.epoch._world import current_worker
+from fastdata.core import SKIP, SamplePipeline, process, stages
+from fastdata.core.epoch import current_worker
 from fastdata.core.errors import (
     ErrorPolicy,
     OnError,
@@ -23,20 +22,14 @@ from fastdata.core.errors import (
     check_choice,
     check_positive,
 )
-from fastdata.core.process import _pid as process
-from fastdata.core.process._handles import ProcessLocal
-from fastdata.core.process._shared import SharedPlan
+from fastdata.core.process import ProcessLocal, SharedPlan
 from fastdata.datasets._base import MapDatasetBase
-from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
-from fastdata.formats.tar._reader import split_key
-from fastdata.storage import open_reader
+from fastdata.formats import DecodeMode, Decoder, make_decoder
+from fastdata.formats.tar import split_key
+from fastdata.storage import ObjectChanged, open_reader
 from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
 from fastdata.storage.cache import CacheCheck, CacheDir, cache_from
-from fastdata.storage.s3._client import COUNTERS, client, release
-from fastdata.storage.s3._download import S3Remote
-from fastdata.storage.s3._fetch import ObjectChanged, S3Unavailable
-from fastdata.storage.s3._list import resolve
-from fastdata.storage.s3._reader import S3Config, Stats, executor
+from fastdata.storage.s3 import COUNTERS, S3Config, S3Remote, S3Unavailable, Stats, client, executor, release, resolve
 
 Sample = dict[str, Any]
 OnMissing = Literal["raise", "skip"]

@@ -32,7 +32,7 @@ from itertools import islice
 from typing import Any
 
 from fastdata.core.errors import SubstituteWarning, TooManyBadSamples, collecting, source_of
-from fastdata.core.process._shared import SUBSTITUTE_FLAG, SharedState
+from fastdata.core.process import SUBSTITUTE_FLAG, SharedState
 
 SUBSTITUTE_TRIES = 65536
 """The most samples looked at to find one substitute: more than a shard of ~256 MB holds of ~30 KB samples,
@@ -113,4 +113,4 @@ def find_substitute(
     )
 
 
-__all__ = ["MAX_RUN", "SUBSTITUTE_TRIES", "Read", "SubstituteWarning", "after_index", "find_substitute"]
+__all__ = ["MAX_RUN", "SUBSTITUTE_TRIES", "Read", "after_index", "find_substitute"]

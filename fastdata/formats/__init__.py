@@ -6,21 +6,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.formats._decode import DecodeMode, Decoder, ImageBackend, ResizeMethod
-    from fastdata.formats._manifest import read_manifest
+    from fastdata.formats._decode import DecodeMode, Decoder, ImageBackend, make_decoder
+    from fastdata.formats._images import ResizeMethod
+    from fastdata.formats._manifest import MANIFEST, missing_local, read_manifest, resolve_sources, shard_listing
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "Decoder": "._decode",
         "DecodeMode": "._decode",
+        "Decoder": "._decode",
         "ImageBackend": "._decode",
-        "ResizeMethod": "._decode",
+        "ResizeMethod": "._images",
+        "make_decoder": "._decode",
+        "MANIFEST": "._manifest",
+        "missing_local": "._manifest",
         "read_manifest": "._manifest",
+        "resolve_sources": "._manifest",
+        "shard_listing": "._manifest",
     },
 )
 
-__all__ = ["DecodeMode", "Decoder", "ImageBackend", "ResizeMethod", "read_manifest"]
+__all__ = [
+    "MANIFEST",
+    "DecodeMode",
+    "Decoder",
+    "ImageBackend",
+    "ResizeMethod",
+    "make_decoder",
+    "missing_local",
+    "read_manifest",
+    "resolve_sources",
+    "shard_listing",
+]

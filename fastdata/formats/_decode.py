@@ -36,8 +36,6 @@ from fastdata.formats._images import (
     fast_jpeg_array,
     pil_array,
     pil_image,
-    reduction,
-    target_size,
 )
 
 DecodeMode = Literal["raw", "pil", "numpy", "torch"]
@@ -179,17 +177,4 @@ def make_decoder(
     return decode
 
 
-__all__ = [
-    "IMAGE_EXTS",
-    "INT_EXTS",
-    "TEXT_EXTS",
-    "Color",
-    "DecodeMode",
-    "Decoder",
-    "ImageBackend",
-    "ResizeMethod",
-    "Size",
-    "make_decoder",
-    "reduction",
-    "target_size",
-]
+__all__ = ["IMAGE_EXTS", "INT_EXTS", "TEXT_EXTS", "DecodeMode", "Decoder", "ImageBackend", "make_decoder"]

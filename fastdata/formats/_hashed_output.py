@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.core.process._bufferpool import BufferPool
+from fastdata.core.process import BufferPool
 
 BUFFERS = 3  # with the thread: one being filled, one being hashed and written, one ready
 _POOL = BufferPool(keep=2 * BUFFERS)

@@ -11,10 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastdata.storage.cache import is_cache
-from fastdata.storage.cache._config import SUBFOLDER
-from fastdata.storage.cache._layout import Layout
-from fastdata.storage.cache._locks import lock
+from fastdata.storage.cache import SUBFOLDER, Layout, is_cache, lock
 
 
 def cache_folder(path: str) -> str | None:

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from fastdata.formats._manifest import MANIFEST
+from fastdata.formats import MANIFEST
 
 
 def register(sub: Any) -> None:

@@ -64,7 +64,7 @@ def _attrs(obj: Any) -> dict[str, Any]:
 def _field(url: str, name: str, ds: Any) -> tuple[dict[str, Any], str]:
     """One dataset's facts, and why ``HDF5Dataset`` would refuse it as a field ("" when it reads it)."""
     from fastdata.core.errors import FastdataError
-    from fastdata.formats.hdf5._reader import field_info
+    from fastdata.formats.hdf5 import field_info
 
     shape = ds.shape  # None: a null dataspace (h5py.Empty)
     fact: dict[str, Any] = {
@@ -172,10 +172,7 @@ def inspect_video(url: str, checksum: bool = False) -> FileReport:
     """Probe a video through the video index (as :class:`fastdata.VideoClipDataset` does: open it, find
     the stream every decoder reads, count its frames, decode the first one) with the default ``pyav``
     decoder; name it if it cannot be read (a file cut short, damaged, not a video)."""
-    from fastdata.formats.video import reader_class
-    from fastdata.formats.video._base import VideoMeta
-    from fastdata.formats.video._meta_cache import VideoIndex
-    from fastdata.formats.video._stream import StreamInfo
+    from fastdata.formats.video import StreamInfo, VideoIndex, VideoMeta, reader_class
 
     remote = _local_only(url, "video", "videos are decoded from local files (copy them first)")
     if remote is not None:

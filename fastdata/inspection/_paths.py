@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from fastdata.core.errors import ConfigError, SourceNotFound
-from fastdata.formats._manifest import MANIFEST, missing_local, read_manifest
+from fastdata.formats import MANIFEST, missing_local, read_manifest
 from fastdata.inspection._registry import INSPECTORS, inspector_for, is_known, worth_sniffing
 from fastdata.inspection._report import FileReport
 from fastdata.inspection._report import _sha256 as sha256_of_reader
@@ -65,8 +65,7 @@ def find_files(path: str) -> list[str]:
 def list_s3_prefix(url: str) -> tuple[dict[str, int], dict[str, Any]]:
     """Every object under an ``s3://`` prefix (one paginated listing, through the standard AWS chain:
     ``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` ...) and the prefix's summary: objects, bytes, suffixes."""
-    from fastdata.storage.s3._client import S3Config, Stats
-    from fastdata.storage.s3._list import list_prefix
+    from fastdata.storage.s3 import S3Config, Stats, list_prefix
 
     prefix = url if url.endswith("/") else url + "/"
     urls, sizes = list_prefix(prefix, S3Config(), Stats())
@@ -176,8 +175,7 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
     Raises:
         ConfigError: a folder already has a manifest (unless ``force``), or the shards are not local.
     """
-    from fastdata.formats.tar._reader import index_url, scan
-    from fastdata.formats.tar._writer import write_atomic
+    from fastdata.formats.tar import index_url, scan, write_atomic
     from fastdata.storage import open_reader, scheme
 
     urls = [u for u in find_files(path) if u.endswith(".tar")]
@@ -209,7 +207,7 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
                 )
             finally:
                 reader.close()
-        from fastdata.core._version import __version__
+        from fastdata.core import __version__
 
         manifest = {
             "format": "tar",

@@ -14,9 +14,7 @@ def inspect_tar(url: str, checksum: bool = False) -> FileReport:
     A compressed shard (gzip, xz, bzip2, zstd: told by its first bytes) is decompressed in memory and scanned; its
     sidecar index, if any, is checked against the shard's headers as readers check it.
     """
-    from fastdata.formats.tar._checks import check_index
-    from fastdata.formats.tar._compressed import UNDO, CompressedShard, compression_of
-    from fastdata.formats.tar._reader import ShardIndex, index_url, scan
+    from fastdata.formats.tar import UNDO, CompressedShard, ShardIndex, check_index, compression_of, index_url, scan
     from fastdata.storage import open_reader
 
     reader = open_reader(url)

@@ -9,29 +9,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.loading._builder import ReadPlan, Transport, build_dataloader
+    from fastdata.loading._batching import explain
+    from fastdata.loading._builder import Transport, build_dataloader
     from fastdata.loading._checks import Workers
-    from fastdata.loading._chunk_sampler import ChunkBatchSampler
-    from fastdata.loading._loader import DEFAULT_TRANSPORT, Loader, as_is
-    from fastdata.loading._protocol import BatchingDataset, Dataset, MapDataset
+    from fastdata.loading._chunk_sampler import ChunkBatchSampler, block_sequence
+    from fastdata.loading._loader import DEFAULT_TRANSPORT, Loader
+    from fastdata.loading._plan import ReadPlan
+    from fastdata.loading._protocol import BatchingDataset, Collating, Dataset, MapDataset
     from fastdata.loading._sampler import EpochSampler
     from fastdata.loading._video_sampler import ClipBatchSampler
+    from fastdata.loading.transport._collate import batch_as_is as as_is
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "ReadPlan": "._builder",
+        "explain": "._batching",
+        "ReadPlan": "._plan",
         "Transport": "._builder",
         "build_dataloader": "._builder",
-        "ChunkBatchSampler": "._chunk_sampler",
         "Workers": "._checks",
+        "ChunkBatchSampler": "._chunk_sampler",
+        "block_sequence": "._chunk_sampler",
         "DEFAULT_TRANSPORT": "._loader",
         "Loader": "._loader",
-        "as_is": "._loader",
+        "as_is": ".transport._collate:batch_as_is",
         "BatchingDataset": "._protocol",
+        "Collating": "._protocol",
         "Dataset": "._protocol",
         "MapDataset": "._protocol",
         "EpochSampler": "._sampler",
@@ -44,6 +50,7 @@ __all__ = [
     "BatchingDataset",
     "ChunkBatchSampler",
     "ClipBatchSampler",
+    "Collating",
     "Dataset",
     "EpochSampler",
     "Loader",
@@ -52,5 +59,7 @@ __all__ = [
     "Transport",
     "Workers",
     "as_is",
+    "block_sequence",
     "build_dataloader",
+    "explain",
 ]

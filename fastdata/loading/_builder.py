@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core.epoch._seeding import WorkerInit, compose_worker_init
-from fastdata.core.epoch._seeding import worker_init_fn as default_worker_init
+from fastdata.core.epoch import WorkerInit, compose_worker_init
+from fastdata.core.epoch import worker_init_fn as default_worker_init
 from fastdata.core.errors import ConfigError, check_choice, check_positive
-from fastdata.core.system._heap import keep_freed_heap
+from fastdata.core.system import keep_freed_heap
 from fastdata.loading._dataloader import FastDataLoader
 from fastdata.loading._plan import Collate, ReadPlan, Resolved
 from fastdata.loading._protocol import BatchingDataset

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastdata.core.epoch._sharding import Remainder
+from fastdata.core.epoch import Remainder
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.loading._builder import Transport
 from fastdata.loading._protocol import BatchingDataset, MapDataset, ResumableBatchSampler, ResumableSampler

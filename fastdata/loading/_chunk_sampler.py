@@ -25,12 +25,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from fastdata.core.epoch._elastic import Base
-from fastdata.core.epoch._resume import ResumeState, load_state
-from fastdata.core.epoch._sharding import Remainder, rank_span
-from fastdata.core.epoch._world import current_rank
+from fastdata.core.epoch import Base, Remainder, ResumeState, current_rank, load_state, rank_span
 from fastdata.core.errors import ConfigError, check_positive
-from fastdata.core.process._shared import SharedEpoch, SharedState
+from fastdata.core.process import SharedEpoch, SharedState
 
 
 def block_sequence(starts: np.ndarray, n: int, *, shuffle: bool, seed: int, epoch: int, mix: int = 1) -> np.ndarray:

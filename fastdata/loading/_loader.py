@@ -34,20 +34,19 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core.epoch._resume import ResumeState, Stop, load_state, next_layout
-from fastdata.core.epoch._sharding import REMAINDERS, Remainder, rank_span
+from fastdata.core.epoch import REMAINDERS, Remainder, ResumeState, Stop, load_state, next_layout, rank_span
 from fastdata.core.errors import ConfigError, PlanError, check_positive
+from fastdata.loading import transport as slots
 from fastdata.loading._builder import Transport, build_dataloader, fastdata_worker_init
 from fastdata.loading._checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
-from fastdata.loading._plan import ReadPlan, as_is
+from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset, RankSampler
 from fastdata.loading._tail import ElasticDataset, TailBatches, check_elastic, tail_batches
-from fastdata.loading.observe._autotune import AutoTune, Setting
+from fastdata.loading.observe._autotune_types import AutoTune, Setting
 from fastdata.loading.observe._report import Stats
 from fastdata.loading.observe._reporting import Since
 from fastdata.loading.observe._session import Session, loader_session
 from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
-from fastdata.loading.transport import _slots as slots
 
 DEFAULT_TRANSPORT: Transport = "slots"
 """The transport ``fd.Loader`` uses with worker processes unless told otherwise (see docs/performance.md
@@ -533,4 +532,4 @@ class Loader:
         )
 
 
-__all__ = ["DEFAULT_TRANSPORT", "Loader", "Workers", "as_is"]
+__all__ = ["DEFAULT_TRANSPORT", "Loader"]

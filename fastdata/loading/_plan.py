@@ -18,7 +18,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, default_convert
 
-from fastdata.core.epoch._sharding import Remainder
+from fastdata.core.epoch import Remainder
 from fastdata.core.errors import ConfigError
 from fastdata.loading._protocol import BatchingDataset, Collating, MapDataset, ResumableBatchSampler
 from fastdata.loading.transport._collate import batch_as_is as as_is
@@ -131,4 +131,4 @@ class Resolved:
     default: bool = False
 
 
-__all__ = ["Collate", "ReadPlan", "Resolved", "as_is"]
+__all__ = ["Collate", "ReadPlan", "Resolved"]

@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from fastdata.core.epoch._protocol import Warmable, WorkerAware
-from fastdata.core.epoch._sharding import Remainder
+from fastdata.core.epoch import Remainder, WorkerAware
 
 
 @runtime_checkable
@@ -135,6 +134,4 @@ __all__ = [
     "Resumable",
     "ResumableBatchSampler",
     "ResumableSampler",
-    "Warmable",
-    "WorkerAware",
 ]

@@ -15,21 +15,23 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from fastdata.core.epoch._elastic import Base
-from fastdata.core.epoch._resume import ResumeState, load_state
-from fastdata.core.epoch._seeding import RepeatedEpochWarning, derive_seed
-from fastdata.core.epoch._sharding import (
+from fastdata.core import process
+from fastdata.core.epoch import (
     EXACT_ORDER_MAX,
+    Base,
     Remainder,
+    RepeatedEpochWarning,
+    ResumeState,
+    current_rank,
+    derive_seed,
+    load_state,
     order_at,
     rank_index_blocks,
     rank_indices,
     rank_span,
 )
-from fastdata.core.epoch._world import current_rank
 from fastdata.core.errors import ConfigError, check_positive
-from fastdata.core.process import _pid as process
-from fastdata.core.process._shared import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
+from fastdata.core.process import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 
 
 class EpochSampler(SharedEpoch, Sampler[int]):

@@ -16,8 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from fastdata.core.epoch._elastic import Base, layout, rank_plan
-from fastdata.core.epoch._resume import Stop
+from fastdata.core.epoch import Base, Stop, layout, rank_plan
 from fastdata.core.errors import ConfigError
 
 

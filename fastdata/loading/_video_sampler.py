@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fastdata.core.epoch._sharding import Remainder, rank_span
+from fastdata.core.epoch import Remainder, rank_span
 from fastdata.core.errors import ConfigError, check_positive
-from fastdata.core.process._shared import SharedState
+from fastdata.core.process import SharedState
 from fastdata.loading._chunk_sampler import ChunkBatchSampler
 
 

@@ -13,10 +13,11 @@ import glob
 import importlib
 import os
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from braceexpand import braceexpand
 
+from fastdata.core._lazy import lazy_exports
 from fastdata.core.errors import ConfigError, SourceNotFound
 
 
@@ -109,4 +110,31 @@ def expand_urls(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]])
     return urls
 
 
-__all__ = ["Reader", "backend", "expand_urls", "is_remote", "open_reader", "open_remote", "scheme"]
+if TYPE_CHECKING:
+    from fastdata.storage._local import file_identity
+    from fastdata.storage._remote import ObjectChanged, Remote, Version
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "file_identity": "._local",
+        "ObjectChanged": "._remote",
+        "Remote": "._remote",
+        "Version": "._remote",
+    },
+)
+
+
+__all__ = [
+    "ObjectChanged",
+    "Reader",
+    "Remote",
+    "Version",
+    "backend",
+    "expand_urls",
+    "file_identity",
+    "is_remote",
+    "open_reader",
+    "open_remote",
+    "scheme",
+]

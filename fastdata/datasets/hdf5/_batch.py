@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from fastdata.formats.hdf5._types import as_dict
-from fastdata.loading._batching import explain
-from fastdata.loading.transport._collate import checked_default_collate
+from fastdata.formats.hdf5 import as_dict
+from fastdata.loading import explain
+from fastdata.loading.transport import checked_default_collate
 
 Sample = dict[str, Any]
 

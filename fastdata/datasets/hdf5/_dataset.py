@@ -10,19 +10,14 @@ import numpy as np
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from fastdata.core import stages
-from fastdata.core._pipeline import SamplePipeline
-from fastdata.core.epoch._sharding import Remainder
+from fastdata.core import SamplePipeline, process, stages
+from fastdata.core.epoch import Remainder
 from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable
-from fastdata.core.process import _pid as process
-from fastdata.core.process._bufferpool import BufferPool
-from fastdata.core.process._handles import HandleCache
+from fastdata.core.process import BufferPool, HandleCache
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.hdf5._batch import Sample, SampleBatch, build_samples, collate
-from fastdata.formats._decode import DecodeMode, Decoder
-from fastdata.formats._manifest import resolve_sources
-from fastdata.formats.hdf5._handle import H5Handle, row_error
-from fastdata.formats.hdf5._reader import (
+from fastdata.formats import DecodeMode, Decoder, resolve_sources
+from fastdata.formats.hdf5 import (
     DEFAULT_RDCC_NBYTES,
     DEFAULT_RDCC_NSLOTS,
     DEFAULT_RDCC_W0,
@@ -30,11 +25,13 @@ from fastdata.formats.hdf5._reader import (
     FieldDecoder,
     FieldInfo,
     FileInfo,
+    H5Handle,
     check_same_rows,
     describe,
+    read_field,
+    row_error,
 )
-from fastdata.formats.hdf5._rows import read_field
-from fastdata.loading._chunk_sampler import ChunkBatchSampler
+from fastdata.loading import ChunkBatchSampler
 from fastdata.storage import expand_urls, scheme
 
 

@@ -10,11 +10,9 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from fastdata.core.epoch._mixing import MixSequence, apportion
-from fastdata.core.epoch._seeding import derive_seed
-from fastdata.core.epoch._sharding import Remainder, rank_span
+from fastdata.core.epoch import MixSequence, Remainder, apportion, derive_seed, rank_span
 from fastdata.core.errors import ConfigError, check_choice, check_positive
-from fastdata.core.process._shared import REPEAT_FLAG
+from fastdata.core.process import REPEAT_FLAG
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.mix._ahead import ReadAhead
 from fastdata.datasets.mix._parts import (
@@ -27,8 +25,8 @@ from fastdata.datasets.mix._parts import (
     weights_of,
 )
 from fastdata.datasets.mix._sources import SourceReader, reader_for
-from fastdata.loading._sampler import EpochSampler
-from fastdata.loading.transport._collate import checked_default_collate
+from fastdata.loading import EpochSampler
+from fastdata.loading.transport import checked_default_collate
 
 Batches = Literal["mixed", "per_source"]
 """What a batch of a :class:`Mix` holds: ``"mixed"``, samples of every source in the mix's proportions (their
@@ -352,4 +350,4 @@ class Mix(MapDatasetBase, Dataset[Any]):
         return f"Mix({shares} samples per epoch, batches={self.batches!r}, rank {self.rank}/{self.world_size})"
 
 
-__all__ = ["SOURCE_KEY", "Batches", "Mix", "collate_per_source"]
+__all__ = ["Batches", "Mix"]

@@ -11,8 +11,8 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from fastdata.core.errors import ConfigError
-from fastdata.loading._protocol import Collating
-from fastdata.loading.transport._collate import checked_default_collate
+from fastdata.loading import Collating
+from fastdata.loading.transport import checked_default_collate
 
 SOURCE_KEY = "__source__"
 """The key a :class:`~fastdata.Mix` adds to every sample dict (and every collated batch of dicts): the source's

@@ -27,12 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.core import stages
-from fastdata.core._pipeline import SKIP
-from fastdata.core.epoch._sharding import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at
-from fastdata.core.process._shared import SharedState
+from fastdata.core import SKIP, stages
+from fastdata.core.epoch import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at
+from fastdata.core.process import SharedState
 from fastdata.datasets._substitute import find_substitute
-from fastdata.loading._chunk_sampler import block_sequence
+from fastdata.loading import block_sequence
 
 
 class SourceReader:

@@ -9,10 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from fastdata.storage import open_remote
-from fastdata.storage._remote import ObjectChanged, Remote, Version
-from fastdata.storage.cache import CacheCheck, CachedFile, NodeCache
-from fastdata.storage.cache._fill import Filler
+from fastdata.storage import ObjectChanged, Remote, Version, open_remote
+from fastdata.storage.cache import CacheCheck, CachedFile, Filler, NodeCache
 
 
 class CachedShards:

@@ -16,12 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.core._pipeline import SKIP
-from fastdata.core.epoch._elastic import Base, layout, rank_plan
-from fastdata.core.epoch._resume import Stop
-from fastdata.core.epoch._sharding import WindowShuffle, epoch_order, rank_span, split_counts
-from fastdata.core.epoch._world import World
-from fastdata.core.process import _pid as process
+from fastdata.core import SKIP, process
+from fastdata.core.epoch import (
+    Base,
+    Stop,
+    WindowShuffle,
+    World,
+    epoch_order,
+    layout,
+    rank_plan,
+    rank_span,
+    split_counts,
+)
 from fastdata.datasets._substitute import find_substitute
 from fastdata.datasets.tar._epoch_reader import EpochReader
 

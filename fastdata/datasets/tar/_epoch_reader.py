@@ -23,10 +23,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from fastdata.core import stages
-from fastdata.core._pipeline import SKIP
-from fastdata.core.epoch._sharding import locate
-from fastdata.core.process._handles import ProcessLocal
+from fastdata.core import SKIP, stages
+from fastdata.core.epoch import locate
+from fastdata.core.process import ProcessLocal
 from fastdata.datasets.tar._source import Sample, TarSource
 
 DEFAULT_WINDOW = 4096  # samples

@@ -10,12 +10,12 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fastdata.core._pipeline import SKIP
+from fastdata.core import SKIP
 from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
-from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
-from fastdata.loading.transport._samples import slot_sample, slot_samples
+from fastdata.formats import DecodeMode, Decoder, make_decoder
+from fastdata.loading.transport import slot_sample, slot_samples
 from fastdata.storage.cache import CacheCheck, CacheDir
 
 

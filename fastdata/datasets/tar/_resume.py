@@ -8,11 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fastdata.core.epoch._resume import ResumeState, Stop, load_state, next_layout
-from fastdata.core.epoch._sharding import REMAINDERS, Remainder
-from fastdata.core.epoch._world import World
+from fastdata.core import process
+from fastdata.core.epoch import REMAINDERS, Remainder, ResumeState, Stop, World, load_state, next_layout
 from fastdata.core.errors import ConfigError
-from fastdata.core.process import _pid as process
 from fastdata.datasets.tar._elastic import tail_length
 
 

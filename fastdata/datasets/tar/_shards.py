@@ -11,20 +11,19 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from fastdata.core._pipeline import SKIP
-from fastdata.core.epoch._resume import Stop
-from fastdata.core.epoch._sharding import (
+from fastdata.core import SKIP, process
+from fastdata.core.epoch import (
     Remainder,
+    Stop,
     WindowShuffle,
+    World,
     epoch_order,
     rank_span,
     split_counts,
     worker_ranges,
 )
-from fastdata.core.epoch._world import World
 from fastdata.core.errors import OnError, PlanError, check_choice, check_positive
-from fastdata.core.process import _pid as process
-from fastdata.core.process._shared import EGRESS_FLAG
+from fastdata.core.process import EGRESS_FLAG
 from fastdata.datasets._base import DatasetBase
 from fastdata.datasets._substitute import find_substitute
 from fastdata.datasets.tar._elastic import read_tail
@@ -43,10 +42,8 @@ from fastdata.datasets.tar._epoch_reader import (
 )
 from fastdata.datasets.tar._resume import TarResume
 from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
-from fastdata.formats._decode import DecodeMode, Decoder, make_decoder
-from fastdata.loading.transport._collate import batch_default_collate
-from fastdata.loading.transport._samples import slot_samples
-from fastdata.loading.transport._slots import stacking
+from fastdata.formats import DecodeMode, Decoder, make_decoder
+from fastdata.loading.transport import batch_default_collate, slot_samples, stacking
 from fastdata.storage import scheme
 from fastdata.storage.cache import CacheCheck, CacheDir
 

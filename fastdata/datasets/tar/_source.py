@@ -11,19 +11,26 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fastdata.core import stages
-from fastdata.core._pipeline import SamplePipeline, describe_sample
-from fastdata.core.epoch._world import current_worker
+from fastdata.core import SamplePipeline, describe_sample, stages
+from fastdata.core.epoch import current_worker
 from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
-from fastdata.core.process._handles import HandleCache
+from fastdata.core.process import HandleCache
 from fastdata.datasets.tar._cached_shards import CachedShards
-from fastdata.formats._manifest import resolve_sources, shard_listing
-from fastdata.formats.tar._checks import check_on_read, check_once
-from fastdata.formats.tar._compressed import CompressedShard, Compression, compression_of, refusal
-from fastdata.formats.tar._index import SidecarMismatch
-from fastdata.formats.tar._reader import ShardIndex, index_url, read_samples, scan
-from fastdata.storage import Reader, is_remote, open_reader, scheme
-from fastdata.storage._local import file_identity
+from fastdata.formats import resolve_sources, shard_listing
+from fastdata.formats.tar import (
+    CompressedShard,
+    Compression,
+    ShardIndex,
+    SidecarMismatch,
+    check_on_read,
+    check_once,
+    compression_of,
+    index_url,
+    read_samples,
+    refusal,
+    scan,
+)
+from fastdata.storage import Reader, file_identity, is_remote, open_reader, scheme
 from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
 from fastdata.storage.cache import CacheCheck, CacheDir, CacheWarning, NodeCache, cache_from, index_cache
 
@@ -38,7 +45,7 @@ def remote_counters(urls: list[str], cached: bool = False) -> tuple[str, ...]:
     and with ``cached`` the node-local cache's (hits, misses, bytes from the store and from the cache)."""
     if not any(scheme(u) == "s3" for u in urls):
         return ()
-    from fastdata.storage.s3._client import COUNTERS
+    from fastdata.storage.s3 import COUNTERS
 
     return (*COUNTERS, *(CACHE_COUNTERS if cached else ()))
 
@@ -489,7 +496,7 @@ class TarSource:
             self._cached.close()
         self._readers.close()
         if self._clients:
-            from fastdata.storage.s3._client import release
+            from fastdata.storage.s3 import release
 
             for config in self._clients:
                 release(config)

@@ -14,11 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fastdata.core import stages
-from fastdata.core._pipeline import SKIP, SamplePipeline
-from fastdata.core.epoch._seeding import derive_seed, stagger
-from fastdata.core.epoch._sharding import Remainder
-from fastdata.core.epoch._world import current_worker
+from fastdata.core import SKIP, SamplePipeline, process, stages
+from fastdata.core.epoch import Remainder, current_worker, derive_seed, stagger
 from fastdata.core.errors import (
     BadSample,
     ConfigError,
@@ -28,14 +25,22 @@ from fastdata.core.errors import (
     check_choice,
     is_collecting,
 )
-from fastdata.core.process import _pid as process
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.video._plan import ClipSampling, ClipStarts
-from fastdata.formats.video import VIDEO_EXTENSIONS, DecoderName, VideoMeta, VideoReader, reader_class
-from fastdata.formats.video._base import DecodeTimeout, Size, VideoTooShort
-from fastdata.formats.video._meta_cache import VideoIndex, default_index_file
-from fastdata.formats.video._pool import ReaderPool
-from fastdata.loading._video_sampler import ClipBatchSampler
+from fastdata.formats.video import (
+    VIDEO_EXTENSIONS,
+    DecoderName,
+    DecodeTimeout,
+    ReaderPool,
+    Size,
+    VideoIndex,
+    VideoMeta,
+    VideoReader,
+    VideoTooShort,
+    default_index_file,
+    reader_class,
+)
+from fastdata.loading import ClipBatchSampler
 from fastdata.storage import expand_urls, scheme
 
 

@@ -7,30 +7,67 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
+    from fastdata.formats.hdf5._handle import H5Handle, row_error
     from fastdata.formats.hdf5._reader import (
+        DEFAULT_RDCC_NBYTES,
+        DEFAULT_RDCC_NSLOTS,
+        DEFAULT_RDCC_W0,
         BadLayout,
         ChunkCache,
         CorruptHDF5,
+        FieldDecoder,
         FieldInfo,
         FileChanged,
         FileInfo,
+        check_same_rows,
         describe,
+        field_info,
     )
+    from fastdata.formats.hdf5._rows import read_field
+    from fastdata.formats.hdf5._types import as_dict
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "H5Handle": "._handle",
+        "row_error": "._handle",
         "BadLayout": "._reader",
         "ChunkCache": "._reader",
         "CorruptHDF5": "._reader",
+        "DEFAULT_RDCC_NBYTES": "._reader",
+        "DEFAULT_RDCC_NSLOTS": "._reader",
+        "DEFAULT_RDCC_W0": "._reader",
+        "FieldDecoder": "._reader",
         "FieldInfo": "._reader",
         "FileChanged": "._reader",
         "FileInfo": "._reader",
+        "check_same_rows": "._reader",
         "describe": "._reader",
+        "field_info": "._reader",
+        "read_field": "._rows",
+        "as_dict": "._types",
     },
 )
 
-__all__ = ["BadLayout", "ChunkCache", "CorruptHDF5", "FieldInfo", "FileChanged", "FileInfo", "describe"]
+__all__ = [
+    "DEFAULT_RDCC_NBYTES",
+    "DEFAULT_RDCC_NSLOTS",
+    "DEFAULT_RDCC_W0",
+    "BadLayout",
+    "ChunkCache",
+    "CorruptHDF5",
+    "FieldDecoder",
+    "FieldInfo",
+    "FileChanged",
+    "FileInfo",
+    "H5Handle",
+    "as_dict",
+    "check_same_rows",
+    "describe",
+    "field_info",
+    "read_field",
+    "row_error",
+]

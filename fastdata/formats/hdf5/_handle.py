@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fastdata.core import process
 from fastdata.core.errors import FastdataError
-from fastdata.core.process import _pid as process
 from fastdata.formats.hdf5._links import linked_file
 from fastdata.formats.hdf5._reader import ChunkCache, CorruptHDF5, FieldInfo, FileChanged, FileInfo, open_file
 from fastdata.formats.hdf5._types import missing_filter

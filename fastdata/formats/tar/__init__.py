@@ -9,16 +9,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
+    from fastdata.formats._source_files import write_atomic
+    from fastdata.formats.tar._checks import check_index, check_on_read, check_once
+    from fastdata.formats.tar._compressed import UNDO, CompressedShard, Compression, compression_of, refusal
     from fastdata.formats.tar._index import ShardIndex, SidecarMismatch
     from fastdata.formats.tar._reader import index_url, read_samples, scan, split_key
-    from fastdata.formats.tar._writer import FileMember, ShardResult, TarShardWriter, write_atomic
+    from fastdata.formats.tar._writer import FileMember, ShardResult, TarShardWriter
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "check_index": "._checks",
+        "check_on_read": "._checks",
+        "check_once": "._checks",
+        "CompressedShard": "._compressed",
+        "Compression": "._compressed",
+        "UNDO": "._compressed",
+        "compression_of": "._compressed",
+        "refusal": "._compressed",
         "ShardIndex": "._index",
         "SidecarMismatch": "._index",
         "index_url": "._reader",
@@ -28,18 +39,26 @@ __getattr__, __dir__ = lazy_exports(
         "FileMember": "._writer",
         "ShardResult": "._writer",
         "TarShardWriter": "._writer",
-        "write_atomic": "._writer",
+        "write_atomic": "fastdata.formats._source_files",
     },
 )
 
 __all__ = [
+    "UNDO",
+    "CompressedShard",
+    "Compression",
     "FileMember",
     "ShardIndex",
     "ShardResult",
     "SidecarMismatch",
     "TarShardWriter",
+    "check_index",
+    "check_on_read",
+    "check_once",
+    "compression_of",
     "index_url",
     "read_samples",
+    "refusal",
     "scan",
     "split_key",
     "write_atomic",

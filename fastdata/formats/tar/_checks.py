@@ -39,7 +39,8 @@ from fastdata.formats.tar._headers import (
     octal_fields,
     ustar_name,
 )
-from fastdata.formats.tar._reader import ShardIndex, split_key
+from fastdata.formats.tar._index import ShardIndex
+from fastdata.formats.tar._reader import split_key
 from fastdata.formats.tar._walk import Mismatch, compare, walk
 from fastdata.storage import Reader
 

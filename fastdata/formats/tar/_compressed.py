@@ -27,8 +27,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Literal
 
+from fastdata.core import process
 from fastdata.core.errors import ConfigError
-from fastdata.core.process import _pid as process
 from fastdata.storage import Reader
 
 Compression = Literal["gzip", "xz", "bz2", "zstd"]

@@ -3,6 +3,4 @@ shards), kept for the code that imports it from here."""
 
 from __future__ import annotations
 
-from fastdata.formats.tar._compressed import MAX_BYTES, RESIDENT_BYTES, GzipShard, is_gzip, refusal
-
-__all__ = ["MAX_BYTES", "RESIDENT_BYTES", "GzipShard", "is_gzip", "refusal"]
+__all__ = []

@@ -51,7 +51,9 @@ from fastdata.formats._source_files import (
     readv,
     write_atomic,
 )
-from fastdata.formats.tar._reader import BLOCK, Member, ShardIndex, index_url, is_safe_name
+from fastdata.formats.tar._headers import BLOCK
+from fastdata.formats.tar._index import Member, ShardIndex
+from fastdata.formats.tar._reader import index_url, is_safe_name
 from fastdata.formats.tar._writer_headers import heads, member_head, ustar_headers
 
 RECORD = 20 * BLOCK  # tar and tarfile pad archives to 10 KiB records; so do we
@@ -610,4 +612,4 @@ def _check_key(key: str) -> None:
         )
 
 
-__all__ = ["RECORD", "FileMember", "ShardResult", "TarShardWriter", "write_atomic"]
+__all__ = ["RECORD", "FileMember", "ShardResult", "TarShardWriter"]

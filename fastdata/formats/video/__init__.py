@@ -17,8 +17,9 @@ decoders that misbehave on purpose).
 from __future__ import annotations
 
 import importlib
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
+from fastdata.core._lazy import lazy_exports
 from fastdata.core.errors import ConfigError
 from fastdata.formats.video._base import (
     DecodeTimeout,
@@ -87,17 +88,37 @@ def open_video(
     return reader_class(decoder)(path, threads=threads, size=size, meta=meta)
 
 
+if TYPE_CHECKING:
+    from fastdata.formats.video._meta_cache import VideoIndex, default_index_file
+    from fastdata.formats.video._pool import ReaderPool
+    from fastdata.formats.video._stream import StreamInfo
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "VideoIndex": "._meta_cache",
+        "default_index_file": "._meta_cache",
+        "ReaderPool": "._pool",
+        "StreamInfo": "._stream",
+    },
+)
+
+
 __all__ = [
     "DecodeTimeout",
     "DecoderName",
     "FramesMissing",
+    "ReaderPool",
     "Size",
+    "StreamInfo",
     "TooManyOpenFiles",
+    "VideoIndex",
     "VideoMeta",
     "VideoReader",
     "VideoTooShort",
     "VideoUnreadable",
     "VideoUnsupported",
+    "default_index_file",
     "open_video",
     "reader_class",
 ]

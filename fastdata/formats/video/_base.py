@@ -27,8 +27,8 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from fastdata.core import process
 from fastdata.core.errors import BadSample, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
-from fastdata.core.process import _pid as process
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fastdata.core._cache_dir import default_cache_dir
+from fastdata.core import default_cache_dir
 from fastdata.core.errors import BadSample, SourceNotFound, SourceUnreadable
 from fastdata.formats.video._base import DecodeTimeout, VideoMeta, VideoUnreadable
 

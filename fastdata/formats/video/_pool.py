@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from fastdata.core import stages
+from fastdata.core import process, stages
 from fastdata.core.errors import BadSample
-from fastdata.core.process import _pid as process
-from fastdata.core.process._handles import HandleCache
+from fastdata.core.process import HandleCache
 from fastdata.formats.video import reader_class
 from fastdata.formats.video._base import DecodeTimeout, Size, VideoMeta, VideoReader
 from fastdata.formats.video._watchdog import Watchdog

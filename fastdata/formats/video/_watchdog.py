@@ -30,8 +30,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from fastdata.core import process
 from fastdata.core.errors import FastdataError
-from fastdata.core.process import _pid as process
 from fastdata.formats.video._base import DecodeTimeout
 
 T = TypeVar("T")

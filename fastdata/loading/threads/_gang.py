@@ -46,10 +46,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from fastdata.core.epoch._protocol import Warmable
-from fastdata.core.epoch._world import acting_as_worker
+from fastdata.core.epoch import Warmable, acting_as_worker
 from fastdata.core.errors import ConfigError, FastdataError
-from fastdata.core.system._thread_name import name_this_thread
+from fastdata.core.system import name_this_thread
 
 # A list or tuple of at least this many plain values (URLs, paths, counts) is shared between the
 # copies rather than copied: datasets never change them, and a million URLs per thread adds up.

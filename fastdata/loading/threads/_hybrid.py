@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
-from fastdata.core.epoch._resume import ResumeState
-from fastdata.core.epoch._world import World, current_worker
+from fastdata.core import process
+from fastdata.core.epoch import ResumeState, World, current_worker
 from fastdata.core.errors import BadSample, ConfigError
-from fastdata.core.process import _pid as process
 from fastdata.loading._protocol import BatchingDataset
 from fastdata.loading.threads._gang import ThreadGang, add_note, iterable_batches, thread_copies
 

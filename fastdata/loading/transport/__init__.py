@@ -8,22 +8,52 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.loading.transport._collate import SlotCollate, SlotOptions, release, slot_dataloader, stats
+    from fastdata.loading.transport._collate import (
+        SlotCollate,
+        SlotOptions,
+        batch_default_collate,
+        checked_default_collate,
+        slot_dataloader,
+    )
     from fastdata.loading.transport._layout import PackedBytes
+    from fastdata.loading.transport._registry import release, reset_counts, stats
+    from fastdata.loading.transport._samples import slot_sample, slot_samples
+    from fastdata.loading.transport._slots import WorkerRing, stacking
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "SlotCollate": "._collate",
         "SlotOptions": "._collate",
-        "release": "._collate",
+        "batch_default_collate": "._collate",
+        "checked_default_collate": "._collate",
+        "release": "._registry",
         "slot_dataloader": "._collate",
-        "stats": "._collate",
+        "stats": "._registry",
+        "reset_counts": "._registry",
+        "WorkerRing": "._slots",
         "PackedBytes": "._layout",
+        "slot_sample": "._samples",
+        "slot_samples": "._samples",
+        "stacking": "._slots",
     },
 )
 
-__all__ = ["PackedBytes", "SlotCollate", "SlotOptions", "release", "slot_dataloader", "stats"]
+__all__ = [
+    "PackedBytes",
+    "SlotCollate",
+    "SlotOptions",
+    "WorkerRing",
+    "batch_default_collate",
+    "checked_default_collate",
+    "release",
+    "reset_counts",
+    "slot_dataloader",
+    "slot_sample",
+    "slot_samples",
+    "stacking",
+    "stats",
+]

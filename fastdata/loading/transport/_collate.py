@@ -58,20 +58,11 @@ from torch.utils.data._utils.collate import (
     np_str_obj_array_pattern,
 )
 
+from fastdata.core import process
 from fastdata.core.errors import ConfigError, check_choice, check_positive
-from fastdata.core.process import _pid as process
 from fastdata.loading._batching import Unequal, as_tensors, check_shapes, explain
-from fastdata.loading.transport._layout import BytesAs, PackedBytes, Stack, packed_lists
-from fastdata.loading.transport._slots import (
-    PipeBatch,
-    SlotBatch,
-    WorkerRing,
-    release,
-    reset_counts,
-    stack_in_slots,
-    stacking,
-    stats,
-)
+from fastdata.loading.transport._layout import BytesAs, Stack, packed_lists
+from fastdata.loading.transport._slots import WorkerRing, stack_in_slots, stacking
 
 
 @dataclass(frozen=True)
@@ -333,19 +324,13 @@ def slot_dataloader(dataset: Any, *, transport: SlotCollate | None = None, **dat
 
 
 __all__ = [
-    "PackedBytes",
-    "PipeBatch",
-    "SlotBatch",
     "SlotCollate",
     "SlotOptions",
     "batch_as_is",
     "batch_default_collate",
     "checked_default_collate",
     "private_default_collate",
-    "release",
-    "reset_counts",
     "slot_collate_for",
     "slot_dataloader",
     "slot_default_collate",
-    "stats",
 ]

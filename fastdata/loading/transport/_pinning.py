@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from fastdata.core.process import _pid as process
+from fastdata.core import process
 
 _warned = False
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastdata.core import process
 from fastdata.core.errors import FastdataError
-from fastdata.core.process import _pid as process
 from fastdata.loading.transport import _layout as slot_layout
 from fastdata.loading.transport import _pinning as pinning
 from fastdata.loading.transport._layout import BytesAs

@@ -24,7 +24,7 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from fastdata.core.process import _pid as process
+from fastdata.core import process
 from fastdata.loading.transport import _slots
 from fastdata.loading.transport._layout import PlainDict
 

@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata.core.process import _pid as process
-from fastdata.core.process._bufferpool import BufferPool
+from fastdata.core import process
+from fastdata.core.process import BufferPool
 from fastdata.loading.transport import _layout as slot_layout
-from fastdata.loading.transport._registry import SlotLost, _receive, _receive_pipe, release, reset_counts, stats
+from fastdata.loading.transport._registry import _receive, _receive_pipe
 
 
 def _round_up(n: int, to: int = 64 << 10) -> int:
@@ -318,15 +318,4 @@ class SlotPool:
         self.__init__(state["wait_s"])  # type: ignore[misc]
 
 
-__all__ = [
-    "PipeBatch",
-    "SlotBatch",
-    "SlotLost",
-    "SlotPool",
-    "WorkerRing",
-    "release",
-    "reset_counts",
-    "stack_in_slots",
-    "stacking",
-    "stats",
-]
+__all__ = ["PipeBatch", "SlotBatch", "SlotPool", "WorkerRing", "stack_in_slots", "stacking"]

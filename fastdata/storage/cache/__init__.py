@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.storage.cache._config import CacheCheck, CacheDir, cache_from, index_cache, parse_limit
+    from fastdata.storage.cache._config import SUBFOLDER, CacheCheck, CacheDir, cache_from, index_cache, parse_limit
     from fastdata.storage.cache._file import CachedFile
-    from fastdata.storage.cache._layout import is_cache
+    from fastdata.storage.cache._fill import Filler
+    from fastdata.storage.cache._layout import Layout, is_cache
+    from fastdata.storage.cache._locks import lock
     from fastdata.storage.cache._node import COUNTERS, CacheError, CacheWarning, NodeCache
 
 __getattr__, __dir__ = lazy_exports(
@@ -23,11 +25,15 @@ __getattr__, __dir__ = lazy_exports(
     {
         "CacheCheck": "._config",
         "CacheDir": "._config",
+        "SUBFOLDER": "._config",
         "cache_from": "._config",
         "index_cache": "._config",
         "parse_limit": "._config",
         "CachedFile": "._file",
+        "Filler": "._fill",
+        "Layout": "._layout",
         "is_cache": "._layout",
+        "lock": "._locks",
         "COUNTERS": "._node",
         "CacheError": "._node",
         "CacheWarning": "._node",
@@ -37,14 +43,18 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "COUNTERS",
+    "SUBFOLDER",
     "CacheCheck",
     "CacheDir",
     "CacheError",
     "CacheWarning",
     "CachedFile",
+    "Filler",
+    "Layout",
     "NodeCache",
     "cache_from",
     "index_cache",
     "is_cache",
+    "lock",
     "parse_limit",
 ]

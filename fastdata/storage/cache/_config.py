@@ -7,7 +7,7 @@ import re
 import shutil
 from typing import Any, Literal, Union
 
-from fastdata.core._cache_dir import default_cache_dir
+from fastdata.core import default_cache_dir
 from fastdata.core.errors import ConfigError
 from fastdata.storage.cache._node import NodeCache
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from fastdata.core.process import _pid as process
-from fastdata.core.process._handles import ProcessLocal
+from fastdata.core import process
+from fastdata.core.process import ProcessLocal
 from fastdata.storage._remote import Remote, Version
 from fastdata.storage.cache._node import NodeCache
 

@@ -6,38 +6,36 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.storage.s3._reader import (
-        COUNTERS,
-        ObjectChanged,
-        S3Config,
-        S3CredentialsMissing,
-        S3Reader,
-        S3Unavailable,
-        S3Unreachable,
-        Stats,
-        process_counters,
-        release,
-        upload_file,
-    )
-    from fastdata.storage.s3._upload import UploadFailed
+    from fastdata.storage._remote import ObjectChanged
+    from fastdata.storage.s3._client import COUNTERS, S3Config, Stats, client, process_counters, release
+    from fastdata.storage.s3._download import S3Remote
+    from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable
+    from fastdata.storage.s3._list import list_prefix, resolve
+    from fastdata.storage.s3._reader import S3Reader, executor
+    from fastdata.storage.s3._upload import UploadFailed, upload_file
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "COUNTERS": "._reader",
-        "ObjectChanged": "._reader",
-        "S3Config": "._reader",
-        "S3CredentialsMissing": "._reader",
+        "client": "._client",
+        "S3Remote": "._download",
+        "list_prefix": "._list",
+        "resolve": "._list",
+        "COUNTERS": "._client",
+        "ObjectChanged": "fastdata.storage._remote",
+        "S3Config": "._client",
+        "S3CredentialsMissing": "._fetch",
         "S3Reader": "._reader",
-        "S3Unavailable": "._reader",
-        "S3Unreachable": "._reader",
-        "Stats": "._reader",
-        "process_counters": "._reader",
-        "release": "._reader",
-        "upload_file": "._reader",
+        "S3Unavailable": "._fetch",
+        "S3Unreachable": "._fetch",
+        "Stats": "._client",
+        "executor": "._reader",
+        "process_counters": "._client",
+        "release": "._client",
+        "upload_file": "._upload",
         "UploadFailed": "._upload",
     },
 )
@@ -48,11 +46,16 @@ __all__ = [
     "S3Config",
     "S3CredentialsMissing",
     "S3Reader",
+    "S3Remote",
     "S3Unavailable",
     "S3Unreachable",
     "Stats",
     "UploadFailed",
+    "client",
+    "executor",
+    "list_prefix",
     "process_counters",
     "release",
+    "resolve",
     "upload_file",
 ]

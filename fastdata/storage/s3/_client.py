@@ -22,10 +22,10 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
-from fastdata.core.epoch._world import worker_process
+from fastdata.core import process
+from fastdata.core.epoch import worker_process
 from fastdata.core.errors import ConfigError, check_choice, check_positive
-from fastdata.core.process import _pid as process
-from fastdata.core.process._handles import HandleCache
+from fastdata.core.process import HandleCache
 
 RetryMode = Literal["standard", "adaptive"]
 AddressingStyle = Literal["auto", "path", "virtual"]

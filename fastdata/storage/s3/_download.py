@@ -103,4 +103,4 @@ class S3Remote:
                         pass
 
 
-__all__ = ["S3Remote", "Version"]
+__all__ = ["S3Remote"]

@@ -29,29 +29,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from typing import Any
 
+from fastdata.core import process
 from fastdata.core.errors import ConfigError, SourceUnreadable, check_positive
-from fastdata.core.process import _pid as process
-from fastdata.core.process._handles import HandleCache
+from fastdata.core.process import HandleCache
 from fastdata.storage.s3._client import (
-    COUNTERS,
     MiB,
     S3Config,
     Stats,
     error_code,
     parse_url,
-    process_counters,
-    release,
 )
-from fastdata.storage.s3._fetch import (
-    Fetched,
-    ObjectChanged,
-    S3CredentialsMissing,
-    S3Unavailable,
-    S3Unreachable,
-    call,
-    get,
-)
-from fastdata.storage.s3._upload import upload_file
+from fastdata.storage.s3._fetch import Fetched, S3Unavailable, call, get
 from fastdata.storage.s3._windows import Windows, done
 
 PREFETCH_CALLS = 2  # read_ranges calls of a stream fetched ahead
@@ -410,17 +398,4 @@ class S3Reader:
         return f"S3Reader({self.url!r}, endpoint={self.config.endpoint!r})"
 
 
-__all__ = [
-    "COUNTERS",
-    "ObjectChanged",
-    "S3Config",
-    "S3CredentialsMissing",
-    "S3Reader",
-    "S3Unavailable",
-    "S3Unreachable",
-    "Stats",
-    "executor",
-    "process_counters",
-    "release",
-    "upload_file",
-]
+__all__ = ["S3Reader", "executor"]
