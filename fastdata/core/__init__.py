@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fastdata.core._cache_dir import default_cache_dir
     from fastdata.core._lazy import lazy_exports
     from fastdata.core._pipeline import SKIP, SamplePipeline, describe_sample
+    from fastdata.core._progress import Bar, progress_bar, tracked
     from fastdata.core._version import __version__
     from fastdata.core.epoch._resume import ResumeState
     from fastdata.core.epoch._seeding import RepeatedEpochWarning, WorkerInit, compose_worker_init, worker_init_fn
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "Bar": "._progress",
+        "progress_bar": "._progress",
+        "tracked": "._progress",
         "default_cache_dir": "._cache_dir",
         "lazy_exports": "._lazy",
         "SKIP": "._pipeline",
@@ -43,6 +47,7 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "SKIP",
+    "Bar",
     "RepeatedEpochWarning",
     "ResumeState",
     "SamplePipeline",
@@ -53,6 +58,8 @@ __all__ = [
     "default_cache_dir",
     "describe_sample",
     "lazy_exports",
+    "progress_bar",
+    "tracked",
     "usable_cores",
     "usable_memory",
     "worker_init_fn",

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
+from fastdata.core import tracked
 from fastdata.core.errors import ConfigError, SourceNotFound
 from fastdata.formats import MANIFEST, missing_local, read_manifest
 from fastdata.inspection._registry import INSPECTORS, inspector_for, is_known, worth_sniffing
@@ -91,8 +92,6 @@ def inspect_paths(path: str, *, checksum: bool = False, progress: bool = False) 
         dict: ``{"files": [FileReport as dict, ...], "totals": {...}, "manifests": {folder: summary},
         "prefixes": {s3 prefix: {"objects", "bytes", "suffixes", "inspected"}}}``.
     """
-    from tqdm import tqdm
-
     prefixes: dict[str, Any] = {}
     present: set[str] | None = None  # every object of an s3 prefix, to tell a missing shard from one not asked for
     if is_prefix(path):
@@ -102,7 +101,7 @@ def inspect_paths(path: str, *, checksum: bool = False, progress: bool = False) 
     else:
         urls = find_files(path)
     reports = []
-    for url in tqdm(urls, desc="fastdata inspect", unit="file", disable=not progress or len(urls) < 20, leave=False):
+    for url in tracked(urls, "fastdata inspect", unit="files", enabled=progress and len(urls) >= 20):
         inspector = inspector_for(url)
         assert inspector is not None  # find_files and the prefix listing keep only those
         reports.append(inspector(url, checksum))

@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
-from tqdm import tqdm
 
-from fastdata.core import SamplePipeline, process, stages
+from fastdata.core import SamplePipeline, process, stages, tracked
 from fastdata.core.epoch import Remainder
 from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable
 from fastdata.core.process import BufferPool, HandleCache
@@ -124,9 +123,7 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
                 )
         self.infos: list[FileInfo | None] = []
         first: FileInfo | None = None
-        for path in tqdm(
-            self.paths, desc="fastdata: checking HDF5 files", unit="file", disable=len(self.paths) < 50, leave=False
-        ):
+        for path in tracked(self.paths, "fastdata: checking HDF5 files", unit="files", enabled=len(self.paths) >= 50):
             self.infos.append(self._describe(path, first))
             first = first or self.infos[-1]
         self._fields: tuple[FieldInfo, ...] = next((i.fields for i in self.infos if i is not None), ())

@@ -9,9 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tqdm import tqdm
-
-from fastdata.core import SamplePipeline, describe_sample, stages
+from fastdata.core import SamplePipeline, describe_sample, stages, tracked
 from fastdata.core.epoch import current_worker
 from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
 from fastdata.core.process import HandleCache
@@ -322,7 +320,7 @@ class TarSource:
                 except OSError:
                     pass  # a missing shard: reported when it is read
         todo = [u for u in self.urls if u not in known]
-        for url in tqdm(todo, desc="fastdata: indexing shards", unit="shard", disable=len(todo) < 50, leave=False):
+        for url in tracked(todo, "fastdata: indexing shards", unit="shards", enabled=len(todo) >= 50):
             try:
                 # the count plans every epoch: a remote sidecar's end of the archive is checked now (a
                 # sidecar that leaves the last samples out would drop them from the plan)

@@ -35,9 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from fastdata.core import default_cache_dir
+from fastdata.core import default_cache_dir, tracked
 from fastdata.core.errors import BadSample, SourceNotFound, SourceUnreadable
 from fastdata.formats.video._base import DecodeTimeout, VideoMeta, VideoUnreadable
 
@@ -141,7 +139,7 @@ class VideoIndex:
                 stacklevel=2,
             )
         self.probed = len(todo)
-        for path, st in tqdm(todo, desc="fastdata: indexing videos", unit="video", disable=len(todo) < 50, leave=False):
+        for path, st in tracked(todo, "fastdata: indexing videos", unit="videos", enabled=len(todo) >= 50):
             record: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
             try:
                 meta = probe(path)

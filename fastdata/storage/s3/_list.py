@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
+from fastdata.core import Bar, progress_bar
 from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound
 from fastdata.storage import scheme
 from fastdata.storage.s3._client import S3Config, Stats, parse_url
@@ -47,8 +47,8 @@ def list_prefix(
     urls: list[str] = []
     sizes: list[int] = []
     token: str | None = None
-    bar: Any = None
-    try:
+    bar: Bar | None = None
+    with ExitStack() as shown:  # the bar, once a second page says the listing is long
         while True:
             kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
             if token:
@@ -62,15 +62,12 @@ def list_prefix(
                     sizes.append(int(obj["Size"]))
             truncated = bool(page.get("IsTruncated"))
             if bar is None and (progress or (progress is None and truncated)):
-                bar = tqdm(desc=f"fastdata: listing {url}", unit=" objects", leave=False)
+                bar = shown.enter_context(progress_bar(f"fastdata: listing {url}", unit="objects"))
             if bar is not None:
-                bar.update(len(contents))
+                bar.advance(len(contents))
             if not truncated:
                 break
             token = page["NextContinuationToken"]
-    finally:
-        if bar is not None:
-            bar.close()
     if not urls:
         raise SourceNotFound(
             f"{url}: no objects under this prefix; check the bucket, the prefix and the endpoint ({config.endpoint})"
