@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from braceexpand import braceexpand
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 from fastdata.core.errors import ConfigError, SourceNotFound
 
 

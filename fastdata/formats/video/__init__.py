@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Literal, get_args
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 from fastdata.core.errors import ConfigError
 from fastdata.formats.video._base import (
     DecodeTimeout,
