@@ -5,7 +5,7 @@ and a ``BytesIO`` per member) and writes ~0.4 of ``tar cf``'s MB/s here. This wr
 the per-byte work and most of the per-member work:
 
 * :meth:`TarShardWriter.add_files` takes a batch of planned files (key, extension, path, size, mtime):
-  their headers are built together (:func:`~fastdata.formats.tar._writer_headers.heads`), so a member costs an
+  their headers are built together (:func:`~fastdata.formats.tar._ustar.heads`), so a member costs an
   ``open``, one ``readv`` straight into the output buffer, a ``close`` and a few slice copies;
 * each filled buffer (1 MiB) is hashed (SHA-256) and written, on a thread of its own that overlaps the
   reading of the next files when a core is free for it, else at once while it is still in cache
@@ -54,7 +54,7 @@ from fastdata.formats._source_files import (
 from fastdata.formats.tar._headers import BLOCK
 from fastdata.formats.tar._index import Member, ShardIndex
 from fastdata.formats.tar._reader import index_url, is_safe_name
-from fastdata.formats.tar._writer_headers import heads, member_head, ustar_headers
+from fastdata.formats.tar._ustar import heads, member_head, ustar_headers
 
 RECORD = 20 * BLOCK  # tar and tarfile pad archives to 10 KiB records; so do we
 _ZEROS = bytes(RECORD + 2 * BLOCK)
