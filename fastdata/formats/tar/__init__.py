@@ -2,7 +2,7 @@
 :class:`ShardIndex`, and reads of its samples), the headers it parses (``_headers``), the index and its
 ``.idx`` sidecar (``_index``), the checks of a sidecar against its shard (``_checks``, ``_checked_reads``),
 compressed shards (``_compressed``: gzip, xz, bzip2, zstd), and the writer (``_writer``, with the headers
-it writes in ``_writer_headers``).
+it writes in ``_ustar``).
 The bytes on disk: ``README.md`` beside this file."""
 
 from __future__ import annotations
