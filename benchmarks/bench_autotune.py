@@ -52,7 +52,7 @@ from fastdata.bench import backends as registry
 from fastdata.bench._environment import describe
 from fastdata.core.system._machine import usable_cores
 from fastdata.loading.observe import Monitor
-from fastdata.loading.observe._autotune import ladder
+from fastdata.loading.observe.tune import ladder
 
 # per backend: (demo scale, epochs without a step); with a step, epochs make about --step-seconds of steps
 RUNS = {"tar": (2.0, 3), "hdf5": (1.0, 90), "video": (1.0, 4), "s3": (1.0, 3)}
@@ -101,7 +101,7 @@ def _run(backend: Any, data: Any, workers: Any, epochs: int, step: float, **opti
 
 
 def _samples(batch: Any) -> int:
-    from fastdata.loading.observe._probe import batch_samples
+    from fastdata.loading.observe.measure import batch_samples
 
     return batch_samples(batch)
 
@@ -232,9 +232,9 @@ def interference(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def _hook_cost(n: int = 200_000) -> dict[str, float]:
     """Seconds per batch of the session's hook alone, over a list of small batches; a snapshot; a report."""
-    from fastdata.loading.observe._autotune_types import Setting
-    from fastdata.loading.observe._report import Monitor
     from fastdata.loading.observe._session import Session
+    from fastdata.loading.observe.report import Monitor
+    from fastdata.loading.observe.tune import Setting
 
     batches = [torch.zeros(4)] * n
     t = time.perf_counter()

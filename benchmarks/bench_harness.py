@@ -171,7 +171,7 @@ def probe_cost(
     unpickle_extra = max(
         0.0, _median_time(lambda: pickle.loads(envelope), reps) - _median_time(lambda: pickle.loads(bare), reps)
     )
-    from fastdata.loading.observe._probe import Probe
+    from fastdata.loading.observe.measure import Probe
 
     reader = Probe(config.num_workers + 1)
     reader.watch([os.getpid()] * config.num_workers)  # stand-ins: reading a process costs the same

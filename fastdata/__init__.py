@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from fastdata.datasets.video import VideoClipDataset
     from fastdata.formats import Decoder
     from fastdata.loading import Loader, as_is
-    from fastdata.loading.observe._autotune_types import AutoTune
-    from fastdata.loading.observe._monitor import monitor
+    from fastdata.loading.observe import AutoTune, monitor
 
 
 # name -> (module, the extra that provides its libraries, or None when it needs only the core)

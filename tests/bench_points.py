@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastdata.bench._result import Config, Point, SweepResult
-from fastdata.loading.observe._window import Process, Window
+from fastdata.loading.observe.measure import Process, Window
 
 GIB = 2**30
 SECONDS = 3.0  # each hand-built point measured this long
@@ -42,7 +42,7 @@ def window_of(
     dstate_share: float = 0.0,
     device_mb_s: float = 0.0,
     read_mb_s: float = 0.0,
-    epoch_start: float = 0.0,
+    first_wait: float = 0.0,
     wait: float | None = None,
     producers: int | None = None,
 ) -> Window:
@@ -111,7 +111,7 @@ def window_of(
         wait_s=wait_s,
         wait_cpu_s=wait_cpu,
         step_s=step_s,
-        first_wait_s=epoch_start * s,
+        first_wait_s=first_wait * s,
         recv_s=unpickle * s,
         recv_cpu_s=unpickle_cpu * s,
         pin_s=pin * s,

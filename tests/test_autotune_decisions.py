@@ -16,9 +16,48 @@ from collections.abc import Callable
 import pytest
 
 from fastdata.core.errors import ConfigError
-from fastdata.loading.observe._autotune import AutoTune, Change, Observation, Setting, Tuner, ladder, replay
+from fastdata.loading.observe import Context, Process, Window
+from fastdata.loading.observe.measure._window import STEP_SHARE
+from fastdata.loading.observe.tune import AutoTune, Change, Observation, Setting, Tuner, ladder, replay
 
 GIB = 2**30
+
+
+def observed(
+    t: float,
+    setting: Setting,
+    samples_per_s: float,
+    *,
+    stall: float = 1.0,
+    step: bool = False,
+    worker_busy: float = 0.0,
+    others: float = 0.0,
+    cores: int = 1,
+    batch_s: float = 0.0,
+    step_s: float = 0.0,
+    data_s: float | None = None,
+    memory_total: float | None = None,
+    worker_bytes: float = 0.0,
+    **rest: object,
+) -> Observation:
+    """An observation whose window holds the counters that give the figures asked for (as the tuner reads
+    them from a measured window): per worker busy ``worker_busy``, other programs' ``others`` cores, ``batch_s``
+    of the loop per batch (about 0 when not given), the step's ``step_s`` of it, ``data_s`` from the stage times."""
+    batches = 1000
+    loop = batch_s * batches or 1e-9  # a rate needs some loop time; "no batch time" reads as about 0
+    workers = [Process(cpu_s=worker_busy, pid=k + 1, uss=worker_bytes) for k in range(setting.workers)]
+    w = Window(
+        seconds=1.0,
+        loop_s=loop,
+        batches=batches,
+        samples=samples_per_s * loop,  # type: ignore[arg-type]
+        wait_s=stall * loop,
+        step_s=step_s * batches or (STEP_SHARE * loop if step else 0.0),
+        workers=workers,
+        machine_cpu_s=others + worker_busy * len(workers),
+        stages={"fetch": (data_s * batches, samples_per_s * loop)} if data_s is not None else {},
+    )
+    return Observation(t, setting, w, Context(cores, memory=memory_total), **rest)  # type: ignore[arg-type]
 
 
 def simulate(
@@ -40,7 +79,7 @@ def simulate(
         t = (k + 1) * every
         extra = {name: fn(setting, t) for name, fn in fields.items()}
         extra.setdefault("cores", cores)
-        obs = Observation(t=t, setting=setting, samples_per_s=rate(setting, t), **extra)  # type: ignore[arg-type]
+        obs = observed(t, setting, rate(setting, t), **extra)  # type: ignore[arg-type]
         seen.append(obs)
         change = t_.observe(obs)
         if change is not None:
@@ -221,7 +260,7 @@ def test_a_recorded_run_replayed_gives_the_same_decisions() -> None:
         (1650, 1.6),
     ]
     observations = [
-        Observation(0.5 * (k + 1), Setting(2, 2), r, others=o, label="cpu", worker_busy=0.95, cores=2, data_s=0.02)
+        observed(0.5 * (k + 1), Setting(2, 2), r, others=o, label="cpu", worker_busy=0.95, cores=2, data_s=0.02)
         for k, (r, o) in enumerate(recorded)
     ]
     _first, answers = replay(observations)
@@ -240,11 +279,11 @@ def test_memory_pressure_drops_workers_at_once() -> None:
     assert setting == Setting(8, 2)
     base = {"label": "cpu", "worker_busy": 0.9, "cores": 8, "memory_total": 64 * GIB, "worker_bytes": 1 * GIB}
     # the reserve is 2% of 64 GiB (1.3 GiB); 0.5 GiB left: give 0.8 GiB back, one worker of 1 GiB
-    change = tuner.observe(Observation(1.0, setting, 1000.0, memory_available=0.5 * GIB, **base))  # type: ignore[arg-type]
+    change = tuner.observe(observed(1.0, setting, 1000.0, memory_available=0.5 * GIB, **base))  # type: ignore[arg-type]
     assert change is not None and change.after == Setting(7, 2) and change.at == "now"
     assert "memory" in change.reason
     # still short a second later: despite the interval, at once (and by as many workers as it takes)
-    change = tuner.observe(Observation(2.0, change.after, 1000.0, memory_available=-2.5 * GIB, **base))  # type: ignore[arg-type]
+    change = tuner.observe(observed(2.0, change.after, 1000.0, memory_available=-2.5 * GIB, **base))  # type: ignore[arg-type]
     assert change is not None and change.after == Setting(3, 2)
 
 
@@ -286,7 +325,7 @@ def test_one_change_per_interval_even_when_every_window_asks_for_one() -> None:
 
 
 def test_a_change_near_the_end_of_an_epoch_waits_for_the_next_pass() -> None:
-    obs = Observation(
+    obs = observed(
         1.0, Setting(2, 2), 5000.0, label="ipc", worker_busy=0.3, batches_left=3, batch_s=0.01, restart_s=0.2
     )
     change = Tuner(AutoTune(), cores=2).observe(obs)
@@ -295,7 +334,7 @@ def test_a_change_near_the_end_of_an_epoch_waits_for_the_next_pass() -> None:
     change = Tuner(AutoTune(), cores=2, persistent=True).observe(obs)
     assert change is not None and change.at == "now"
     # far from the end: now
-    far = Observation(1.0, Setting(2, 2), 5000.0, label="ipc", batches_left=500, batch_s=0.01, restart_s=0.2)
+    far = observed(1.0, Setting(2, 2), 5000.0, label="ipc", batches_left=500, batch_s=0.01, restart_s=0.2)
     change = Tuner(AutoTune(), cores=2).observe(far)
     assert change is not None and change.at == "now"
 
@@ -323,25 +362,25 @@ def test_a_trial_of_fewer_workers_is_kept_unless_slower_by_the_margin_and_more_o
     assert s == Setting(4, 2)
     idle: dict[str, object] = {"label": "cpu", "worker_busy": 0.3, "cores": 4, "data_s": 1.0}
     busy: dict[str, object] = {**idle, "worker_busy": 0.9}
-    change = tuner.observe(Observation(1.0, s, 1000.0, **idle))  # type: ignore[arg-type]
+    change = tuner.observe(observed(1.0, s, 1000.0, **idle))  # type: ignore[arg-type]
     assert change is not None and change.after == Setting(2, 2) and "idle" in change.reason
-    assert tuner.observe(Observation(4.0, change.after, 960.0, **busy)) is None  # 4% slower: kept  # type: ignore[arg-type]
+    assert tuner.observe(observed(4.0, change.after, 960.0, **busy)) is None  # 4% slower: kept  # type: ignore[arg-type]
     # more workers: kept only if faster by the margin
     tuner = Tuner(AutoTune(start=2), cores=4)
     s = tuner.initial()
-    change = tuner.observe(Observation(1.0, s, 1000.0, **busy))  # type: ignore[arg-type]
+    change = tuner.observe(observed(1.0, s, 1000.0, **busy))  # type: ignore[arg-type]
     assert change is not None and change.after == Setting(4, 2) and "waits for data" in change.reason
-    back = tuner.observe(Observation(4.0, change.after, 1040.0, **busy))  # type: ignore[arg-type]
+    back = tuner.observe(observed(4.0, change.after, 1040.0, **busy))  # type: ignore[arg-type]
     assert back is not None and back.after == Setting(2, 2) and "measured 1.04x" in back.reason
 
 
 def test_an_early_look_decides_only_when_it_is_clear() -> None:
     tuner = Tuner(AutoTune(), cores=2)
     s = tuner.initial()
-    early = Observation(0.25, s, 50_000.0, label="cpu", worker_busy=0.6, batch_s=0.005, data_s=0.004, early=True)
+    early = observed(0.25, s, 50_000.0, label="cpu", worker_busy=0.6, batch_s=0.005, data_s=0.004, early=True)
     assert tuner.observe(early) is None  # no workers would take 4 of 5 ms: not clear, wait for the window
     assert tuner.wants_early()
-    clear = Observation(0.25, s, 50_000.0, label="cpu", worker_busy=0.6, batch_s=0.005, data_s=0.001, early=True)
+    clear = observed(0.25, s, 50_000.0, label="cpu", worker_busy=0.6, batch_s=0.005, data_s=0.001, early=True)
     change = tuner.observe(clear)
     assert change is not None and change.after == Setting(0)
 
@@ -351,7 +390,7 @@ def test_an_early_look_moves_cheap_items_to_no_workers() -> None:
     # the loop's own, against 2.15 ms per batch
     tuner = Tuner(AutoTune(), cores=2)
     s = tuner.initial()
-    early = Observation(
+    early = observed(
         0.35, s, 118_835.0, label="cpu", worker_busy=0.55, batch_s=0.00215, data_s=0.00108, step_s=0.0005, early=True
     )
     change = tuner.observe(early)

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 
 import fastdata as fd
 from fastdata.core import stages
-from fastdata.loading.observe._autotune import AutoTune, Change, Observation, Setting, Tuner
+from fastdata.loading.observe.tune import AutoTune, Change, Observation, Setting, Tuner
 from tests.dist_backends import BACKENDS, make_loader
 
 FAST_WINDOWS = AutoTune(max_workers=3, window=1e-3, min_batches=1, interval=1e-3)
@@ -247,7 +247,7 @@ def test_the_tuner_reacts_when_another_program_takes_a_core() -> None:
             hog.wait()
         session.close()
     seen = [
-        (round(o.t - (started or 0), 1), o.setting.workers, round(o.samples_per_s), round(o.others, 2))
+        (round(o.t - (started or 0), 1), o.setting.workers, round(o.w.samples_per_s), round(o.w.others_cores, 2))
         for o in session.observations
     ]
     assert started is not None and reacted is not None, f"no change within 15 s of the busy loop's start: {seen}"

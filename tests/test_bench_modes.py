@@ -22,7 +22,7 @@ from fastdata.bench._sweep import grid
 from fastdata.bench._synthetic import CPUDataset, IOWaitDataset
 from fastdata.cli import main
 from fastdata.core.errors import ConfigError
-from fastdata.loading.observe._diagnosis import Evidence, classify
+from fastdata.loading.observe import Context, Evidence, Process, Window, classify
 from tests.bench_points import pt
 
 QUICK = {"seconds": 1.0, "window": 0.25, "warmup": 0.25, "confirm": False, "persistent_workers": [False]}
@@ -70,7 +70,7 @@ def test_a_sweep_over_modes_measures_every_mode_through_the_probes(three_modes: 
     assert all(p.ok for p in by_mode.values()), [p.error for p in by_mode.values()]
     for p in by_mode.values():
         assert p.stage_ms["fetch"] is not None and p.stage_ms["collate"] is not None, p.config.label()
-        assert p.window_rates and p.measured_s > 0
+        assert p.window_rates and p.window.seconds > 0
     threads, processes, hybrid = by_mode["threads"], by_mode["processes"], by_mode["hybrid"]
     # loader threads are threads of this process: no worker processes, each thread's CPU read by name
     assert threads.window.worker_cores == [] and threads.pss_workers == []
@@ -89,7 +89,7 @@ def test_a_sweep_over_modes_measures_every_mode_through_the_probes(three_modes: 
 def test_thread_mode_evidence_claims_no_worker_process(three_modes: SweepResult) -> None:
     p = next(q for q in three_modes.points if q.config.mode == "threads")
     ev = evidence(p, three_modes)
-    assert ev.workers == 0 and ev.threads == 2 and ev.worker_busy == [] and ev.worker_cores == []
+    assert ev.workers == 0 and ev.ctx.threads == 2 and ev.w.worker_busy == [] and ev.w.worker_cores == []
     text = " ".join(verdict(p, three_modes).evidence)
     assert "worker" not in text.replace("loader thread", ""), text
 
@@ -156,12 +156,13 @@ def test_threads_that_use_one_core_with_cores_idle_are_told_about_the_gil() -> N
 
 
 def test_no_fork_verdict_without_a_forked_process() -> None:
-    from fastdata.loading.observe._stage_table import StartSplit
+    from fastdata.loading.observe.measure import StartSplit
 
     split = StartSplit(total=1.0, launch=0.9, produce=0.1)
-    common = {"cores": 2, "epoch_start": 0.5, "start": split}
-    assert classify(Evidence(workers=2, **common)).label == "fork"  # type: ignore[arg-type]
-    assert classify(Evidence(workers=0, threads=2, **common)).label != "fork"  # type: ignore[arg-type]
+    two_workers = Window(seconds=1.0, workers=[Process(), Process()])
+    assert classify(Evidence(two_workers, Context(cores=2, first_wait=0.5, start=split))).label == "fork"
+    threads = Context(cores=2, threads=2, first_wait=0.5, start=split)
+    assert classify(Evidence(Window(seconds=1.0), threads)).label != "fork"
 
 
 def test_cli_modes_flag_parses_and_rejects_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,10 +14,10 @@ from torch.utils.data import Dataset
 
 import fastdata as fd
 from fastdata.bench._loop import Timing, make_loader, measure
-from fastdata.bench._probes import Probed, ProbedCollate, leading_dim, payload_bytes
+from fastdata.bench._probes import Probed, ProbedCollate, payload_bytes
 from fastdata.bench._result import Config
 from fastdata.core import stages
-from fastdata.loading.observe._stage_table import StageTable
+from fastdata.loading.observe.measure import StageTable, batch_samples
 from tests.datagen import make_shards
 
 
@@ -138,7 +138,7 @@ def test_a_dataset_without_the_hook_still_benchmarks_with_stages_unknown() -> No
     assert point.ok, point.error
     assert point.stage_ms["fetch"] is None and point.stage_ms["decode"] is None
     assert point.stage_ms["collate"] is not None
-    assert point.window.worker_busy and point.pss_workers and point.pss_main > 0 and point.fds > 0
+    assert point.window.worker_busy and point.pss_workers and point.window.main.pss > 0 and point.fds > 0
 
 
 def test_a_failing_dataset_gives_a_failed_point_not_an_exception() -> None:
@@ -167,11 +167,11 @@ def test_probed_batches_time_their_own_unpickling() -> None:
     assert counted.n == 3 and counted.nbytes == 0
 
 
-def test_leading_dim_and_payload_bytes() -> None:
-    assert leading_dim(torch.zeros(7, 3)) == 7
-    assert leading_dim({"x": torch.zeros(5, 2), "y": [1] * 5}) == 5
-    assert leading_dim([torch.zeros(4, 2), torch.zeros(4)]) == 4  # an (inputs, targets) pair
-    assert leading_dim([1, 2, 3]) == 3
+def test_batch_samples_and_payload_bytes() -> None:
+    assert batch_samples(torch.zeros(7, 3)) == 7
+    assert batch_samples({"x": torch.zeros(5, 2), "y": [1] * 5}) == 5
+    assert batch_samples([torch.zeros(4, 2), torch.zeros(4)]) == 4  # an (inputs, targets) pair
+    assert batch_samples([1, 2, 3]) == 3
     assert payload_bytes(torch.zeros(10, dtype=torch.float32)) == 40
     assert payload_bytes({"a": b"xyz", "b": np.zeros(4, dtype=np.uint8), "c": "hi"}) == 9
     # long lists are estimated from a sample of their items, exactly when the items are alike
@@ -228,7 +228,7 @@ def threading_id() -> int:
 
 def test_the_first_batch_wait_splits_into_set_up_and_shuffle_fill() -> None:
     from fastdata.bench._synthetic import ShuffleBufferDataset
-    from fastdata.loading.observe._stage_table import start_split
+    from fastdata.loading.observe.measure import start_split
 
     def slow_init(worker_id: int) -> None:
         time.sleep(0.2)  # the workers' set-up this test measures
@@ -340,8 +340,8 @@ def test_workers_of_short_epochs_are_counted_though_they_exit_between_readings()
     assert point.restart_s is not None  # epochs did end while measuring
     # what the workers computed is counted (each wrote its own CPU into the stage table): most of
     # the CPU the items they made cost (without it, most of it was lost: a third here)
-    made = point.samples_per_s * point.measured_s
-    assert sum(point.window.worker_cores) * point.measured_s > 0.7 * made * per_item
+    made = point.samples_per_s * point.window.seconds
+    assert sum(point.window.worker_cores) * point.window.seconds > 0.7 * made * per_item
     assert sum(point.window.switches) > 0
 
 

@@ -198,7 +198,7 @@ def test_start_up_is_split_into_fork_set_up_and_shuffle_fill(parts: dict[str, fl
     s = split(**parts)
     if expected == "shuffle-fill":
         s["read"] = 512.0
-    waits = pt(2, 1000, epoch_start=0.6, restart_split=s, parent_rss=2.0 * GIB, restart_s=0.45)
+    waits = pt(2, 1000, first_wait=0.6, restart_split=s, parent_rss=2.0 * GIB, restart_s=0.45)
     rec = fd.bench.recommend(sweep_of(pt(0, 300), waits, epoch_samples=2000))
     assert rec.bottleneck == expected, rec.text()
     assert says in rec.diagnosis[0]
@@ -210,7 +210,7 @@ def test_start_up_is_split_into_fork_set_up_and_shuffle_fill(parts: dict[str, fl
 
 def test_the_first_batch_of_a_short_epoch_alone_is_not_a_start_up_label() -> None:
     # a third of the time at epoch starts, but spent making the first batch itself: not fork/init/fill
-    waits = pt(2, 1000, epoch_start=0.6, restart_split=split(produce=0.4), worker_busy=[0.9, 0.9])
+    waits = pt(2, 1000, first_wait=0.6, restart_split=split(produce=0.4), worker_busy=[0.9, 0.9])
     assert fd.bench.recommend(sweep_of(pt(0, 300), waits)).bottleneck == "cpu"
 
 

@@ -32,7 +32,7 @@ from fastdata.loading._protocol import (
     ResumableBatchSampler,
     ResumableSampler,
 )
-from fastdata.loading.observe._stage_table import ProbeInit, StageTable
+from fastdata.loading.observe.measure import ProbeInit, StageTable
 from fastdata.loading.transport._collate import SlotCollate, checked_default_collate
 from fastdata.loading.transport._collate import batch_as_is as as_is
 from fastdata.loading.transport._samples import PlainBatches

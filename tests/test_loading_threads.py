@@ -6,6 +6,7 @@ early exit that stops the threads, a dataset copy per thread, and refusals of wh
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -16,7 +17,8 @@ from fastdata.core.errors import BadSample, ConfigError
 from fastdata.loading import transport as slots
 from fastdata.loading._builder import build_dataloader
 from fastdata.loading._plan import ReadPlan
-from fastdata.loading.threads._gang import thread_copies
+from fastdata.loading.observe.measure._probe import _queued
+from fastdata.loading.threads._gang import ThreadGang, thread_copies
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_files
 
@@ -237,3 +239,21 @@ def test_each_pass_of_loader_threads_is_a_new_pass(shards: list[str]) -> None:
     with pytest.warns(RepeatedEpochWarning):
         assert batches(loader) == first
     loader.close()
+
+
+def test_the_probe_reads_an_idle_loader_thread_as_waiting_on_its_queue() -> None:
+    """A loader thread waiting for its next job (blocked in ``SimpleQueue.get``, a C call, so its innermost
+    Python frame is the gang's own) is waiting for work, not on a lock: the probe tells it by the marker the
+    threads' module carries, whatever the file's path."""
+    gang = ThreadGang([object()], [(0, 1)])
+    try:
+        gang.submit(0, lambda copy: None).result()  # the thread has run a job and goes back to its queue
+        tid = gang._threads[0].native_id
+        assert tid is not None
+        deadline = time.monotonic() + 10
+        while not _queued(tid) and time.monotonic() < deadline:  # until it is back in get(): a state, polled
+            time.sleep(0.01)
+        assert _queued(tid)
+        assert not _queued(threading.get_native_id())  # this thread runs: no queue
+    finally:
+        gang.close()

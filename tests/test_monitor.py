@@ -20,8 +20,8 @@ import fastdata as fd
 from fastdata.core import stages
 from fastdata.core.errors import ConfigError
 from fastdata.loading.observe import Monitor
-from fastdata.loading.observe._diagnosis import LABELS
-from fastdata.loading.observe._report import Stats
+from fastdata.loading.observe.diagnose import LABELS
+from fastdata.loading.observe.report import Stats
 from tests.datagen import make_shards
 
 
@@ -205,6 +205,8 @@ def test_options_are_checked(shards: list[str]) -> None:
         tar_loader(shards, num_workers="many")
     with pytest.raises(ConfigError, match="needs workers"):
         tar_loader(shards, num_workers=0, prefetch_factor="auto")
+    with pytest.raises(ConfigError, match=r"prefetch_factor='lots': pass a count \(1, 2 ...\) or 'auto'"):
+        tar_loader(shards, num_workers=2, prefetch_factor="lots")
     with pytest.raises(ConfigError, match="autotune="):
         tar_loader(shards, num_workers=2, autotune=fd.AutoTune())
     dl = DataLoader(Timed(), num_workers=1, persistent_workers=True)
@@ -258,7 +260,7 @@ def test_under_the_monitor_the_slots_still_stack_batches_straight_into_the_slot(
 def test_a_report_file_that_cannot_be_written_is_refused_or_warned_and_training_goes_on(
     shards: list[str], tmp_path: Path
 ) -> None:
-    from fastdata.loading.observe._report import MonitorWriteWarning
+    from fastdata.loading.observe.report import MonitorWriteWarning
 
     # a folder, or a path under a file: refused when the loader is made, not at the first report
     with pytest.raises(ConfigError, match="is a folder"):

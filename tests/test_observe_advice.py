@@ -6,7 +6,7 @@ the library's one evidence builder and rules."""
 from __future__ import annotations
 
 from fastdata.loading.observe import Context, Process, Window, classify, evidence
-from fastdata.loading.observe._stage_table import StartSplit
+from fastdata.loading.observe.measure import StartSplit
 
 
 def idle_workers() -> Window:

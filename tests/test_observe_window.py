@@ -60,7 +60,7 @@ def test_a_report_and_a_sweep_point_on_the_same_window_say_the_same(shards: list
     # the figures are the window's own, wherever it was measured
     assert point.samples_per_s == report.samples_per_s and point.window.stall == report.stall
     assert point.stage_ms == {s: v["ms_per_sample"] for s, v in report.stages.items()}
-    assert point.window.worker_busy == window.worker_busy and point.pss_total == report.pss
+    assert point.window.worker_busy == window.worker_busy and point.window.pss == report.pss
     # one evidence builder and one set of rules: the same label from the same window and context
     ctx = context(point, result)
     live = Context(cores=ctx.cores, memory=ctx.memory, start=ctx.start, start_method=ctx.start_method)

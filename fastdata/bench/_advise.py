@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastdata.bench._diagnose import (
-    Bottleneck,
     Check,
     checks,
     diagnose,
@@ -25,6 +24,7 @@ from fastdata.bench._diagnose import (
 )
 from fastdata.bench._result import Config, Point, SweepResult
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.loading.observe import Label
 
 # labels whose workers compute: each needs a core of its own
 COMPUTING_LABELS = ("cpu", "main-process", "fork", "worker-init", "shuffle-fill", "uncertain", "unknown")
@@ -39,7 +39,7 @@ class Recommendation:
         kwargs (dict): ``DataLoader`` keyword arguments, ready to paste.
         point (Point | None): what the recommended configuration measured.
         best (Point | None): the fastest point measured.
-        bottleneck: the headline label (:data:`fastdata.loading.observe._diagnosis.Label`): "storage", "cpu",
+        bottleneck: the headline label (:data:`fastdata.loading.observe.diagnose.Label`): "storage", "cpu",
             "main-process", "ipc", "fork", "worker-init", "shuffle-fill", "memory", "step" (the training
             step is the limit), "uncertain" or "unknown".
         diagnosis (list[str]): plain-language sentences, most important first.
@@ -54,7 +54,7 @@ class Recommendation:
     kwargs: dict[str, Any]
     point: Point | None
     best: Point | None
-    bottleneck: Bottleneck
+    bottleneck: Label
     diagnosis: list[str] = field(default_factory=list)
     per_rank: dict[str, Any] | None = None
     evidence: list[str] = field(default_factory=list)
@@ -147,7 +147,7 @@ def procs_from_environment() -> int | None:
         raise ConfigError(f"LOCAL_WORLD_SIZE={value!r} is not an integer; unset it or pass --procs-per-node") from None
 
 
-def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: int) -> dict[str, Any]:
+def per_rank(result: SweepResult, rec: Point, kind: Label, procs_per_node: int) -> dict[str, Any]:
     """Workers per rank (per GPU) when ``procs_per_node`` training processes share this machine.
 
     Every rank's training process keeps a physical core of its own (the reserve); the workers of all the
@@ -188,7 +188,7 @@ def per_rank(result: SweepResult, rec: Point, kind: Bottleneck, procs_per_node: 
     mem = result.usable_memory
     if mem and rec.pss_workers and workers:
         per_worker_mem = max(rec.pss_workers)
-        fits = math.floor((0.6 * mem / procs_per_node - rec.pss_main) / per_worker_mem)
+        fits = math.floor((0.6 * mem / procs_per_node - rec.window.main.pss) / per_worker_mem)
         if fits < workers:
             workers = max(0, fits)
             reason += f"; capped so that {procs_per_node} ranks' workers stay within 60% of memory (PSS)"

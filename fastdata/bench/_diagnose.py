@@ -1,6 +1,6 @@
 """What limits a loader, in plain words, from what a sweep measured.
 
-Each point's label comes from the library's rules (:func:`fastdata.loading.observe._diagnosis.classify`) over
+Each point's label comes from the library's rules (:func:`fastdata.loading.observe.diagnose.classify`) over
 the point's :func:`evidence`; the same rules label a training loop's windows. This module adds what only
 a sweep can see, in order:
 
@@ -25,29 +25,26 @@ from dataclasses import dataclass
 
 from fastdata.bench._result import Point, SweepResult
 from fastdata.core.stages import STAGES
-from fastdata.loading.observe._diagnosis import (
+from fastdata.loading import observe
+from fastdata.loading.observe.diagnose import (
     COMPUTING,
     CORES_SATURATED,
     MAIN_BUSY,
     MEMORY_NEAR,
     WAITING_LABELS,
+    Context,
+    Evidence,
     Label,
     Verdict,
     agree,
     storage_signs,
     waiting,
 )
-from fastdata.loading.observe._diagnosis import classify as classify_evidence
-from fastdata.loading.observe._evidence import Context, Evidence
-from fastdata.loading.observe._evidence import evidence as window_evidence
-from fastdata.loading.observe._stage_table import StartSplit
-
-Bottleneck = Label
+from fastdata.loading.observe.measure import StartSplit
 
 STARTUP_NOTE = 0.05  # start-up against one epoch's time: worth persistent workers
 TRANSFER_BUSY = 0.4  # with workers, the main process busy this much (or receiving half of it): moving costs
 NOISY = 0.5  # windows' spread, (max - min) / median, beyond which a 5% comparison is guesswork
-WORKER_COMPUTING = COMPUTING
 
 HEADLINE: dict[str, str] = {
     "storage": "Storage-bound",
@@ -67,13 +64,9 @@ HEADLINE: dict[str, str] = {
 }
 
 
-def _per_worker_busy(p: Point) -> float:
-    return p.window.per_worker_busy
-
-
 def cores_saturated(p: Point, cores: int) -> bool:
     """The loader alone wants (nearly) every usable core, its workers computing (not waiting)."""
-    computing = not p.config.processes or _per_worker_busy(p) >= WORKER_COMPUTING
+    computing = not p.config.processes or p.window.per_worker_busy >= COMPUTING
     return computing and p.demand >= CORES_SATURATED * cores
 
 
@@ -82,7 +75,7 @@ def oversubscribed(p: Point, cores: int) -> bool:
     workers is CPU taken from other programs (the training process, on a real job), not loader speed."""
     return (
         p.config.processes > cores
-        and _per_worker_busy(p) >= WORKER_COMPUTING
+        and p.window.per_worker_busy >= COMPUTING
         and sum(p.window.worker_busy) >= CORES_SATURATED * cores
     )
 
@@ -104,11 +97,11 @@ def memory_budget(result: SweepResult) -> float | None:
 def context(p: Point, result: SweepResult) -> Context:
     """What the label rules need beside one point's window."""
     split = p.restart_split or p.start_split
-    epoch_start = None
+    first_wait = None
     if not p.window.first_wait_s and p.restart_s is None and result.epoch_samples and p.samples_per_s:
         # no epoch ended while measuring: the first batch's wait against an epoch's time, predicted
         epoch_s = result.epoch_samples / p.samples_per_s
-        epoch_start = p.startup_s / (p.startup_s + epoch_s)
+        first_wait = p.startup_s / (p.startup_s + epoch_s)
     return Context(
         cores=result.usable_cores,
         # loader threads are threads of the main process: their CPU is in its figures, read per thread
@@ -118,31 +111,27 @@ def context(p: Point, result: SweepResult) -> Context:
         start_method=str(result.settings.get("multiprocessing_context") or "fork"),
         parent_rss=p.parent_rss,
         blkio_known=p.blkio_known,
-        epoch_start=epoch_start,
+        first_wait=first_wait,
         stage_totals=p.stage_totals,
     )
 
 
 def evidence(p: Point, result: SweepResult) -> Evidence:
     """The figures the label rules read, from one point of a sweep: the library's one builder over the
-    point's pooled window (:func:`fastdata.loading.observe._evidence.evidence`)."""
-    return window_evidence(p.window, context(p, result))
+    point's pooled window (:func:`fastdata.loading.observe.diagnose.evidence`)."""
+    return observe.evidence(p.window, context(p, result))
 
 
 def verdict(p: Point, result: SweepResult, stall_target: float = 0.05) -> Verdict:
     """The label of one point, and its evidence."""
     if not p.ok:
         return Verdict("unknown", [f"{p.config.label()} failed: {p.error}"])
-    return classify_evidence(evidence(p, result), stall_target)
+    return observe.classify(evidence(p, result), stall_target)
 
 
-def label(p: Point, result: SweepResult, stall_target: float = 0.05) -> Bottleneck:
+def label(p: Point, result: SweepResult, stall_target: float = 0.05) -> Label:
     """The table's label of one point."""
     return verdict(p, result, stall_target).label
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
 
 
 DIED = re.compile(r"\b(killed|memory|oom|signal)\b")  # whole words: "boom" is no OOM
@@ -156,7 +145,7 @@ def _heavy(result: SweepResult) -> Point | None:
     mem = memory_budget(result)
     if not mem:
         return None
-    heavy = [p for p in result.ok_points() if p.pss_total >= MEMORY_NEAR * mem]
+    heavy = [p for p in result.ok_points() if p.window.pss >= MEMORY_NEAR * mem]
     return min(heavy, key=lambda p: p.config.cost()) if heavy else None
 
 
@@ -221,7 +210,7 @@ class Diagnosis:
         point (Point | None): the point the label was read from.
     """
 
-    label: Bottleneck
+    label: Label
     evidence: list[str]
     advice: list[str]
     notes: list[str]
@@ -259,7 +248,9 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
         waits = storage_signs(seen) or waiting(seen)  # a slow store: the verdict is storage, not transfer
         # and with workers, receiving must be seen to cost: the main process busy, or rebuilding batches
         # (a decode-heavy loader that measured fastest with no workers on a crowded machine is not "ipc")
-        moving = top.window.main_busy >= TRANSFER_BUSY or _receiving(top) + top.window.pinning >= TRANSFER_BUSY / 2
+        moving = (
+            top.window.main_busy >= TRANSFER_BUSY or top.window.receiving[0] + top.window.pinning >= TRANSFER_BUSY / 2
+        )
         computing = rec.window.main_process_busy >= MAIN_BUSY
         if top.samples_per_s < rec.samples_per_s and computing and moving and not waits:
             text = (
@@ -267,7 +258,7 @@ def diagnose(result: SweepResult, rec: Point, best: Point, *, stall_target: floa
                 f"workers gives {rec.samples_per_s:,.0f} samples/s with the main process computing "
                 f"{rec.window.main_process_busy:.0%} of the time; the best with workers gives "
                 f"{top.samples_per_s:,.0f} ({top.config.describe()}, the main process receiving "
-                f"{_receiving(top):.0%} of the time)"
+                f"{top.window.receiving[0]:.0%} of the time)"
             )
             advice = "load in the main process, or do more work per item (decode, augment) before workers pay off"
             return Diagnosis("ipc", [text], [advice], notes, rec)
@@ -453,7 +444,6 @@ def estimate(result: SweepResult, p: Point) -> tuple[int, str]:
 
 __all__ = [
     "HEADLINE",
-    "Bottleneck",
     "Check",
     "Diagnosis",
     "checks",
@@ -470,8 +460,3 @@ __all__ = [
     "step_words",
     "verdict",
 ]
-
-
-def _receiving(p: Point) -> float:
-    """Share of the time the main process spent rebuilding received batches."""
-    return p.window.receiving[0]

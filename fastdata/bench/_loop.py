@@ -2,10 +2,10 @@
 
 The loop is a training loop without a model: ``next(loader)``, then the step (a sleep of ``step``
 seconds, or the user's function), and bookkeeping. It counts each batch as the monitor does (the
-library's :class:`~fastdata.loading.observe._counter.BatchCounter`, plus what the sweep's envelope times:
+library's :class:`~fastdata.loading.observe.measure.BatchCounter`, plus what the sweep's envelope times:
 rebuilding and pinning each batch), and reads the library's probe
-(:class:`~fastdata.loading.observe._probe.Probe`) at each window's two ends: each window is the one
-measurement record, :class:`~fastdata.loading.observe._window.Window`.
+(:class:`~fastdata.loading.observe.measure.Probe`) at each window's two ends: each window is the one
+measurement record, :class:`~fastdata.loading.observe.measure.Window`.
 
 An epoch that runs out closes the current window, and the next window starts right there, so it holds
 the restart (new workers unless they persist, and whatever the dataset does before its first sample):
@@ -29,7 +29,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from fastdata.bench._probes import ProbedCollate, leading_dim
+from fastdata.bench._probes import ProbedCollate
 from fastdata.bench._result import Config, Point
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.core.system._procfs import delay_accounting, rss
@@ -37,10 +37,16 @@ from fastdata.loading._builder import build_dataloader
 from fastdata.loading._dataloader import FastDataLoader
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset as FastdataDataset
-from fastdata.loading.observe._counter import BatchCounter
-from fastdata.loading.observe._probe import Probe
-from fastdata.loading.observe._stage_table import ProbeInit, StageTable, StartSplit, start_split
-from fastdata.loading.observe._window import Window
+from fastdata.loading.observe.measure import (
+    BatchCounter,
+    Probe,
+    ProbeInit,
+    StageTable,
+    StartSplit,
+    Window,
+    batch_samples,
+    start_split,
+)
 from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
 
 StepFn = Callable[[Any], object]
@@ -119,7 +125,7 @@ def make_loader(
 
 class _Feed:
     """Batches from a DataLoader, epoch after epoch; timing each restart and, with a stage table,
-    splitting each epoch's first-batch wait (:func:`fastdata.loading.observe._stage_table.start_split`).
+    splitting each epoch's first-batch wait (:func:`fastdata.loading.observe.measure.start_split`).
 
     ``on_epoch_end(t)`` is called when an epoch runs out, before the next starts (``t``: when its last
     batch was asked for), so that the caller can close its window there.
@@ -286,7 +292,7 @@ class _Run:
                 counter.received(item.unpickle_s, item.unpickle_cpu, item.pin_s, item.nbytes)
             else:
                 batch = item
-                counter.handed(asked, got, leading_dim(batch), first=feed.restarted)
+                counter.handed(asked, got, batch_samples(batch), first=feed.restarted)
             if self.step_fn is not None:
                 self.step_fn(batch)
             elif self.step_s > 0:

@@ -1,7 +1,7 @@
 """What only a sweep measures, beside the library's probe: the envelope around each batch.
 
 Everything else (stages, every thread of every process, the machine, D state) the sweep reads through
-the library's probe (:class:`fastdata.loading.observe._probe.Probe`), as the monitor does.
+the library's probe (:class:`fastdata.loading.observe.measure.Probe`), as the monitor does.
 :class:`ProbedCollate` (the ``collate_fn`` under the sweep) times the collate function, marks each epoch's
 first batch in the stage table, flushes the producer's stage totals to it, and wraps each batch in a
 :class:`Probed` envelope carrying its sample count and size. The envelope times its own unpickling (its
@@ -22,8 +22,7 @@ import numpy as np
 import torch
 
 from fastdata.core import stages
-from fastdata.loading.observe import _stage_table as library
-from fastdata.loading.observe._probe import batch_samples as leading_dim  # samples in a batch the dataset built
+from fastdata.loading.observe.measure import batch_begin, batch_end, batch_samples
 
 
 def _rebuild(started: float, started_cpu: float, n: int, nbytes: int, batch: Any) -> Probed:
@@ -126,15 +125,15 @@ class ProbedCollate:
         self.collate_fn, self.batched, self.measure = collate_fn, batched, measure
 
     def __call__(self, data: Any) -> Probed:
-        library.batch_begin()  # an epoch's first batch marks when it began and what was read before it
+        batch_begin()  # an epoch's first batch marks when it began and what was read before it
         start = stages.clock()
         out = self.collate_fn(data)
-        n = len(data) if self.batched else leading_dim(out)
+        n = len(data) if self.batched else batch_samples(out)
         if not self.measure:
             return Probed(n, 0, out)
         stages.lap("collate", start, n)
-        library.batch_end(n)  # flushes the stage totals to shared memory
+        batch_end(n)  # flushes the stage totals to shared memory
         return Probed(n, payload_bytes(out), out)
 
 
-__all__ = ["Probed", "ProbedCollate", "leading_dim", "payload_bytes"]
+__all__ = ["Probed", "ProbedCollate", "payload_bytes"]

@@ -38,6 +38,8 @@ PTRACE_HELP = (
     "'sysctl kernel.yama.ptrace_scope=0', or, in Docker, add '--cap-add SYS_PTRACE'"
 )
 
+# this module as py-spy names its frames (from its own name: moving the file moves it): the profiling loop's
+HERE = __name__.replace(".", "/") + ".py"  # own frames are the simulated training step
 # frames that are the DataLoader's own plumbing: never the stage a sample is in
 _PLUMBING = re.compile(r"torch/utils/data/_utils/(fetch|worker)\.py|torch/utils/data/dataloader\.py")
 _STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -92,7 +94,7 @@ def parse_raw(text: str) -> list[Stack]:
 def stage_of(frames: list[str]) -> str:
     """The stage of one stack: the leafmost frame that names one (the DataLoader's plumbing skipped);
     "step" for the simulated training step of the profiling loop itself."""
-    if frames and "fastdata/bench/_profile.py" in frames[-1]:
+    if frames and f"{HERE}:" in frames[-1]:
         return "step"
     for frame in reversed(frames):
         if _PLUMBING.search(frame):

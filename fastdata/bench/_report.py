@@ -12,7 +12,7 @@ from fastdata.bench._advise import Recommendation
 from fastdata.bench._diagnose import label, step_words
 from fastdata.bench._result import Point, SweepResult
 from fastdata.core.stages import STAGES
-from fastdata.loading.observe._verdict import WAITING_LABELS
+from fastdata.loading.observe.diagnose import WAITING_LABELS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,7 +74,7 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
             )
             continue
         stages = "/".join(_ms(p.stage_ms.get(s)) for s in STAGES)
-        pss = _mb(p.pss_main) + (
+        pss = _mb(p.window.main.pss) + (
             "+"
             + "+".join(_mb(x) for x in p.pss_workers[:1])
             + (f"x{len(p.pss_workers)}" if len(p.pss_workers) > 1 else "")
@@ -87,14 +87,14 @@ def point_table(result: SweepResult, rec: Recommendation | None = None, *, title
             f"{p.startup_s:.2f}",
             f"{p.samples_per_s:,.0f}",
             f"{p.spread:.0%}",
-            f"{p.mb_per_s:.1f}",
+            f"{p.window.mb_per_s:.1f}",
         ]
         if stall:
             row.append(f"{p.stall:.0%}" if p.stall is not None else "-")
         row += [
             f"{p.window.main_busy:.0%}",
             f"{p.window.receiving[0] + p.window.pinning:.0%}",
-            f"{p.total_cores:.1f}/{p.demand:.1f}",
+            f"{p.window.cores_used:.1f}/{p.demand:.1f}",
             stages,
             pss,
             str(p.fds),
@@ -329,7 +329,7 @@ def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation |
             backend,
             str(rec.config.num_workers) if rec.config.mode == "processes" else rec.config.label().split()[0],
             f"{p.samples_per_s:,.0f}",
-            f"{p.mb_per_s:.1f}",
+            f"{p.window.mb_per_s:.1f}",
             f"{p.startup_s:.2f}",
             rec.bottleneck,
             *extra,

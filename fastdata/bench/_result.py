@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastdata.loading._builder import Transport
-from fastdata.loading.observe._window import Window
+from fastdata.loading.observe.measure import Window
 
 Mode = Literal["processes", "threads", "hybrid"]
 """Who reads the batches: ``"processes"``, DataLoader worker processes (``num_workers``); ``"threads"``,
@@ -155,7 +155,7 @@ class Config:
 @dataclass
 class Point:
     """What one configuration achieved: its windows of steady state (the library's one measurement record,
-    :class:`~fastdata.loading.observe._window.Window`, the monitor's too) and what happened around them.
+    :class:`~fastdata.loading.observe.measure.Window`, the monitor's too) and what happened around them.
     Every figure is the pooled window's (:attr:`window`), so the same loader over the same time gives the
     same figures here and in a monitor's report.
 
@@ -169,7 +169,7 @@ class Point:
         stage_totals (dict[str, tuple[float, float]]): per stage (seconds, items) over the whole run, warm-up
             included (a dataset that reads in bursts may do a stage's work outside every window).
         start_split, restart_split (dict[str, float]): where the first batch's wait went (launch, init,
-            fill, produce, deliver; see :class:`fastdata.loading.observe._stage_table.StartSplit`), at the
+            fill, produce, deliver; see :class:`fastdata.loading.observe.measure.StartSplit`), at the
             start and (median) at later epochs' starts.
         parent_rss (float): the main process's resident memory when the workers started, bytes.
         blkio_known (bool): the kernel's delay accounting was on (else block-I/O delay reads 0).
@@ -212,10 +212,6 @@ class Point:
         return self.window.samples_per_s
 
     @property
-    def mb_per_s(self) -> float:
-        return self.window.mb_per_s
-
-    @property
     def window_rates(self) -> list[float]:
         return [w.samples_per_s for w in self.windows]
 
@@ -233,10 +229,6 @@ class Point:
         return (max(rates) - min(rates)) / mid if mid else 0.0
 
     @property
-    def measured_s(self) -> float:
-        return self.window.seconds
-
-    @property
     def stall(self) -> float | None:
         """With a step, the share of the loop's time spent waiting for data."""
         return self.window.stall if self.step else None
@@ -251,26 +243,13 @@ class Point:
         return self.window.stage_ms(self.stage_totals)
 
     @property
-    def pss_main(self) -> float:
-        return self.window.main.pss
-
-    @property
     def pss_workers(self) -> list[float]:
         return [w.pss for w in self.window.workers]
-
-    @property
-    def pss_total(self) -> float:
-        return self.window.pss
 
     @property
     def fds(self) -> int:
         w = self.window
         return w.main.fds + sum(p.fds for p in w.workers)
-
-    @property
-    def total_cores(self) -> float:
-        """Cores the loader's processes used, every thread."""
-        return self.window.cores_used
 
     def figures(self) -> dict[str, Any]:
         """The point's figures by name (for a JSON report; all of them derived from its windows)."""
@@ -279,10 +258,10 @@ class Point:
         voluntary, involuntary = w.switches
         return {
             "samples_per_s": self.samples_per_s,
-            "mb_per_s": self.mb_per_s,
+            "mb_per_s": w.mb_per_s,
             "spread": self.spread,
             "window_rates": self.window_rates,
-            "measured_s": self.measured_s,
+            "measured_s": w.seconds,
             "stall": self.stall,
             "restart_s": self.restart_s,
             "stage_ms": self.stage_ms,
@@ -306,7 +285,7 @@ class Point:
             "read_mb_s": w.read_mb_s,
             "switches_per_s": {"voluntary": voluntary, "involuntary": involuntary},
             "first_wait": w.first_wait,
-            "pss_main": self.pss_main,
+            "pss_main": w.main.pss,
             "pss_workers": self.pss_workers,
             "fds": self.fds,
         }

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fastdata.bench._result import Config, Point, SweepResult
-from fastdata.loading.observe._autotune import WAIT_WORKERS
-from fastdata.loading.observe._diagnosis import MEMORY_NEAR, WAITING_LABELS
+from fastdata.loading.observe.diagnose import MEMORY_NEAR, WAITING_LABELS
+from fastdata.loading.observe.tune import WAIT_WORKERS
 
 GAIN = 0.15  # the largest count measured this much faster than the one below it: throughput still rises
 HOPELESS = 0.5  # a mode whose best is under this share of the sweep's best is not widened
@@ -77,7 +77,7 @@ def _next(result: SweepResult, same: list[Point], top: Point) -> list[Config]:
     budget = memory_budget(result)
     if budget and top.pss_workers:
         more = max(top.pss_workers) * (n - largest)
-        if top.pss_total + more > MEMORY_NEAR * budget:
+        if top.window.pss + more > MEMORY_NEAR * budget:
             return []
     return [replace(top.config, num_workers=n)]
 

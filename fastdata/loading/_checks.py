@@ -9,6 +9,7 @@ from fastdata.core.epoch import Remainder
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.loading._builder import Transport
 from fastdata.loading._protocol import BatchingDataset, MapDataset, ResumableBatchSampler, ResumableSampler
+from fastdata.loading.observe.tune import Requested
 
 Workers = Literal["processes", "threads"]
 """Who reads: ``"processes"``, DataLoader worker processes (each with ``threads_per_worker`` threads), or
@@ -22,13 +23,13 @@ def check_mode(
     transport: str | None,
     worker_init_fn: Any,
     kwargs: dict[str, Any] | None = None,
-) -> None:
-    """Who reads, and how: refuse what does not go together (see :class:`fastdata.Loader`)."""
+) -> Requested:
+    """Who reads, and how: refuse what does not go together (see :class:`fastdata.Loader`); ``num_workers``
+    and ``prefetch_factor`` (in ``kwargs``) checked once, as the loader hands them to its session."""
     check_choice("workers", workers, Workers)
+    prefetch = (kwargs or {}).get("prefetch_factor")
     auto = [
-        f"{name}='auto'"
-        for name, v in (("num_workers", num_workers), ("prefetch_factor", (kwargs or {}).get("prefetch_factor")))
-        if v == "auto"
+        f"{name}='auto'" for name, v in (("num_workers", num_workers), ("prefetch_factor", prefetch)) if v == "auto"
     ]
     if auto and workers == "threads":
         raise ConfigError(
@@ -36,11 +37,8 @@ def check_mode(
             'workers="threads" has none; pass counts (num_workers=4; `fastdata bench` says how many), or use '
             'workers="processes" to have them tuned'
         )
-    if num_workers == "auto":
-        num_workers = 0  # its bounds are checked with the autotuner's (fastdata.loading.observe._session)
-    elif not isinstance(num_workers, int) or isinstance(num_workers, bool):
-        raise ConfigError(f"num_workers={num_workers!r}: pass a count (0, 1, 2 ...) or 'auto'")
-    check_positive("num_workers", num_workers, allow_zero=True)
+    requested = Requested.of(num_workers, prefetch)
+    num_workers = requested.workers or 0
     check_positive("threads_per_worker", threads_per_worker)
     if transport is not None:
         check_choice("transport", transport, Transport)
@@ -57,6 +55,7 @@ def check_mode(
                 'worker_init_fn runs in worker processes; with workers="threads" there are none (each '
                 "thread's dataset copy is warmed up as a worker's would be): leave it out"
             )
+    return requested
 
 
 def check_iterable(

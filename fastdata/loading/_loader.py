@@ -42,10 +42,9 @@ from fastdata.loading._checks import Workers, check_batch_sampler, check_iterabl
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset, RankSampler
 from fastdata.loading._tail import ElasticDataset, TailBatches, check_elastic, tail_batches
-from fastdata.loading.observe._autotune_types import AutoTune, Setting
-from fastdata.loading.observe._report import Stats
-from fastdata.loading.observe._reporting import Since
 from fastdata.loading.observe._session import Session, loader_session
+from fastdata.loading.observe.report import Since, Stats
+from fastdata.loading.observe.tune import AutoTune, Setting
 from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
 
 DEFAULT_TRANSPORT: Transport = "slots"
@@ -81,7 +80,7 @@ class Loader:
         num_workers (int | "auto"): DataLoader worker processes, or threads with ``workers="threads"``.
             ``"auto"`` (worker processes only) starts from as many as the cores and memory allow, measures, and
             moves them (and, with ``prefetch_factor="auto"``, the prefetch) at batch boundaries, restarting the
-            workers with the epoch continuing exactly (see :mod:`fastdata.loading.observe._autotune` and
+            workers with the epoch continuing exactly (see :mod:`fastdata.loading.observe.tune` and
             docs/monitor.md). Defaults to 0 (read in the training process).
         workers ("processes" | "threads"): who reads (:data:`Workers`): worker processes, or threads of
             this process, for work that releases the GIL (file and S3 reads, PIL/OpenCV/PyAV decode). The
@@ -107,9 +106,9 @@ class Loader:
         worker_init_fn (Callable | None): run in each worker process after :data:`fastdata.worker_init_fn`,
             which the Loader always installs. Not with threads. Defaults to None.
         monitor (bool | Callable | str | PathLike | Monitor | None): report while training
-            (:class:`~fastdata.loading.observe._report.Stats`, every 10 s by default): True, a log line (logger
+            (:class:`~fastdata.loading.observe.report.Stats`, every 10 s by default): True, a log line (logger
             ``fastdata.monitor``); a function, called with each report; a path, a JSON-lines file; or an
-            :class:`~fastdata.loading.observe._report.Monitor`. :meth:`stats` returns the latest. Defaults to None.
+            :class:`~fastdata.loading.observe.report.Monitor`. :meth:`stats` returns the latest. Defaults to None.
         autotune (AutoTune | None): how ``"auto"`` moves (bounds, window, interval, margin). Defaults to None:
             ``AutoTune()``.
         **dataloader_kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
@@ -142,7 +141,7 @@ class Loader:
         autotune: AutoTune | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
-        check_mode(workers, num_workers, threads_per_worker, transport, worker_init_fn, dataloader_kwargs)
+        requested = check_mode(workers, num_workers, threads_per_worker, transport, worker_init_fn, dataloader_kwargs)
         self.workers: Workers = workers
         self.threads_per_worker = threads_per_worker
         self.transport: Transport = transport or DEFAULT_TRANSPORT
@@ -165,7 +164,7 @@ class Loader:
         # hooks and the prefetch ---
         self._session: Session | None
         self._session, self._user_kwargs = loader_session(
-            num_workers,
+            requested,
             monitor,
             autotune,
             dataloader_kwargs,
@@ -173,7 +172,7 @@ class Loader:
             counters=getattr(dataset, "_shared", None),  # its skipped count, kept right across auto's restarts
         )
         session = self._session
-        self.num_workers = session.setting.workers if session and session.tuner else int(num_workers)
+        self.num_workers = session.setting.workers if session and session.tuner else requested.workers or 0
         self.iterable = isinstance(dataset, IterableDataset)
         # the sampler the Loader resumes through (map-style), and whether it hands out whole batches
         self.sampler: Any = None

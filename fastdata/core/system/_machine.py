@@ -8,7 +8,7 @@ Memory is the same story: the cgroup's limit, not ``MemTotal``, decides when the
 The cgroup files are read below a ``root`` folder (``/`` normally) so tests can point it at a fake
 tree. Python's standard library reads none of this (``os.process_cpu_count`` in 3.13 knows affinity
 only) and psutil reads no cgroup files, so it is written here. It sits in ``core`` because both the
-benchmark harness (``fastdata bench``) and the library's autotuner (:mod:`fastdata.loading.observe._autotune`)
+benchmark harness (``fastdata bench``) and the library's autotuner (:mod:`fastdata.loading.observe.tune`)
 read it.
 """
 

@@ -1,47 +1,31 @@
-"""What a loader does, measured the same way offline (``fastdata bench``) and inside training: the probe
-(``_probe``, over the one ``/proc`` reader in core and the workers' shared stage table, ``_stage_table``),
-the window record, the diagnosis (``_diagnosis``: evidence and one set of label rules), the monitor's
-reports (``_monitor``, ``_report``) and ``num_workers="auto"`` (``_autotune``).
-
-The one record is :class:`Window` (``_window``): raw counters of one span of time, with every figure a
-property of them; the sweep's points and the monitor's reports are both made of windows, and
-:func:`evidence` turns one into what the label rules (:func:`classify`) read. A session (``_session``)
-feeds one per-batch counter (``_counter``) that its reporter (``_reporting``) and tuner (``_tuning``) read
-through the one probe."""
+"""What a loader does, measured the same way offline (``fastdata bench``) and inside training, by role:
+:mod:`~fastdata.loading.observe.measure` (the probe and the one record, :class:`Window`: raw counters of a
+span of time, every figure a property of them), :mod:`~fastdata.loading.observe.diagnose` (the label rules,
+:func:`classify`, over :class:`Evidence`: a window in its :class:`Context`), :mod:`~fastdata.loading.observe.tune`
+(``num_workers="auto"``) and :mod:`~fastdata.loading.observe.report` (:class:`Stats`, sent per :class:`Monitor`).
+A session (``_session``) feeds the probe that its reporter and tuner read; :func:`monitor` wraps a DataLoader in one."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.loading.observe._autotune_types import AutoTune, Change, Setting
-    from fastdata.loading.observe._diagnosis import LABELS, Label, Verdict, classify
-    from fastdata.loading.observe._evidence import Context, Evidence, evidence
     from fastdata.loading.observe._monitor import Monitored, monitor
-    from fastdata.loading.observe._report import Monitor, Stats
-    from fastdata.loading.observe._window import Process, Window
+    from fastdata.loading.observe.diagnose import LABELS, Context, Evidence, Label, Verdict, classify, evidence
+    from fastdata.loading.observe.measure import Process, Window
+    from fastdata.loading.observe.report import Monitor, Stats
+    from fastdata.loading.observe.tune import AutoTune, Change, Setting
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "AutoTune": "._autotune_types",
-        "Change": "._autotune_types",
-        "Setting": "._autotune_types",
-        "LABELS": "._diagnosis",
-        "Context": "._evidence",
-        "Evidence": "._evidence",
-        "evidence": "._evidence",
-        "Process": "._window",
-        "Window": "._window",
-        "Label": "._diagnosis",
-        "Verdict": "._diagnosis",
-        "classify": "._diagnosis",
-        "Monitored": "._monitor",
-        "monitor": "._monitor",
-        "Monitor": "._report",
-        "Stats": "._report",
+        **dict.fromkeys(["Monitored", "monitor"], "._monitor"),
+        **dict.fromkeys(["Context", "Evidence", "LABELS", "Label", "Verdict", "classify", "evidence"], ".diagnose"),
+        **dict.fromkeys(["Process", "Window"], ".measure"),
+        **dict.fromkeys(["Monitor", "Stats"], ".report"),
+        **dict.fromkeys(["AutoTune", "Change", "Setting"], ".tune"),
     },
 )
 

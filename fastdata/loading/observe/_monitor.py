@@ -1,7 +1,7 @@
 """``fastdata.monitor(dataloader)``: the monitor of ``fd.Loader(monitor=...)`` for a plain ``DataLoader``.
 
 The wrapper iterates the DataLoader as it is, handing out its batches unchanged, and reports as
-``fd.Loader`` does (:class:`~fastdata.loading.observe._report.Stats`, to a log line, a function or a JSON-lines file).
+``fd.Loader`` does (:class:`~fastdata.loading.observe.Stats`, to a log line, a function or a JSON-lines file).
 So that the workers write their stage times and their own CPU and context switches into the shared
 stage table, it wraps the DataLoader's ``worker_init_fn`` (the user's still runs, after the probe's) and
 ``collate_fn`` in place, before the first epoch: wrap a DataLoader before iterating it (with persistent
@@ -17,11 +17,11 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from fastdata.core.errors import ConfigError
-from fastdata.loading.observe._autotune import Setting
-from fastdata.loading.observe._report import Monitor, Sink, Stats, as_monitor
-from fastdata.loading.observe._reporting import Since
 from fastdata.loading.observe._session import MonitoredCollate, Session
-from fastdata.loading.observe._stage_table import ProbeInit
+from fastdata.loading.observe.measure._stage_table import ProbeInit
+from fastdata.loading.observe.report._reporter import Monitor, Since, Sink, as_monitor
+from fastdata.loading.observe.report._stats import Stats
+from fastdata.loading.observe.tune._options import Setting
 
 
 class Monitored:

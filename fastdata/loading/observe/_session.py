@@ -2,10 +2,10 @@
 
 A :class:`Session` belongs to one loader (an ``fd.Loader``, or a plain DataLoader wrapped by
 :func:`fastdata.monitor`). It installs the probes in the workers (the ``worker_init_fn`` and ``collate_fn``
-wrappers the DataLoader builder takes: :class:`~._stage_table.ProbeInit`, :class:`MonitoredCollate`) and
-counts each batch as it is handed out (:class:`~._counter.BatchCounter`: two clock and two CPU-clock reads
-a batch). Two separate parts read that count through the one probe (:class:`~._probe.Probe`): the
-:class:`~._reporting.Reporter` makes the monitor's reports, the :class:`~._tuning.Tuning` hands windows
+wrappers the DataLoader builder takes: :class:`~.measure.ProbeInit`, :class:`MonitoredCollate`) and
+counts each batch as it is handed out (:class:`~.measure.BatchCounter`: two clock and two CPU-clock reads
+a batch). Two separate parts read that count through the one probe (:class:`~.measure.Probe`): the
+:class:`~.report._reporter.Reporter` makes the monitor's reports, the :class:`~.tune._tuning.Tuning` hands windows
 to the autotuner.
 
 A change the autotuner makes is applied at the next batch boundary: the DataLoader's iterator is shut down
@@ -25,19 +25,20 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastdata.core import stages
-from fastdata.core.errors import ConfigError, check_positive
+from fastdata.core.errors import ConfigError
 from fastdata.core.process._shared import SharedState
 from fastdata.core.system._machine import memory_available, usable_cores, usable_memory
-from fastdata.loading.observe import _stage_table as stage_table
-from fastdata.loading.observe._autotune import AutoTune, Change, Setting, Tuner
-from fastdata.loading.observe._counter import BatchCounter
-from fastdata.loading.observe._evidence import Context
-from fastdata.loading.observe._ledger import Ledger
-from fastdata.loading.observe._probe import Probe, batch_samples, worker_pids
-from fastdata.loading.observe._report import Monitor, Stats, as_monitor
-from fastdata.loading.observe._reporting import Reporter, Since
-from fastdata.loading.observe._stage_table import ProbeInit, StartSplit, start_split
-from fastdata.loading.observe._tuning import Tuning
+from fastdata.loading.observe.diagnose._evidence import Context
+from fastdata.loading.observe.measure import _stage_table as stage_table
+from fastdata.loading.observe.measure._counter import BatchCounter
+from fastdata.loading.observe.measure._ledger import Ledger
+from fastdata.loading.observe.measure._probe import Probe, batch_samples, worker_pids
+from fastdata.loading.observe.measure._stage_table import ProbeInit, StartSplit, start_split
+from fastdata.loading.observe.report._reporter import Monitor, Reporter, Since, as_monitor
+from fastdata.loading.observe.report._stats import Stats
+from fastdata.loading.observe.tune._decide import Tuner
+from fastdata.loading.observe.tune._options import AutoTune, Change, Requested, Setting
+from fastdata.loading.observe.tune._tuning import Tuning
 
 Reopen = Callable[[int, int, Setting], Iterator[Any]]
 
@@ -89,7 +90,7 @@ class Session:
         threads (int): loader threads of this process that make the batches (``workers="threads"``): the
             probes count this process as the producer (``setting`` has no workers). Defaults to 0.
         counters (SharedState | None): the dataset's shared counters: with a tuner, its ``skipped`` count is
-            kept right across restarts (:class:`~._ledger.Ledger`). Defaults to None.
+            kept right across restarts (:class:`~.measure._ledger.Ledger`). Defaults to None.
     """
 
     def __init__(
@@ -324,61 +325,47 @@ class Session:
 
 
 def loader_session(
-    num_workers: Any,
+    requested: Requested,
     monitor: Any,
     autotune: AutoTune | None,
     kwargs: dict[str, Any],
     threads: bool = False,
     counters: SharedState | None = None,
 ) -> tuple[Session | None, dict[str, Any]]:
-    """``fd.Loader``'s monitor and autotuner from its arguments: (the session, or None without either; the
-    user's DataLoader options, ``prefetch_factor="auto"`` taken out). The session's ``setting`` is the first.
-    With ``threads`` (``workers="threads"``, "auto" refused before): the monitor only, of this process.
-    ``counters``: the dataset's shared counters (its ``skipped`` count is kept right across auto's restarts).
-
-    Raises:
-        ConfigError: for a ``num_workers``/``prefetch_factor`` that is neither a count nor "auto", or an
-            ``autotune=`` with nothing to tune.
-    """
+    """``fd.Loader``'s monitor and autotuner from its arguments (``num_workers`` and ``prefetch_factor``
+    checked, as ``requested``): (the session, or None without either; the user's DataLoader options,
+    ``prefetch_factor="auto"`` taken out). With ``threads``: the monitor only, of this process. ``counters``:
+    the dataset's shared counters (its ``skipped`` count is kept right across auto's restarts). Raises
+    ConfigError for an ``autotune=`` with nothing to tune."""
     base = dict(kwargs)
-    prefetch = base.get("prefetch_factor")
-    auto_workers = num_workers == "auto"
-    auto_prefetch = prefetch == "auto"
-    if not auto_workers:
-        if not isinstance(num_workers, int) or isinstance(num_workers, bool):
-            raise ConfigError(f"num_workers={num_workers!r}: pass a count (0, 1, 2 ...) or 'auto'")
-        check_positive("num_workers", num_workers, allow_zero=True)
-    if auto_prefetch:
+    if requested.auto_prefetch:
         base.pop("prefetch_factor")
-        if not auto_workers and not num_workers:
-            raise ConfigError("prefetch_factor='auto' needs workers: pass num_workers >= 1 or 'auto'")
-    elif isinstance(prefetch, str):
-        raise ConfigError(f"prefetch_factor={prefetch!r}: pass a count (1, 2 ...) or 'auto'")
-    if autotune is not None and not (auto_workers or auto_prefetch):
+    if autotune is not None and not requested.tuned:
         raise ConfigError("autotune= sets how num_workers='auto' or prefetch_factor='auto' move: pass one of them")
     spec = as_monitor(monitor)
-    if spec is None and not (auto_workers or auto_prefetch):
+    if spec is None and not requested.tuned:
         return None, base
+    fixed, prefetch = requested.workers, requested.prefetch
     if threads:
-        return Session(spec, None, Setting(0), 1, persistent=True, threads=int(num_workers)), base
+        return Session(spec, None, Setting(0), 1, persistent=True, threads=fixed or 0), base
     persistent = bool(base.get("persistent_workers"))
     ctx = base.get("multiprocessing_context")
     method = ctx if isinstance(ctx, str) else getattr(ctx, "get_start_method", lambda: None)()
     method = method or multiprocessing.get_start_method(allow_none=True) or "fork"
     tuner = None
-    if auto_workers or auto_prefetch:
+    if requested.tuned:
         tuner = Tuner(
             autotune or AutoTune(),
             usable_cores(),
-            workers=None if auto_workers else int(num_workers),
-            prefetch=None if auto_prefetch else (prefetch if prefetch is not None else 2),
+            workers=fixed,
+            prefetch=None if requested.auto_prefetch else (prefetch if prefetch is not None else 2),
             persistent=persistent,
         )
         setting = tuner.initial(float(memory_available()), float(usable_memory()))
-        rows = 1 + (tuner.most_workers if auto_workers else int(num_workers))
+        rows = 1 + (tuner.most_workers if fixed is None else fixed)
     else:
-        setting = Setting(int(num_workers), prefetch if num_workers else None)
-        rows = 1 + int(num_workers)
+        setting = Setting(fixed or 0, prefetch if fixed else None)
+        rows = 1 + (fixed or 0)
     session = Session(spec, tuner, setting, rows, start_method=str(method), persistent=persistent, counters=counters)
     return session, base
 

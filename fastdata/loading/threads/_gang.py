@@ -105,6 +105,11 @@ def thread_copies(dataset: Any, n: int) -> list[Any]:
     return [_SharingUnpickler(io.BytesIO(data), shared).load() for _ in range(n)]
 
 
+# a marker the probe finds in the module globals of a frame: a loader thread blocked in this module (in
+# SimpleQueue.get, a C call) waits on a queue for work, not on a lock (fastdata.loading.observe.measure)
+WAITS_ON_QUEUES = True
+
+
 class ThreadGang:
     """``len(copies)`` threads, thread ``j`` reading ``copies[j]`` as worker ``workers[j]``, each with its
     own queue of jobs (so a job given to thread ``j`` runs there, after the ones given to it before).

@@ -1,16 +1,16 @@
-"""``num_workers="auto"`` inside training: windows of the loader handed to the :class:`~._autotune.Tuner`, and
+"""``num_workers="auto"`` inside training: windows of the loader handed to the :class:`~._decide.Tuner`, and
 the change it answers carried to the next batch (or pass).
 
 :class:`Tuning` is fed the session's probe readings; it knows nothing of reporting. Its state is one of:
 
 * ``idle``: no window open (a setting's first batch has not arrived since the last change);
 * ``measuring``: a window runs from a reading; its first quarter may already decide for a setting not
-  measured yet (:data:`~._autotune.EARLY`), else its end does;
+  measured yet (:data:`~._decide.EARLY`), else its end does;
 * ``restart``: a change to make at the next batch (the workers restart mid-pass);
 * ``next pass``: a change to make when the next pass starts (the workers restart there anyway).
 
-Each window becomes an :class:`~._autotune.Observation` built from the window's own figures
-(:class:`~._window.Window`) and its diagnosis, so the tuner reads what the monitor reports.
+Each window becomes an :class:`~._options.Observation`: a view of the window
+(:class:`~fastdata.loading.observe.Window`) with its diagnosis, so the tuner reads what the monitor reports.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from collections.abc import Callable
 from typing import Literal
 
 from fastdata.core.system._machine import memory_available
-from fastdata.loading.observe._autotune import EARLY, Change, Observation, Setting, Tuner
-from fastdata.loading.observe._diagnosis import classify
-from fastdata.loading.observe._evidence import Context, evidence
-from fastdata.loading.observe._window import Window
+from fastdata.loading.observe.diagnose._diagnosis import classify
+from fastdata.loading.observe.diagnose._evidence import Context, evidence
+from fastdata.loading.observe.measure._window import Window
+from fastdata.loading.observe.tune._decide import EARLY, Tuner
+from fastdata.loading.observe.tune._options import Change, Observation, Setting
 
 CHANGES = "fastdata.autotune"  # the logger every change of setting goes to, at INFO
 USS_EVERY = 5  # windows between two reads of the workers' memory (smaps_rollup costs ~1 ms a process)
@@ -129,24 +130,14 @@ class Tuning:
         early: bool,
     ) -> Observation:
         verdict = classify(evidence(w, context), self.tuner.options.stall_target)
-        uss = max((p.uss for p in w.workers if p.pid), default=0.0)
         return Observation(
-            t=t,
-            setting=setting,
-            samples_per_s=w.samples_per_s,
-            stall=w.stall,
-            step=w.step,
+            t,
+            setting,
+            w,
+            context,
             label=verdict.label,
-            worker_busy=w.per_worker_busy,
-            others=w.others_cores,
-            cores=context.cores,
             memory_available=float(memory_available()),
-            memory_total=context.memory or float("inf"),
-            worker_bytes=uss if setting.workers else 0.0,
             batches_left=left,
-            batch_s=w.loop_s / w.batches if w.batches else 0.0,
-            step_s=w.step_s / max(1, w.batches - w.starts) if w.batches else 0.0,
-            data_s=w.data_s,
             restart_s=self.restart_s,
             early=early,
             epoch=position[0],

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fastdata.core.stages import STAGES
 from fastdata.core.system._waits import KINDS, split
@@ -165,6 +165,16 @@ class Window:
     @property
     def mb_per_s(self) -> float:
         return self.nbytes / self.loop_s / 1e6 if self.loop_s > 0 else 0.0
+
+    @property
+    def batch_s(self) -> float:
+        """Seconds of the loop per batch."""
+        return self.loop_s / self.batches if self.batches else 0.0
+
+    @property
+    def batch_step_s(self) -> float:
+        """Seconds of the step (outside ``next()``) per batch: a pass's first batch comes without one."""
+        return self.step_s / max(1, self.batches - self.starts) if self.batches else 0.0
 
     @property
     def stall(self) -> float:
@@ -414,6 +424,19 @@ class Window:
         return (sum(known) + (ms.get("collate") or 0.0)) * (self.samples / self.batches) / 1000
 
 
+T = TypeVar("T")
+
+
+class OfWindow(Generic[T]):
+    """A record's figure that is its window's (``record.window``), under the window's name: never a copy."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, record: Any, owner: type | None = None) -> T:
+        return self if record is None else getattr(record.window, self.name)  # type: ignore[return-value]
+
+
 WAIT_KINDS = ("computing", "runq", *KINDS[1:])  # the shares of Window.waits, in order
 STEP_SHARE = 0.1  # the loop spends this share of its time outside next(): it runs a training step
 
@@ -492,4 +515,4 @@ def _add(a: Any, b: Any) -> Any:
     return a + b
 
 
-__all__ = ["STEP_SHARE", "WAIT_KINDS", "Process", "Window"]
+__all__ = ["STEP_SHARE", "WAIT_KINDS", "OfWindow", "Process", "Window"]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastdata.core.process._shared import SharedState
-from fastdata.loading.observe._stage_table import StageTable
+from fastdata.loading.observe.measure._stage_table import StageTable
 
 
 def _own(shared: SharedState, counter: str) -> float:

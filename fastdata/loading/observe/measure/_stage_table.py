@@ -193,7 +193,7 @@ class ProbeInit:
         table (StageTable): where the workers' totals go.
         then (Callable[[int], object] | None): the user's ``worker_init_fn``.
         ledger (Callable[[], float] | None): a count of the worker's own to note after each batch (its
-            skipped samples: see :class:`fastdata.loading.observe._ledger.Ledger`). Defaults to None.
+            skipped samples: see :class:`~._ledger.Ledger`). Defaults to None.
     """
 
     def __init__(

@@ -55,8 +55,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from fastdata.loading.observe._autotune_types import AutoTune, Change, Observation, Setting
-from fastdata.loading.observe._diagnosis import COMPUTING, WAITING_LABELS
+from fastdata.loading.observe.diagnose._evidence import Context
+from fastdata.loading.observe.diagnose._verdict import COMPUTING, WAITING_LABELS
+from fastdata.loading.observe.measure._window import Window
+from fastdata.loading.observe.tune._options import AutoTune, Change, Observation, Setting
 
 DEFAULT_WORKER_BYTES = 128 * 2**20  # what a worker adds to memory (its USS) before one is measured
 WAIT_WORKERS = 16  # the most workers (at least twice the cores) while they mostly wait off the CPU
@@ -166,7 +168,7 @@ class Tuner:
 
     def _waiting(self, obs: Observation) -> bool:
         """The workers mostly wait off the CPU: the diagnosis says on what, or they are busy under half the time."""
-        return obs.label in WAITING_LABELS or (obs.setting.workers > 0 and obs.worker_busy < COMPUTING)
+        return obs.label in WAITING_LABELS or (obs.setting.workers > 0 and obs.w.per_worker_busy < COMPUTING)
 
     def reserve(self, total: float) -> float:
         if self.options.memory_reserve is not None:
@@ -181,7 +183,7 @@ class Tuner:
         past = w > self.max_workers and obs.label != "cpu"
         top = self.waiting_max if self._waiting(obs) or past else self.max_workers
         per = obs.worker_bytes or DEFAULT_WORKER_BYTES
-        reserve = self.reserve(obs.memory_total)
+        reserve = self.reserve(obs.ctx.memory or math.inf)
         if obs.memory_available < reserve:
             over = math.ceil((reserve - obs.memory_available) / per)
             gib = 2**30
@@ -221,7 +223,9 @@ class Tuner:
         elif self.options.start is not None:
             w = min(max(self.options.start, self.options.min_workers), self.max_workers)
         else:
-            obs = Observation(0.0, Setting(0), 0.0, memory_available=memory_available, memory_total=memory_total)
+            obs = Observation(
+                0.0, Setting(0), Window(), Context(self.cores, memory=memory_total), memory_available=memory_available
+            )
             w = self.cap(obs)[0]
         self.current = Setting(w, pf if w else None)
         return self.current
@@ -259,7 +263,7 @@ class Tuner:
         windows at this setting (their quartiles: a signal that flips back and forth has a wide range, and
         never leaves it). Returns the change in words ("" when none)."""
         lim, rlim = self.options.others_change, self.options.rate_change
-        now = f"now {obs.others:.1f} of {obs.cores}"
+        now = f"now {obs.w.others_cores:.1f} of {obs.ctx.cores}"
         if len(entry.others) >= 5:
             low, high = _quartiles(entry.others[-13:-3])
             recent = entry.others[-3:]
@@ -272,8 +276,8 @@ class Tuner:
         if len(entry.rates) >= 6:
             low, high = _quartiles(entry.rates[-14:-4])
             recent = entry.rates[-4:]
-            took = obs.others - statistics.median(entry.others[-14:-4])
-            others = f"other programs use {obs.others:.1f} of {obs.cores} cores, {took:+.1f}"
+            took = obs.w.others_cores - statistics.median(entry.others[-14:-4])
+            others = f"other programs use {obs.w.others_cores:.1f} of {obs.ctx.cores} cores, {took:+.1f}"
             slower = [r for r in recent if r <= low * (1 - rlim)]
             faster = [r for r in recent if r >= high * (1 + rlim)]
             if low > 0 and len(slower) >= 3 and slower[-1] is recent[-1]:
@@ -305,14 +309,14 @@ class Tuner:
             return None
         if self._trial is not None and self._trial[0] == cur:
             r_old = self._rate(self._trial[1])
-            if r_old and abs(obs.samples_per_s / r_old - 1) >= CLEAR:
+            if r_old and abs(obs.w.samples_per_s / r_old - 1) >= CLEAR:
                 return self.observe(replace(obs, early=False))
             return None
-        clear_zero = obs.data_s is not None and obs.data_s + obs.step_s < obs.batch_s * CLEAR_ZERO
+        clear_zero = obs.w.data_s is not None and obs.w.data_s + obs.w.batch_step_s < obs.w.batch_s * CLEAR_ZERO
         if cur.workers and self.fixed_workers is None and self.options.min_workers == 0 and clear_zero:
             return self.observe(replace(obs, early=False))
         # workers seen waiting off the CPU nearly all the time while the loop waits for them: clearly too few
-        starved = obs.label in WAITING_LABELS and 0 < obs.worker_busy < FAR and obs.stall >= STARVED
+        starved = obs.label in WAITING_LABELS and 0 < obs.w.per_worker_busy < FAR and obs.w.stall >= STARVED
         if cur.workers and self.fixed_workers is None and starved:
             return self.observe(replace(obs, early=False))
         return None
@@ -325,8 +329,8 @@ class Tuner:
         cur = obs.setting
         self.current = cur
         entry = self._table.setdefault(cur, _Entry())
-        entry.rates.append(obs.samples_per_s)
-        entry.others.append(obs.others)
+        entry.rates.append(obs.w.samples_per_s)
+        entry.others.append(obs.w.others_cores)
         top, why_top = self.cap(obs)
         if cur.workers > top:
             memory = why_top.startswith("memory")
@@ -335,7 +339,7 @@ class Tuner:
         if moved:
             # what was measured no longer holds: keep only this setting's last window (the one before it may
             # have held the moment the other program started)
-            took = obs.others - statistics.median(entry.others[-13:-3] or entry.others[:1])
+            took = obs.w.others_cores - statistics.median(entry.others[-13:-3] or entry.others[:1])
             self._forget(_Entry(entry.rates[-1:], entry.others[-1:]))
             # other programs take cores: try fewer workers first (the issue's rule, kept only if not slower)
             self._fewer_first = took >= opts.others_change / 2 and self.fixed_workers is None
@@ -418,7 +422,7 @@ class Tuner:
 
     def _fail(self, s: Setting, obs: Observation) -> None:
         entry = self._table.get(s)
-        self._failed[s] = (obs.t, statistics.median(entry.others) if entry and entry.others else obs.others)
+        self._failed[s] = (obs.t, statistics.median(entry.others) if entry and entry.others else obs.w.others_cores)
 
     def _recalled(self, s: Setting, obs: Observation) -> bool:
         """``s`` failed a trial less than ``recall`` seconds ago, and other programs' cores have not moved by
@@ -428,7 +432,7 @@ class Tuner:
         if failed is None:
             return False
         t, others = failed
-        if obs.t - t >= self.options.recall or abs(obs.others - others) >= self.options.others_change:
+        if obs.t - t >= self.options.recall or abs(obs.w.others_cores - others) >= self.options.others_change:
             del self._failed[s]
             return False
         return True
@@ -443,39 +447,39 @@ class Tuner:
             up = next((s for s in steps if s > w), None)
             if up is not None and up > self.max_workers and obs.label not in WAITING_LABELS:
                 up = None  # past the cores only for workers seen waiting off the CPU: never for work that computes
-            if up is not None and obs.label in WAITING_LABELS and 0 < obs.worker_busy < FAR and w:
+            if up is not None and obs.label in WAITING_LABELS and 0 < obs.w.per_worker_busy < FAR and w:
                 # workers busy a few percent of the time: a doubling is far too little; two steps up the ladder
                 up = next((s for s in steps if s >= 4 * w), steps[-1]) if steps[-1] > up else up
             down = next((s for s in reversed(steps) if s < w), None)
-            loop_bound = obs.step and obs.stall < opts.stall_target
+            loop_bound = obs.w.step and obs.w.stall < opts.stall_target
             candidates: list[tuple[int, str]] = []
             if self._fewer_first and down is not None:
                 candidates.append((down, self._situation))
-            alone = None if obs.data_s is None else obs.data_s + obs.step_s
+            alone = None if obs.w.data_s is None else obs.w.data_s + obs.w.batch_step_s
             zero: tuple[int, str] | None = None
             # workers that wait off the CPU: no workers cannot overlap the waits (unless the stage times say a
             # batch is made faster alone than received: then it is tried as ever)
             waits = (obs.label in WAITING_LABELS or w > self.max_workers) and alone is None
-            if w and steps[0] == 0 and not waits and (alone is None or alone < obs.batch_s * (1 + opts.margin)):
+            if w and steps[0] == 0 and not waits and (alone is None or alone < obs.w.batch_s * (1 + opts.margin)):
                 # no workers, no hand-over: the main process may make batches (between its steps) faster than
                 # it receives them
-                made = f"{1000 * obs.data_s:.1f} ms" if obs.data_s is not None else "an unknown time"
-                zero = (0, f"a batch takes {made} to make, against {1000 * obs.batch_s:.1f} ms per batch now")
-                if alone is None or alone < obs.batch_s * (1 - opts.margin):
+                made = f"{1000 * obs.w.data_s:.1f} ms" if obs.w.data_s is not None else "an unknown time"
+                zero = (0, f"a batch takes {made} to make, against {1000 * obs.w.batch_s:.1f} ms per batch now")
+                if alone is None or alone < obs.w.batch_s * (1 - opts.margin):
                     candidates.append(zero)
                     zero = None
                 # else about as fast: a neighbour worth one strict trial, once nothing better is to be tried
             if obs.label in ("main-process", "ipc") and w and down is not None:
-                idle = 1 - obs.worker_busy
+                idle = 1 - obs.w.per_worker_busy
                 why = f"the main process is the limit ({obs.label}) with workers idle {idle:.0%} of the time"
                 # past the cores the workers wait: none could not overlap their waits; a step down may do
                 candidates += [(down, why)] if w > self.max_workers else [(steps[0], why), (down, why)]
             if loop_bound:
                 pass  # the step is the bottleneck: more workers would not train faster
             elif up is not None and obs.label not in ("main-process", "ipc"):
-                candidates.append((up, f"the loop waits for data {obs.stall:.0%} of the time ({obs.label})"))
-            if w and down is not None and obs.worker_busy < COMPUTING and obs.label not in WAITING_LABELS:
-                candidates.append((down, f"workers idle {1 - obs.worker_busy:.0%} of the time: fewer may do"))
+                candidates.append((up, f"the loop waits for data {obs.w.stall:.0%} of the time ({obs.label})"))
+            if w and down is not None and obs.w.per_worker_busy < COMPUTING and obs.label not in WAITING_LABELS:
+                candidates.append((down, f"workers idle {1 - obs.w.per_worker_busy:.0%} of the time: fewer may do"))
             strict = len(candidates)
             if zero is not None and not (self._fewer_first and down == 0):
                 candidates.append(zero)
@@ -485,13 +489,13 @@ class Tuner:
                     return s, why, k >= strict
         if self.fixed_prefetch is None and w and cur.prefetch is not None:
             more = next((p for p in opts.prefetch if p > cur.prefetch), None)
-            bursty = obs.step and obs.stall >= opts.stall_target and obs.worker_busy < BURSTY
+            bursty = obs.w.step and obs.w.stall >= opts.stall_target and obs.w.per_worker_busy < BURSTY
             if more is not None and bursty:
                 s = Setting(w, more)
                 if s not in self._table:
                     why = (
-                        f"the loop waits {obs.stall:.0%} of the time while each worker is busy only "
-                        f"{obs.worker_busy:.0%}: batches come in bursts"
+                        f"the loop waits {obs.w.stall:.0%} of the time while each worker is busy only "
+                        f"{obs.w.per_worker_busy:.0%}: batches come in bursts"
                     )
                     return s, why, False
         return None
@@ -519,7 +523,7 @@ class Tuner:
         at: Literal["now", "next pass"] = "now"
         if not self.persistent and obs.batches_left is not None and not urgent:
             cost = max(obs.restart_s, 0.05)
-            if obs.batches_left * obs.batch_s < 2 * cost:
+            if obs.batches_left * obs.w.batch_s < 2 * cost:
                 at = "next pass"  # the workers restart there anyway
         self._trial = (after, obs.setting) if trial else None
         self._last_change = obs.t
@@ -539,4 +543,4 @@ def replay(
     return t, [t.observe(o) for o in observations]
 
 
-__all__ = ["AutoTune", "Change", "Observation", "Setting", "Tuner", "ladder", "replay"]
+__all__ = ["CLEAR", "EARLY", "WAIT_WORKERS", "Tuner", "ladder", "replay"]

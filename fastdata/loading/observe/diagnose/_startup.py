@@ -1,34 +1,32 @@
 """Start-up verdicts: ``fork``, ``worker-init``, ``shuffle-fill``, when waiting for epochs' first batches takes a
 third of the time and one part of that wait (launching the workers, their set-up, filling a shuffle buffer)
-stands out (:class:`~._stage_table.StartSplit`)."""
+stands out (:class:`~fastdata.loading.observe.measure.StartSplit`)."""
 
 from __future__ import annotations
 
-from fastdata.loading.observe import _wording as say
-from fastdata.loading.observe._evidence import Evidence
-from fastdata.loading.observe._stage_table import StartSplit
-from fastdata.loading.observe._verdict import START_BOUND, START_PART, Verdict
+from fastdata.loading.observe.diagnose import _wording as say
+from fastdata.loading.observe.diagnose._evidence import Evidence
+from fastdata.loading.observe.diagnose._verdict import START_BOUND, START_PART, Verdict
+from fastdata.loading.observe.measure._stage_table import StartSplit
 
 
 def start_up(ev: Evidence) -> Verdict | None:
-    split = ev.start
-    if split is None or ev.epoch_start < START_BOUND or split.total <= 0:
+    split = ev.ctx.start
+    if split is None or ev.first_wait < START_BOUND or split.total <= 0:
         return None
     part, secs = split.largest()
     if secs < START_PART * split.total:
         return None  # no part stands out: the wait is the pipeline's own latency, not one start-up cost
-    share = (
-        f"{say.pct(ev.epoch_start)} of the time goes to waiting for epochs' first batches ({split.total:.2f} s each)"
-    )
+    share = f"{say.pct(ev.first_wait)} of the time goes to waiting for epochs' first batches ({split.total:.2f} s each)"
     parts = ", ".join(f"{p} {getattr(split, p):.2f} s" for p in StartSplit.PARTS)
-    if part == "launch" and ev.threads:
+    if part == "launch" and ev.ctx.threads:
         return None  # no process is launched in thread mode: no "fork" verdict from a thread's start
     if part == "launch":
-        forked = ev.start_method == "fork"
+        forked = ev.ctx.start_method == "fork"
         how = (
-            f"fork copies the page tables of the {say.gib(ev.parent_rss)} parent"
+            f"fork copies the page tables of the {say.gib(ev.ctx.parent_rss)} parent"
             if forked
-            else f"{ev.start_method} starts a fresh interpreter that imports torch and unpickles the dataset"
+            else f"{ev.ctx.start_method} starts a fresh interpreter that imports torch and unpickles the dataset"
         )
         advice = (
             "persistent_workers=True starts them once; or start the loader before the parent grows "
@@ -42,7 +40,7 @@ def start_up(ev: Evidence) -> Verdict | None:
             [f"{share}; starting the worker processes takes {secs:.2f} s of it ({how}); split: {parts}"],
             [advice],
         )
-    if part == "init" and ev.threads:
+    if part == "init" and ev.ctx.threads:
         return Verdict(
             "worker-init",
             [

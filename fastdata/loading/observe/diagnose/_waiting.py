@@ -4,9 +4,9 @@ looks, the older signs of a wait on storage, :func:`storage_signs`), and the ver
 
 from __future__ import annotations
 
-from fastdata.loading.observe import _wording as say
-from fastdata.loading.observe._evidence import Evidence
-from fastdata.loading.observe._verdict import (
+from fastdata.loading.observe.diagnose import _wording as say
+from fastdata.loading.observe.diagnose._evidence import Evidence
+from fastdata.loading.observe.diagnose._verdict import (
     BLOCKED,
     FETCH_WAIT,
     KIND_LABEL,
@@ -42,22 +42,22 @@ def fetch_dominates(ev: Evidence) -> bool:
 def waiting(ev: Evidence) -> tuple[str, float, float] | None:
     """What the producers wait on, when the looks at them say they mostly wait off the CPU: ``(kind, its
     share, the share of every off-CPU wait)``; None when they do not, or too few looks were made."""
-    if ev.looked < LOOKS_ENOUGH or not ev.waits:
+    if ev.looked < LOOKS_ENOUGH or not ev.w.waits:
         return None
-    off = sum(ev.waits.get(k, 0.0) for k in OFF_CPU)
+    off = sum(ev.w.waits.get(k, 0.0) for k in OFF_CPU)
     # against computing alone: waiting for a core is the machine's crowding (another program's), not work
     # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing
-    if off < WAITS or off <= ev.waits.get("computing", 0.0):
+    if off < WAITS or off <= ev.w.waits.get("computing", 0.0):
         return None
-    top = max(OFF_CPU, key=lambda k: ev.waits.get(k, 0.0))
-    return top, ev.waits.get(top, 0.0), off
+    top = max(OFF_CPU, key=lambda k: ev.w.waits.get(k, 0.0))
+    return top, ev.w.waits.get(top, 0.0), off
 
 
 def storage_signs(ev: Evidence) -> list[str]:
     """The measurements that show a wait on storage without looks at the threads (empty when none does)."""
     signs = []
     wait = fetch_wait(ev)
-    who = "each worker" if ev.workers else "each loader thread" if ev.threads else "the main process"
+    who = "each worker" if ev.workers else "each loader thread" if ev.ctx.threads else "the main process"
     if wait >= FETCH_WAIT:
         fetch_ms = ev.stage_ms.get("fetch")
         ms = f" ({fetch_ms:.2f} ms per sample)" if fetch_ms is not None else ""
@@ -69,31 +69,31 @@ def storage_signs(ev: Evidence) -> list[str]:
         )
     if ev.blkio >= BLOCKED:
         signs.append(f"block-I/O delay {say.pct(ev.blkio)} of the time (the kernel's delay accounting)")
-    if ev.dstate >= BLOCKED:
-        signs.append(f"a loader thread was in uninterruptible sleep (D state) in {say.pct(ev.dstate)} of the looks")
+    if ev.w.dstate >= BLOCKED:
+        signs.append(f"a loader thread was in uninterruptible sleep (D state) in {say.pct(ev.w.dstate)} of the looks")
     return signs
 
 
 def disk_or_network(ev: Evidence) -> str:
-    if ev.blkio >= BLOCKED or ev.dstate >= BLOCKED or ev.device_mb_s >= 1:
+    if ev.blkio >= BLOCKED or ev.w.dstate >= BLOCKED or ev.w.device_mb_s >= 1:
         return (
-            f"The reads reach the disk ({ev.device_mb_s:.1f} MB/s from the device of {ev.read_mb_s:.1f} MB/s read): "
-            "faster storage, larger sequential reads (tar shards) or a warm page cache help."
+            f"The reads reach the disk ({ev.w.device_mb_s:.1f} MB/s from the device of {ev.w.read_mb_s:.1f} MB/s "
+            "read): faster storage, larger sequential reads (tar shards) or a warm page cache help."
         )
-    accounting = "" if ev.blkio_known else " (delay accounting is off: D-state looks only)"
+    accounting = "" if ev.ctx.blkio_known else " (delay accounting is off: D-state looks only)"
     return (
-        f"No block-I/O wait or D state{accounting} and {ev.device_mb_s:.1f} MB/s from the device: the wait is on "
+        f"No block-I/O wait or D state{accounting} and {ev.w.device_mb_s:.1f} MB/s from the device: the wait is on "
         "the network or a remote store (or a lock or sleep in fetch)."
     )
 
 
 def more_concurrency(ev: Evidence) -> str:
     """The advice for producers that wait: more of them overlap the waits, past the core count."""
-    if ev.auto:
+    if ev.ctx.auto:
         return "num_workers='auto' adds workers past the core count while they wait and throughput rises"
     threads = "; or loader threads (fd.Loader(workers='threads')), lighter than processes" if ev.workers else ""
     return (
-        f"the waits overlap: more workers, past the {ev.cores} cores (they mostly wait), or a larger "
+        f"the waits overlap: more workers, past the {ev.ctx.cores} cores (they mostly wait), or a larger "
         f"prefetch_factor{threads}"
     )
 
@@ -118,7 +118,7 @@ def waits_verdict(ev: Evidence, found: tuple[str, float, float]) -> Verdict:
             "a lock held by another thread of the same process serialises the reads (a client library's "
             "connection lock, a logging handler, a cache's lock): worker processes each hold their own, loader "
             "threads share one, so more threads will not help; find who holds it (--profile shows the stacks)"
-            if ev.where == "bench"
+            if ev.ctx.where == "bench"
             else "a lock held by another thread of the same process serialises the reads: worker processes each "
             "hold their own, loader threads share one; find who holds it (py-spy dump --pid <a worker's pid>)"
         ]
@@ -133,7 +133,7 @@ def waits_verdict(ev: Evidence, found: tuple[str, float, float]) -> Verdict:
 
 def network_note(ev: Evidence) -> str:
     return (
-        f"{ev.device_mb_s:.1f} MB/s from the device, {ev.read_mb_s:.1f} MB/s read through any call: the wait is "
+        f"{ev.w.device_mb_s:.1f} MB/s from the device, {ev.w.read_mb_s:.1f} MB/s read through any call: the wait is "
         "the round trip to a server (an object store, a database, an HTTP service), not the bytes"
     )
 

@@ -1,6 +1,6 @@
-"""The vocabulary of ``num_workers="auto"``: the options (:class:`AutoTune`), what it moves (:class:`Setting`),
-what it reads (:class:`Observation`) and what it answers (:class:`Change`). The decisions are in
-:mod:`fastdata.loading.observe._autotune`, which re-exports these names.
+"""The vocabulary of ``num_workers="auto"``: the options (:class:`AutoTune`), what it was asked for
+(:class:`Requested`), what it moves (:class:`Setting`), what it reads (:class:`Observation`) and what it
+answers (:class:`Change`). The decisions are in :class:`~._decide.Tuner`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fastdata.core.errors import ConfigError, check_positive
+from fastdata.loading.observe.diagnose._evidence import Context
+from fastdata.loading.observe.measure._window import Window
 
 
 @dataclass(frozen=True, order=True)
@@ -24,6 +26,37 @@ class Setting:
             return "no workers"
         text = "1 worker" if self.workers == 1 else f"{self.workers} workers"
         return text + (f", prefetch {self.prefetch}" if self.prefetch is not None else "")
+
+
+@dataclass(frozen=True)
+class Requested:
+    """``num_workers`` and ``prefetch_factor`` as ``fd.Loader`` was given them, checked once (the loader hands
+    this to its session): each a count, or None for "auto" (``prefetch`` None also when not given). :meth:`of`
+    raises ConfigError for a value that is neither a count nor "auto", or ``prefetch_factor="auto"`` without
+    workers."""
+
+    workers: int | None
+    prefetch: int | None = None
+    auto_prefetch: bool = False
+
+    @classmethod
+    def of(cls, num_workers: object, prefetch_factor: object = None) -> Requested:
+        auto = num_workers == "auto"
+        if not auto:
+            if not isinstance(num_workers, int) or isinstance(num_workers, bool):
+                raise ConfigError(f"num_workers={num_workers!r}: pass a count (0, 1, 2 ...) or 'auto'")
+            check_positive("num_workers", num_workers, allow_zero=True)
+        if prefetch_factor == "auto" and not auto and not num_workers:
+            raise ConfigError("prefetch_factor='auto' needs workers: pass num_workers >= 1 or 'auto'")
+        if isinstance(prefetch_factor, str) and prefetch_factor != "auto":
+            raise ConfigError(f"prefetch_factor={prefetch_factor!r}: pass a count (1, 2 ...) or 'auto'")
+        fixed = None if prefetch_factor == "auto" else prefetch_factor
+        return cls(None if auto else num_workers, fixed, prefetch_factor == "auto")  # type: ignore[arg-type]
+
+    @property
+    def tuned(self) -> bool:
+        """Something is "auto": the autotuner moves it."""
+        return self.workers is None or self.auto_prefetch
 
 
 @dataclass(frozen=True)
@@ -91,57 +124,44 @@ class AutoTune:
 
 @dataclass(frozen=True)
 class Observation:
-    """One window of training, as the tuner reads it.
+    """One window of training, as the tuner reads it: a view of the window (``w``: its rate, stall, step,
+    workers' busy share, other programs' cores ..., each under the window's name) in its context (``ctx``:
+    the usable cores and memory), and what the window cannot know.
 
     Attributes:
         t (float): when the window ended, seconds (any monotonic clock).
         setting (Setting): what ran during it.
-        samples_per_s (float): samples per second of the training loop.
-        stall (float): share of the loop's time waiting for the next batch.
-        step (bool): the loop runs a training step between batches.
-        label (str): the window's diagnosis (:data:`fastdata.loading.observe._diagnosis.Label`).
-        worker_busy (float): per worker, the share of the time it ran or waited for a core.
-        others (float): cores other programs used.
-        cores (int): usable cores.
+        w (Window), ctx (Context): the window, and what the diagnosis reads beside it.
+        label (str): the window's diagnosis (:data:`fastdata.loading.observe.Label`).
         memory_available (float): bytes that can still be allocated.
-        memory_total (float): bytes this process's group may use.
-        worker_bytes (float): what one worker adds to memory, bytes: its unique set size (0: not measured).
         batches_left (int | None): batches left in the epoch (None: unknown).
-        batch_s (float): seconds per batch of the loop. step_s (float): of it, outside ``next()`` (the step).
-        data_s (float | None): seconds one process needs to make a batch, from the stage times the dataset
-            reports (None: unknown).
         restart_s (float): what the last restart cost, seconds (0: none yet).
         early (bool): the first quarter of the window of a setting not measured yet: acted on only when
-            it is clear (a trial ``CLEAR`` faster or slower, or no workers predicted to take ``CLEAR_ZERO`` of
-            the loop's time per batch or less); else
-            the whole window is observed again at its end.
+            it is clear (``CLEAR``, ``CLEAR_ZERO``); else the whole window is observed again at its end.
         epoch, batch (int): where the training was at the window's end (the epoch, and batches of it).
-        open_files (int): descriptors the main process holds (0: not read). open_files_limit (int): its limit
-            (``ulimit -n``, 0: unknown).
+        open_files (int): descriptors the main process holds, as last read (0: not read). open_files_limit
+            (int): its limit (``ulimit -n``, 0: unknown).
     """
 
     t: float
     setting: Setting
-    samples_per_s: float
-    stall: float = 1.0
-    step: bool = False
+    w: Window
+    ctx: Context
     label: str = "unknown"
-    worker_busy: float = 0.0
-    others: float = 0.0
-    cores: int = 1
     memory_available: float = math.inf
-    memory_total: float = math.inf
-    worker_bytes: float = 0.0
     batches_left: int | None = None
-    batch_s: float = 0.0
-    step_s: float = 0.0
-    data_s: float | None = None
     restart_s: float = 0.0
     early: bool = False
     epoch: int = 0
     batch: int = 0
     open_files: int = 0
     open_files_limit: int = 0
+
+    @property
+    def worker_bytes(self) -> float:
+        """What one worker adds to memory, bytes: the largest unique set size read (0: not measured)."""
+        uss = max((p.uss for p in self.w.workers if p.pid), default=0.0)
+        return uss if self.setting.workers else 0.0
 
 
 @dataclass(frozen=True)
@@ -175,4 +195,4 @@ class Change:
         }
 
 
-__all__ = ["AutoTune", "Change", "Observation", "Setting"]
+__all__ = ["AutoTune", "Change", "Observation", "Requested", "Setting"]

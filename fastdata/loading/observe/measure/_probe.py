@@ -49,10 +49,10 @@ from fastdata.core.system._procfs import (
     usable_cpus,
 )
 from fastdata.core.system._procfs import ThreadSampler as Sampler
-from fastdata.loading.observe import _stage_table as stage_table
-from fastdata.loading.observe._counter import BatchCounter
-from fastdata.loading.observe._stage_table import StageTable
-from fastdata.loading.observe._window import Process, Window
+from fastdata.loading.observe.measure import _stage_table as stage_table
+from fastdata.loading.observe.measure._counter import BatchCounter
+from fastdata.loading.observe.measure._stage_table import StageTable
+from fastdata.loading.observe.measure._window import Process, Window
 from fastdata.loading.transport._layout import Stack
 
 LOOK_EVERY = 0.04  # seconds between two looks at what the loader's threads are doing
@@ -265,14 +265,15 @@ def _loader_threads() -> list[int]:
 
 def _queued(tid: int) -> bool:
     """Thread ``tid`` of this process, blocked on a futex, waits on a queue (for work, or for room for what it
-    made: fastdata's loader threads, ``queue.Queue``), not on a lock: its innermost Python frames show it."""
+    made: fastdata's loader threads, whose modules carry the marker ``WAITS_ON_QUEUES``, or ``queue.Queue``), not
+    on a lock: its innermost Python frames show it."""
     ident = next((t.ident for t in threading.enumerate() if t.native_id == tid), None)
     frame = sys._current_frames().get(ident) if ident is not None else None
     for _ in range(2):
         if frame is None:
             return False
         name = frame.f_code.co_filename.replace("\\", "/")
-        if name.endswith("/queue.py") or "/fastdata/loading/threads/" in name:
+        if name.endswith("/queue.py") or frame.f_globals.get("WAITS_ON_QUEUES") is True:  # fastdata.loading.threads
             return True
         if not name.endswith("/threading.py"):
             return False

@@ -39,30 +39,24 @@ and the sentences of evidence behind it. The rules, in order:
 
 from __future__ import annotations
 
-from fastdata.loading.observe import _wording as say
-from fastdata.loading.observe._evidence import Evidence
-from fastdata.loading.observe._startup import start_up
-from fastdata.loading.observe._verdict import (
-    BLOCKED,
+from fastdata.loading.observe.diagnose import _wording as say
+from fastdata.loading.observe.diagnose._evidence import Evidence
+from fastdata.loading.observe.diagnose._startup import start_up
+from fastdata.loading.observe.diagnose._verdict import (
     COMPUTING,
     CORES_SATURATED,
-    FETCH_WAIT,
-    LABELS,
     LEADING,
     MAIN_BUSY,
     MEMORY_NEAR,
     RECEIVE,
     RECEIVE_STEP,
     STALL_TARGET,
-    START_UP,
-    WAITING_LABELS,
     Label,
     Verdict,
 )
-from fastdata.loading.observe._waiting import (
+from fastdata.loading.observe.diagnose._waiting import (
     disk_or_network,
     fetch_dominates,
-    fetch_wait,
     more_concurrency,
     storage_signs,
     waiting,
@@ -73,21 +67,21 @@ from fastdata.loading.observe._waiting import (
 def _step(ev: Evidence, stall_target: float) -> Verdict | None:
     """The step sets the pace: the loop hardly waits, or (with producers apart from the loop) what it waits is
     receiving the batches, a small share of the loop, while the producers keep up."""
-    if not ev.step or ev.stall is None:
+    if not ev.w.step:
         return None
-    if ev.stall < stall_target:
+    if ev.w.stall < stall_target:
         return Verdict(
             "step",
-            [f"the training loop waits for data {ev.stall:.1%} of the time: the loader keeps up"],
+            [f"the training loop waits for data {ev.w.stall:.1%} of the time: the loader keeps up"],
             ["the step sets the pace: a faster loader would not train faster"],
         )
-    apart = ev.workers or ev.threads
-    if apart and ev.data_wait < stall_target and ev.main_busy < RECEIVE_STEP:
+    apart = ev.workers or ev.ctx.threads
+    if apart and ev.w.data_wait < stall_target and ev.w.main_busy < RECEIVE_STEP:
         return Verdict(
             "step",
             [
-                f"the training loop waits for data {ev.stall:.1%} of the time, {ev.data_wait:.1%} of it for "
-                f"{say.producers(ev)}: the rest ({max(0.0, ev.stall - ev.data_wait):.1%}) is the main process "
+                f"the training loop waits for data {ev.w.stall:.1%} of the time, {ev.w.data_wait:.1%} of it for "
+                f"{say.producers(ev)}: the rest ({max(0.0, ev.w.stall - ev.w.data_wait):.1%}) is the main process "
                 "rebuilding the batches it receives, which every loader pays: the loader keeps up"
             ],
             [
@@ -95,12 +89,13 @@ def _step(ev: Evidence, stall_target: float) -> Verdict | None:
                 "a little)"
             ],
         )
-    if apart and ev.data_wait < stall_target:
+    if apart and ev.w.data_wait < stall_target:
         return Verdict(
             "main-process",
             [
-                f"the main process spends {say.pct(ev.main_busy)} of the loop's time rebuilding the batches it "
-                f"receives, while {say.producers(ev)} keep up (the loop waits for them {ev.data_wait:.1%} of the time)"
+                f"the main process spends {say.pct(ev.w.main_busy)} of the loop's time rebuilding the batches it "
+                f"receives, while {say.producers(ev)} keep up (the loop waits for them {ev.w.data_wait:.1%} of the "
+                "time)"
             ],
             _receive_advice(),
         )
@@ -116,12 +111,12 @@ def _receive_advice() -> list[str]:
 
 def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
     """The label of one configuration's window, and its evidence (see the module docstring)."""
-    if ev.memory and ev.pss >= MEMORY_NEAR * ev.memory:
+    if ev.ctx.memory and ev.w.pss >= MEMORY_NEAR * ev.ctx.memory:
         return Verdict(
             "memory",
             [
-                f"the loader's processes hold {say.gib(ev.pss)} (PSS) of the {say.gib(ev.memory)} they may use "
-                f"({say.pct(ev.pss / ev.memory)})"
+                f"the loader's processes hold {say.gib(ev.w.pss)} (PSS) of the {say.gib(ev.ctx.memory)} they may use "
+                f"({say.pct(ev.w.pss / ev.ctx.memory)})"
             ],
             ["fewer workers or a smaller prefetch_factor; more risk the OOM killer"],
         )
@@ -139,27 +134,28 @@ def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
 
 def _with_workers(ev: Evidence, waits: tuple[str, float, float] | None) -> Verdict:
     storage = storage_signs(ev) if waits is None else []
+    recv, recv_cpu = ev.w.receiving
     # the main process is the limit when it is (nearly) always busy, or computes to receive most of the
     # time, or is busy most of the time receiving while the workers wait for it (a crowded machine
     # keeps it waiting for a core part of the time, below MAIN_BUSY)
-    leading = ev.main_busy >= LEADING and ev.recv >= RECEIVE / 2 and ev.per_worker_busy < COMPUTING
-    if ev.main_busy >= MAIN_BUSY or ev.recv_cpu + ev.pin >= RECEIVE or leading:
+    leading = ev.w.main_busy >= LEADING and recv >= RECEIVE / 2 and ev.w.per_worker_busy < COMPUTING
+    if ev.w.main_busy >= MAIN_BUSY or recv_cpu + ev.w.pinning >= RECEIVE or leading:
         return Verdict(
             "main-process",
             [
-                f"the main process is busy {say.pct(ev.main_busy)} of the time: rebuilding received batches "
-                f"{say.pct(ev.recv)} (computing {say.pct(ev.recv_cpu)}), pinning {say.pct(ev.pin)}; the workers "
-                f"are busy {say.pct(ev.per_worker_busy)} of the time each"
+                f"the main process is busy {say.pct(ev.w.main_busy)} of the time: rebuilding received batches "
+                f"{say.pct(recv)} (computing {say.pct(recv_cpu)}), pinning {say.pct(ev.w.pinning)}; the workers "
+                f"are busy {say.pct(ev.w.per_worker_busy)} of the time each"
             ],
             _receive_advice(),
         )
     # workers that mostly wait add up run-queue waits on a crowded machine without wanting the cores:
     # a worker computes when it alone is running or runnable half the time (and the looks at it agree)
-    if ev.per_worker_busy >= COMPUTING and waits is None and not (storage and fetch_dominates(ev)):
-        threads = say.threads_text({k: v / ev.workers for k, v in ev.worker_threads.items()})
+    if ev.w.per_worker_busy >= COMPUTING and waits is None and not (storage and fetch_dominates(ev)):
+        threads = say.threads_text({k: v / ev.workers for k, v in ev.w.worker_threads.items()})
         who = "the worker" if ev.workers == 1 else "each worker"
         found = [
-            f"{who} {say.busy(ev.per_worker_busy, how=True)}; {say.need(ev)}"
+            f"{who} {say.busy(ev.w.per_worker_busy, how=True)}; {say.need(ev)}"
             + (f"; per worker, threads {threads}" if threads else "")
             + _stage_note(ev)
         ]
@@ -171,12 +167,12 @@ def _with_workers(ev: Evidence, waits: tuple[str, float, float] | None) -> Verdi
         return waits_verdict(ev, waits)
     if storage:
         return Verdict("storage", [*storage, disk_or_network(ev)], [more_concurrency(ev)])
-    if ev.recv >= RECEIVE:
+    if recv >= RECEIVE:
         return Verdict(
             "ipc",
             [
-                f"the main process spends {say.pct(ev.recv)} of its time receiving batches but computes "
-                f"{say.pct(ev.recv_cpu)} of it, and the workers are busy {say.pct(ev.per_worker_busy)}: it waits "
+                f"the main process spends {say.pct(recv)} of its time receiving batches but computes "
+                f"{say.pct(recv_cpu)} of it, and the workers are busy {say.pct(ev.w.per_worker_busy)}: it waits "
                 "for the hand-over of each tensor"
             ],
             ["larger batches (fewer hand-overs), fewer tensors per batch, or loading in the main process"],
@@ -188,20 +184,20 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
     """No workers: the main process makes every batch, with whatever threads it starts (in thread mode,
     its loader threads, each read from /proc/self/task)."""
     storage = storage_signs(ev) if waits is None else []
-    busy = ev.main_process_busy if ev.threads else ev.main_producing
+    busy = ev.main_process_busy if ev.ctx.threads else ev.w.main_producing
     # loader threads that keep a core busy and otherwise wait on a futex wait for the GIL: computing, in turn
-    gil_wait = ev.threads > 0 and waits is not None and waits[0] == "lock"
+    gil_wait = ev.ctx.threads > 0 and waits is not None and waits[0] == "lock"
     if busy >= MAIN_BUSY and (waits is None or gil_wait) and not (storage and fetch_dominates(ev)):
-        helpers = say.threads_text(ev.main_threads)
+        helpers = say.threads_text(ev.w.main_threads)
         collate = ev.stage_ms.get("collate") or 0.0
         work = sum(ev.stage_ms.get(s) or 0.0 for s in ("fetch", "decode", "transform"))
         label: Label = "main-process" if collate > work else "cpu"
-        if ev.threads:
+        if ev.ctx.threads:
             # loader threads collate too: the main process is the limit only when its main thread is
-            label = "main-process" if ev.main_busy >= MAIN_BUSY else "cpu"
+            label = "main-process" if ev.w.main_busy >= MAIN_BUSY else "cpu"
             found = [
-                f"the main process uses {say.cores(ev.main_cores, ev.cores)} of the {ev.cores} cores with its "
-                f"{ev.threads} loader threads (the main thread busy {say.pct(ev.main_busy)} of the time"
+                f"the main process uses {say.cores(ev.w.main_cores, ev.ctx.cores)} of the {ev.ctx.cores} cores "
+                f"with its {ev.ctx.threads} loader threads (the main thread busy {say.pct(ev.w.main_busy)} of the time"
                 + (f"; {helpers}" if helpers else "")
                 + ")"
                 + _stage_note(ev)
@@ -210,7 +206,7 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
             how = f"is busy {busy:.0%} of the time it has for them" if busy <= 1 else f"keeps {busy:.2f} cores busy"
             found = [
                 f"the main process makes the batches itself and {how} (running, or waiting for a core; its "
-                f"threads together), using {say.cores(ev.main_cores, ev.cores)} cores"
+                f"threads together), using {say.cores(ev.w.main_cores, ev.ctx.cores)} cores"
                 + (f"; {helpers}" if helpers else "")
                 + _stage_note(ev)
             ]
@@ -250,12 +246,12 @@ IDLE_LEFT = 0.5  # ... while at least this many of the usable cores sat idle
 def _one_core_note(ev: Evidence) -> str:
     """Thread mode: several loader threads that used about one core between them while cores sat idle
     (not taken by other programs either): what Python code holding the GIL does. Empty otherwise."""
-    idle = ev.cores - ev.others - ev.main_cores
-    if ev.threads < 2 or ev.cores < 2 or ev.main_cores > ONE_CORE or idle < IDLE_LEFT:
+    idle = ev.ctx.cores - ev.w.others_cores - ev.w.main_cores
+    if ev.ctx.threads < 2 or ev.ctx.cores < 2 or ev.w.main_cores > ONE_CORE or idle < IDLE_LEFT:
         return ""
     return (
-        f"the {ev.threads} loader threads and the main thread used {ev.main_cores:.2f} cores of CPU between them "
-        f"while {idle:.1f} of the {ev.cores} usable cores sat idle: about one core's worth, as Python code "
+        f"the {ev.ctx.threads} loader threads and the main thread used {ev.w.main_cores:.2f} cores of CPU between them "
+        f"while {idle:.1f} of the {ev.ctx.cores} usable cores sat idle: about one core's worth, as Python code "
         "that holds the GIL runs in one thread at a time"
     )
 
@@ -266,19 +262,19 @@ def _cpu_advice(ev: Evidence) -> list[str]:
             "worker processes (or the hybrid) run such code in parallel: loader threads help where the work "
             "releases the GIL (file and S3 reads, image decoding)"
         ]
-    if ev.demand >= CORES_SATURATED * ev.cores or ev.workers >= ev.cores or ev.threads >= ev.cores:
-        if ev.workers >= ev.cores and ev.demand < CORES_SATURATED * ev.cores:
-            off = max(0.0, 1 - ev.per_worker_busy)
-            seen = {k: v for k, v in ev.waits.items() if k not in ("computing", "runq")}
+    if ev.demand >= CORES_SATURATED * ev.ctx.cores or ev.workers >= ev.ctx.cores or ev.ctx.threads >= ev.ctx.cores:
+        if ev.workers >= ev.ctx.cores and ev.demand < CORES_SATURATED * ev.ctx.cores:
+            off = max(0.0, 1 - ev.w.per_worker_busy)
+            seen = {k: v for k, v in ev.w.waits.items() if k not in ("computing", "runq")}
             top = max(seen, key=lambda k: seen[k]) if seen else ""
             what = f" ({say.WAIT_WORDS[top]} {seen[top]:.0%})" if top and seen[top] >= 0.05 else ""
             return [
-                f"as many workers as cores ({ev.workers}), using {say.cores(ev.demand, ev.cores)} of them: each is off "
-                f"the CPU {off:.0%} of the time{what}, which more workers would not change; cheaper decoding or "
+                f"as many workers as cores ({ev.workers}), using {say.cores(ev.demand, ev.ctx.cores)} of them: each "
+                f"is off the CPU {off:.0%} of the time{what}, which more workers would not change; cheaper decoding or "
                 "transforms help most"
             ]
         return ["the cores are the limit: cheaper decoding or transforms, smaller images, or more cores"]
-    if ev.auto:
+    if ev.ctx.auto:
         return ["cores are left: num_workers='auto' tries more workers while the loop waits"]
     return ["cores are left: more workers would help"]
 
@@ -289,8 +285,8 @@ def _unknown(ev: Evidence) -> Verdict:
         f"{say.producers(ev)} {'are' if say.producers(ev).endswith('s') else 'is'} busy "
         f"{say.pct(ev.producer_busy)} of the time",
         f"fetch {say.pct(fetch)} of it" if fetch is not None else "the dataset reports no stage times",
-        f"D state in {say.pct(ev.dstate)} of the looks",
-        f"main process busy {say.pct(ev.main_busy)}, receiving {say.pct(ev.recv)}",
+        f"D state in {say.pct(ev.w.dstate)} of the looks",
+        f"main process busy {say.pct(ev.w.main_busy)}, receiving {say.pct(ev.w.receiving[0])}",
     ]
     detail = say.breakdown(ev)
     found = ["no measurement shows where the time goes: " + "; ".join(seen)]
@@ -298,9 +294,9 @@ def _unknown(ev: Evidence) -> Verdict:
         found.append(detail)
     elif not ev.looked:
         found.append("no look at the producers' threads was made (they may have been too short-lived to see)")
-    if ev.where != "bench":
+    if ev.ctx.where != "bench":
         advice = ["see where the time goes in the workers' stacks: py-spy dump --pid <a worker's pid>"]
-    elif ev.step:
+    elif ev.w.step:
         advice = ["run again without a step (--step-ms 0) to see the loader alone, or with --profile to see the stacks"]
     else:
         advice = ["run again with --profile to see the stacks"]
@@ -327,23 +323,4 @@ def agree(labels: list[Label], pooled: Label, spread: float) -> tuple[bool, str]
     return False, f"{len(labels)} measurements said {', '.join(labels)}, with throughputs {spread:.0%} apart"
 
 
-__all__ = [
-    "BLOCKED",
-    "COMPUTING",
-    "CORES_SATURATED",
-    "FETCH_WAIT",
-    "LABELS",
-    "MAIN_BUSY",
-    "MEMORY_NEAR",
-    "ONE_CORE",
-    "START_UP",
-    "WAITING_LABELS",
-    "Label",
-    "Verdict",
-    "agree",
-    "classify",
-    "fetch_dominates",
-    "fetch_wait",
-    "storage_signs",
-    "waiting",
-]
+__all__ = ["IDLE_LEFT", "MAJORITY", "ONE_CORE", "agree", "classify"]

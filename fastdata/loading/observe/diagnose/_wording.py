@@ -8,7 +8,7 @@ seen ("waiting on the network 85% of the time (recvfrom/poll)").
 
 from __future__ import annotations
 
-from fastdata.loading.observe._evidence import Evidence
+from fastdata.loading.observe.diagnose._evidence import Evidence
 
 # what a kind of wait is, in words (the kinds of fastdata.core.system._waits, and the probe's "runq")
 WAIT_WORDS = {
@@ -63,28 +63,28 @@ def cores(used: float, machine: int) -> str:
 def need(ev: Evidence) -> str:
     """What the loader asks of the cores: "the loader needs 2.4 cores, the machine has 2", or "the loader uses
     1.2 of the 2 cores"."""
-    if ev.demand > ev.cores:
-        return f"the loader needs {ev.demand:.1f} cores, the machine has {ev.cores}"
-    return f"the loader uses {cores(ev.demand, ev.cores)} of the {ev.cores} cores"
+    if ev.demand > ev.ctx.cores:
+        return f"the loader needs {ev.demand:.1f} cores, the machine has {ev.ctx.cores}"
+    return f"the loader uses {cores(ev.demand, ev.ctx.cores)} of the {ev.ctx.cores} cores"
 
 
 def producers(ev: Evidence) -> str:
     """Who makes the batches, as a subject: "the workers", "the loader threads", "the main process"."""
     if ev.workers:
         return "the worker" if ev.workers == 1 else "the workers"
-    return "the loader threads" if ev.threads else "the main process (no workers)"
+    return "the loader threads" if ev.ctx.threads else "the main process (no workers)"
 
 
 def calls(ev: Evidence, kind: str) -> str:
     """The system calls seen for ``kind``: " (recvfrom/poll)", or "" when none was named."""
-    seen = ev.wait_calls.get(kind) or []
+    seen = ev.w.wait_calls(kind)
     return f" ({'/'.join(seen[:2])})" if seen else ""
 
 
 def breakdown(ev: Evidence, least: float = 0.02) -> str:
     """What the producers did, in shares of their time: "computing 5%, waiting for a core 1%, network 85%,
     idle 9%" (empty when nobody looked)."""
-    parts = [f"{SHORT.get(k, k)} {v:.0%}" for k, v in ev.waits.items() if v >= least]
+    parts = [f"{SHORT.get(k, k)} {v:.0%}" for k, v in ev.w.waits.items() if v >= least]
     if not parts:
         return ""
     return f"what {producers(ev)} did: " + ", ".join(parts) + f" ({ev.looked} looks)"
