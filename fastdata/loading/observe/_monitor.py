@@ -127,4 +127,4 @@ def _start_method(dataloader: DataLoader[Any]) -> str:
     return multiprocessing.get_start_method(allow_none=True) or "fork"
 
 
-__all__ = ["Monitor", "Monitored", "Stats", "monitor"]
+__all__ = ["Monitored", "monitor"]
