@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tar import corpus_files, make_corpus, warm
 
 from fastdata.convert import convert
-from fastdata.convert._plan import parse_size
+from fastdata.convert._options import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # every Ray server on 127.0.0.1

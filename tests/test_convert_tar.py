@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -12,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.convert import convert
+from fastdata.convert import CorpusProblems, convert
 from fastdata.convert._plan import sample_names
 from fastdata.convert._resume import STATE_DIR
-from fastdata.convert._tar import CorpusProblems
 from fastdata.core.errors import ConfigError
 from fastdata.formats.tar._index import ShardIndex
 from fastdata.formats.tar._reader import scan
@@ -117,12 +116,14 @@ def test_keys_are_one_per_file_and_keep_extensions(corpus, converted) -> None:
     assert sample_names([]) == []
 
 
-def test_manifest_sha256_bytes_and_sidecar_index_match_the_files(converted) -> None:
+def test_manifest_digest_bytes_and_sidecar_index_match_the_files(converted) -> None:
     out, manifest = converted
     for shard in manifest["shards"]:
         path = out / shard["name"]
         data = path.read_bytes()
-        assert hashlib.sha256(data).hexdigest() == shard["sha256"] and len(data) == shard["bytes"]
+        # a local output's digest is the fast one, named by its key (SHA-256 is for stores and users)
+        assert "sha256" not in shard and xxhash.xxh3_128(data).hexdigest() == shard["xxh3_128"]
+        assert len(data) == shard["bytes"]
         side = ShardIndex.from_bytes(str(path), (out / (shard["name"] + ".idx")).read_bytes())
         fresh = scan(LocalReader(str(path)))
         assert (side.keys, side.members, side.spans, side.size) == (fresh.keys, fresh.members, fresh.spans, fresh.size)
@@ -242,17 +243,17 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path) -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_file_that_vanishes_mid_run_is_named_or_skipped(tmp_path, workers: int) -> None:
     from fastdata.convert._corpus import scan_corpus
-    from fastdata.convert._tar import convert_tar
+    from tests.convert_driver import convert_listed
 
     root = tmp_path / "src"
     make_image_folder(root, classes=2, per_class=6)
     corpus = scan_corpus(root)
     (root / "class_1" / "img_0003.jpg").unlink()  # listed, then gone before it is written
     with pytest.raises(fd.SourceNotFound, match=r"img_0003\.jpg: no such file"):
-        convert_tar(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, progress=False, fsync=False)
+        convert_listed(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, progress=False, fsync=False)
     assert not (tmp_path / "out" / "manifest.json").exists()
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
-    manifest = convert_tar(
+    manifest = convert_listed(
         corpus,
         str(tmp_path / "out"),
         shard_count=3,

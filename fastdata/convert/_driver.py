@@ -5,10 +5,9 @@ shard's record (uploaded for an ``s3://`` output, passed to the caller's ``on_sh
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fastdata.convert._options import Engine
+from fastdata.convert._options import Engine, OnShard
 from fastdata.convert._pool import ShardTask, run_parallel, run_serial
 from fastdata.convert._resume import ConversionState
 from fastdata.convert._space import DiskFull, disk_full, is_full
@@ -18,8 +17,6 @@ if TYPE_CHECKING:
 
     from fastdata.convert._plan import Plan
     from fastdata.convert._remote import RemoteOutput
-
-OnShard = Callable[[dict[str, Any]], None]
 
 
 class _QuietBar:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fastdata.formats._manifest import MANIFEST
-from fastdata.storage.s3._client import MiB, S3Config, Stats, client, parse_url
-from fastdata.storage.s3._fetch import call
-from fastdata.storage.s3._upload import _finish_one, _start, _transfer_config, upload_file
+from fastdata.formats import MANIFEST
+from fastdata.storage.s3 import MiB, S3Config, Stats, call, client, parse_url, upload_file
+from fastdata.storage.s3._upload import _finish_one, _start, _transfer_config  # the uploader's own steps
 
 
 class ShardUploader:

@@ -10,9 +10,9 @@ from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
     from fastdata.storage._remote import ObjectChanged
-    from fastdata.storage.s3._client import COUNTERS, S3Config, Stats, client, process_counters, release
+    from fastdata.storage.s3._client import COUNTERS, MiB, S3Config, Stats, client, parse_url, process_counters, release
     from fastdata.storage.s3._download import S3Remote
-    from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable
+    from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable, call, get
     from fastdata.storage.s3._list import list_prefix, resolve
     from fastdata.storage.s3._reader import S3Reader, executor
     from fastdata.storage.s3._upload import UploadFailed, upload_file
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "MiB": "._client",
+        "parse_url": "._client",
+        "call": "._fetch",
+        "get": "._fetch",
         "client": "._client",
         "S3Remote": "._download",
         "list_prefix": "._list",
@@ -42,6 +46,7 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "COUNTERS",
+    "MiB",
     "ObjectChanged",
     "S3Config",
     "S3CredentialsMissing",
@@ -51,9 +56,12 @@ __all__ = [
     "S3Unreachable",
     "Stats",
     "UploadFailed",
+    "call",
     "client",
     "executor",
+    "get",
     "list_prefix",
+    "parse_url",
     "process_counters",
     "release",
     "resolve",
