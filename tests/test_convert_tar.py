@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -389,3 +391,22 @@ def test_mixed_image_extensions_batch_under_one_key(tmp_path) -> None:
     assert all(b["jpg"].shape[1:] == (3, 24, 32) for b in batches)
     renamed = {k: v for s in manifest["shards"] for k, v in s.get("renamed", {}).items()}
     assert sorted(renamed.values()) == ["jpeg", "jpeg", "png", "png"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"format": "zip"}, "format='zip' is not one of 'tar', 'hdf5'"),
+        ({"workers": 0}, "workers=0 must be >= 1"),
+        ({"shard_count": 0}, "shard_count=0 must be >= 1"),
+        ({"shard_size": "12 parsecs"}, "shard size '12 parsecs' is not a size"),
+        ({"prefix": "a/b"}, "prefix='a/b' must be a plain file name start"),
+        ({"staging": "stage"}, "staging and storage_options apply to s3:// outputs only"),
+        ({"format": "hdf5", "size": (8, 8)}, "size=(H, W) resizes decoded images: pass decode=True"),
+    ],
+)
+def test_a_bad_option_fails_before_the_corpus_is_listed(tmp_path, options: dict[str, Any], message: str) -> None:
+    # the corpus does not exist: listing it would raise SourceNotFound; the options are checked first, all at once
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        convert(tmp_path / "no-such-corpus", tmp_path / "out", progress=False, **options)
+    assert not (tmp_path / "out").exists()
