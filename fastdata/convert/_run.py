@@ -15,15 +15,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 import warnings
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from fastdata.convert._corpus import Corpus, scan_corpus
 from fastdata.convert._driver import progress_bar, run_shards
 from fastdata.convert._options import ConversionPlan, OnShard
-from fastdata.convert._plan import Plan, plan_shards
+from fastdata.convert._plan import Plan, brace_pattern, plan_shards
 from fastdata.convert._resume import ConversionState, open_state, sync_dir
 from fastdata.convert._space import DiskFull, check_space, full_disk_is_an_error
+from fastdata.core import DIGESTS, __version__
 from fastdata.core.errors import ConfigError, FastdataError
 from fastdata.formats import MANIFEST
 from fastdata.formats.tar import write_atomic
@@ -221,12 +224,6 @@ def _convert_in(
 
 def base_manifest(shards: Plan, records: list[dict[str, Any]], corpus: Corpus, problems: list[str]) -> dict[str, Any]:
     """What every format's manifest holds (layout in :mod:`fastdata.formats._manifest`)."""
-    import time
-    from collections import Counter
-
-    from fastdata.convert._plan import brace_pattern
-    from fastdata.core import DIGESTS, __version__
-
     labels: Counter[int] = Counter()
     skips: list[str] = []
     for r in records:
