@@ -15,11 +15,14 @@ if TYPE_CHECKING:
     from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable, call, get
     from fastdata.storage.s3._list import list_prefix, resolve
     from fastdata.storage.s3._reader import S3Reader, executor
-    from fastdata.storage.s3._upload import UploadFailed, upload_file
+    from fastdata.storage.s3._upload import UploadFailed, finish_upload, start_upload, transfer_config, upload_file
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "finish_upload": "._upload",
+        "start_upload": "._upload",
+        "transfer_config": "._upload",
         "MiB": "._client",
         "parse_url": "._client",
         "call": "._fetch",
@@ -59,11 +62,14 @@ __all__ = [
     "call",
     "client",
     "executor",
+    "finish_upload",
     "get",
     "list_prefix",
     "parse_url",
     "process_counters",
     "release",
     "resolve",
+    "start_upload",
+    "transfer_config",
     "upload_file",
 ]
