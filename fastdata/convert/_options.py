@@ -2,7 +2,7 @@
 builds from its arguments and what the local, Ray and ``s3://`` paths take. Every option is checked at
 construction (a typo fails with the allowed values listed, before the corpus is listed), and the schemes
 of the source and the output are read here once. Light on purpose: ``fastdata`` (and so every command's
-``--help``) imports this module without the writer, numpy or tqdm."""
+``--help``) imports this module without the writer, numpy or rich."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from fastdata.convert._corpus import Corpus, scan_corpus
-from fastdata.convert._driver import progress_bar, run_shards
+from fastdata.convert._driver import ConversionBar, run_shards
 from fastdata.convert._options import ConversionPlan, OnShard
 from fastdata.convert._plan import Plan, brace_pattern, plan_shards
 from fastdata.convert._resume import ConversionState, open_state, sync_dir
@@ -183,8 +183,7 @@ def _convert_in(
             if not resumed and remote is None:
                 state.forget()
             raise
-    bar = progress_bar(shards, set(records), resumed=resumed, enabled=plan.progress)
-    with bar:
+    with ConversionBar(shards, set(records), resumed=resumed, enabled=plan.progress) as bar:
         run_shards(
             state,
             shards,
@@ -199,7 +198,7 @@ def _convert_in(
             on_shard=_saving(state, plan.on_shard) if ray_uploads else plan.on_shard,
         )
         if remote is not None and not ray_uploads:
-            bar.set_description_str("fastdata convert: waiting for the uploads")
+            bar.waiting_for_uploads()
             remote.poll(wait=True)
     if plan.fsync:
         sync_dir(folder)
