@@ -8,13 +8,14 @@ webdataset's ``ShardWriter`` on the same corpus of small JPEG-sized files in the
     python benchmarks/bench_convert.py --files 3000 --repeats 3 --parts local   # a quick look
     python benchmarks/bench_convert.py --parts copy             # readv + write vs copy_file_range here
     python benchmarks/bench_convert.py --parts local,cli        # the issue's targets: --workers 2 and the CLI
+    python benchmarks/bench_convert.py --parts local --methods tar_cf,fastdata_workers2 --files 6000 --repeats 3
 
 Every method runs once per repeat, interleaved (so a burst of load from elsewhere hits them alike), after
 ``os.sync()`` so none is throttled by another's dirty pages; figures are medians. MB/s counts the corpus's
 file bytes. The disk's own write-and-fsync speed is measured too: the ceiling of every fsync figure.
 Ray comes after the local figures (its daemons take CPU too), measured against the local engine again:
 the cluster is started (and each worker warmed up by one conversion) before timing, as on a real cluster
-that is up already; its start-up time is reported apart. The Ray shards' SHA-256s are checked
+that is up already; its start-up time is reported apart. The Ray shards' digests are checked
 equal to the local ones'. Writes JSON (``--out``) with versions, the load average at start and end,
 and the ratios the conversion issue targets.
 """
@@ -40,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tar import corpus_files, make_corpus, warm
 
 from fastdata.convert import convert
-from fastdata.convert._plan import parse_size
+from fastdata.convert._options import parse_size
+from fastdata.core import entry_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # every Ray server on 127.0.0.1
@@ -115,7 +117,7 @@ def methods(src: Path, out: Path, shard_size: str, names: list[str]) -> dict[str
 def measure(
     src: Path, work: Path, shard_size: str, repeats: int, names: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(figures per method, shard SHA-256s per fastdata method from the last repeat)``."""
+    """``(figures per method, shard digests per fastdata method from the last repeat)``."""
     out = work / "conv"
     runs = methods(src, out, shard_size, names)
     payload = sum(os.path.getsize(f) for f, _ in corpus_files(src))
@@ -133,7 +135,7 @@ def measure(
             times[name].append(time.perf_counter() - start)
             cpu[name].append(cpu_seconds() - cpu0)
             if isinstance(result, dict):
-                digests[name] = [s["sha256"] for s in result["shards"]]
+                digests[name] = [entry_digest(s) for s in result["shards"]]
     shutil.rmtree(out, ignore_errors=True)
     figures: dict[str, Any] = {}
     for name, ts in times.items():
@@ -286,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-size", default="32MB", help="small enough for more shards than workers")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--parts", default="local,cli,ray,copy", help="comma list of: local, cli, ray, copy")
+    p.add_argument("--methods", default=None, help="local part: a comma list of methods instead of all (a quick look)")
     p.add_argument("--cli-files", type=int, default=20_000, help="files of the corpus the command line converts")
     p.add_argument("--out", default=None, help="JSON results (default: WORKDIR/bench_convert.json)")
     args = p.parse_args(argv)
@@ -309,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if "local" in parts:  # first, with no Ray cluster running beside it (its daemons take CPU too)
         names = ["tar_cf", "tar_cf_then_sha256sum", "webdataset_shardwriter", "fastdata_workers1", "fastdata_workers2"]
         names += ["fastdata_workers1_fsync", "fastdata_workers2_fsync"]
+        names = args.methods.split(",") if args.methods else names
         result["convert"], _ = measure(src, work, args.shard_size, args.repeats, names)
     if "ray" in parts:  # then Ray against the local engine again, in the same conditions
         result["ray_start_seconds"] = start_ray(src, work, args.shard_size)

@@ -47,7 +47,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 import fastdata as fd
-from fastdata.convert._hdf5_task import CHUNK_BYTES, LABEL_CHUNK_ROWS, VLEN_CHUNK_ROWS
+from fastdata.convert._hdf5 import CHUNK_BYTES, LABEL_CHUNK_ROWS, VLEN_CHUNK_ROWS
 
 ORDERS = ("sequential", "random", "chunk")
 SLOW = ("open_per_item", "h5py_lazy")

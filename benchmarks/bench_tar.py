@@ -277,7 +277,7 @@ def cpu_seconds() -> float:
 
 
 def fd_size(text: str) -> int:
-    from fastdata.convert._plan import parse_size
+    from fastdata.convert._options import parse_size
 
     return parse_size(text)
 

@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import fastdata as fd  # noqa: E402
-from fastdata.convert._hdf5_task import CHUNK_BYTES  # noqa: E402
+from fastdata.convert._hdf5 import CHUNK_BYTES  # noqa: E402
 from fastdata.loading import transport as slots  # noqa: E402
 from fastdata.loading.transport._collate import SlotCollate, batch_as_is, slot_dataloader  # noqa: E402
 from fastdata.loading.transport._layout import PackedBytes  # noqa: E402

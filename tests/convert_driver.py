@@ -18,8 +18,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from fastdata.convert import convert
+from fastdata.convert import ConversionPlan, Corpus, convert
+from fastdata.convert._run import run
+
+
+def convert_listed(corpus: Corpus, out: str, **options: Any) -> dict[str, Any]:
+    """``convert(corpus.root, out, **options)`` over a corpus listed before (changed since, by the test)."""
+    return run(ConversionPlan(corpus.root, out, **options), corpus)
 
 
 def main() -> None:

@@ -25,8 +25,7 @@ from fastdata.convert._corpus import Item, scan_corpus
 from fastdata.convert._plan import plan_shards
 from fastdata.convert._remote import staging_folder
 from fastdata.convert._resume import STATE_DIR
-from fastdata.convert._tar import convert_tar
-from tests.convert_driver import kill, start_paused
+from tests.convert_driver import convert_listed, kill, start_paused
 from tests.datagen import make_image_folder
 from tests.s3_server import MotoServer
 
@@ -156,7 +155,9 @@ def test_a_task_whose_worker_is_killed_mid_shard_is_retried_and_nothing_is_dupli
 
     def run() -> None:
         try:
-            result["manifest"] = convert_tar(listed, str(out), shard_count=8, engine="ray", fsync=False, progress=False)
+            result["manifest"] = convert_listed(
+                listed, str(out), shard_count=8, engine="ray", fsync=False, progress=False
+            )
         except BaseException as e:  # noqa: BLE001 - handed to the test's thread, which asserts on it
             result["error"] = e
 
@@ -175,7 +176,7 @@ def test_a_task_whose_worker_is_killed_mid_shard_is_retried_and_nothing_is_dupli
     twin.mkdir()
     (twin / "pipe.jpg").write_bytes(blob)
     listed.items = [i._replace(path=str(twin / "pipe.jpg")) if i.path == str(fifo) else i for i in listed.items]
-    clean = convert_tar(listed, str(tmp_path / "clean"), shard_count=8, fsync=False, progress=False)
+    clean = convert_listed(listed, str(tmp_path / "clean"), shard_count=8, fsync=False, progress=False)
     assert result["manifest"]["shards"] == clean["shards"] and result["manifest"]["samples"] == 121
     assert files_of(out) == files_of(tmp_path / "clean") and not _tmp_pids(out)
 

@@ -13,8 +13,8 @@ import fastdata as fd
 from fastdata.cli import main
 from fastdata.convert import convert
 from fastdata.convert._s3_corpus import scan_s3
-from fastdata.convert._tar import convert_tar
 from fastdata.core.errors import ConfigError, SourceNotFound
+from tests.convert_driver import convert_listed
 from tests.datagen import make_image_folder
 from tests.fault_proxy import FaultProxy
 from tests.s3_server import MotoServer
@@ -57,7 +57,7 @@ def test_an_s3_prefix_listed_in_pages_and_read_through_faults_converts_every_obj
     corpus = scan_s3(f"s3://{s3_bucket}/src", through_proxy, page_size=5)  # 28 keys: 6 pages
     assert corpus.root == f"s3://{s3_bucket}/src/" and corpus.classes == ["class_0", "class_1", "class_2"]
     assert len(corpus.items) == 27 and corpus.ignored == 1
-    manifest = convert_tar(corpus, str(tmp_path / "out"), shard_count=4, workers=2, progress=False, fsync=False)
+    manifest = convert_listed(corpus, str(tmp_path / "out"), shard_count=4, workers=2, progress=False, fsync=False)
     stats = fault_proxy.stats()
     assert stats.get("slowdown", 0) > 0 and stats.get("cut", 0) > 0, stats
     samples = read_back(tmp_path / "out", manifest)
@@ -80,10 +80,10 @@ def test_an_object_gone_since_the_listing_is_named_or_skipped(
     corpus = scan_s3(f"s3://{s3_bucket}/src/", s3_options)
     s3_server.client().delete_object(Bucket=s3_bucket, Key="src/class_1/img_0004.jpg")
     with pytest.raises(SourceNotFound, match=r"src/class_1/img_0004\.jpg: no such key"):
-        convert_tar(corpus, str(tmp_path / "out"), shard_count=3, progress=False, fsync=False)
+        convert_listed(corpus, str(tmp_path / "out"), shard_count=3, progress=False, fsync=False)
     left = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert "shard-000001.tar" not in left and not [n for n in left if n.endswith(".tmp")], left
-    manifest = convert_tar(
+    manifest = convert_listed(
         corpus, str(tmp_path / "out"), shard_count=3, skip_bad=True, restart=True, progress=False, fsync=False
     )
     assert manifest["samples"] == 26 and manifest["skipped"] == 1 and "img_0004.jpg" in manifest["problems"][0]

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import xxhash
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.convert import convert
+from fastdata.convert import CorpusProblems, convert
 from fastdata.convert._plan import sample_names
 from fastdata.convert._resume import STATE_DIR
-from fastdata.convert._tar import CorpusProblems
 from fastdata.core.errors import ConfigError
 from fastdata.formats.tar._index import ShardIndex
 from fastdata.formats.tar._reader import scan
@@ -117,12 +118,14 @@ def test_keys_are_one_per_file_and_keep_extensions(corpus, converted) -> None:
     assert sample_names([]) == []
 
 
-def test_manifest_sha256_bytes_and_sidecar_index_match_the_files(converted) -> None:
+def test_manifest_digest_bytes_and_sidecar_index_match_the_files(converted) -> None:
     out, manifest = converted
     for shard in manifest["shards"]:
         path = out / shard["name"]
         data = path.read_bytes()
-        assert hashlib.sha256(data).hexdigest() == shard["sha256"] and len(data) == shard["bytes"]
+        # a local output's digest is the fast one, named by its key (SHA-256 is for stores and users)
+        assert "sha256" not in shard and xxhash.xxh3_128(data).hexdigest() == shard["xxh3_128"]
+        assert len(data) == shard["bytes"]
         side = ShardIndex.from_bytes(str(path), (out / (shard["name"] + ".idx")).read_bytes())
         fresh = scan(LocalReader(str(path)))
         assert (side.keys, side.members, side.spans, side.size) == (fresh.keys, fresh.members, fresh.spans, fresh.size)
@@ -242,17 +245,17 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path) -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_file_that_vanishes_mid_run_is_named_or_skipped(tmp_path, workers: int) -> None:
     from fastdata.convert._corpus import scan_corpus
-    from fastdata.convert._tar import convert_tar
+    from tests.convert_driver import convert_listed
 
     root = tmp_path / "src"
     make_image_folder(root, classes=2, per_class=6)
     corpus = scan_corpus(root)
     (root / "class_1" / "img_0003.jpg").unlink()  # listed, then gone before it is written
     with pytest.raises(fd.SourceNotFound, match=r"img_0003\.jpg: no such file"):
-        convert_tar(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, progress=False, fsync=False)
+        convert_listed(corpus, str(tmp_path / "out"), shard_count=3, workers=workers, progress=False, fsync=False)
     assert not (tmp_path / "out" / "manifest.json").exists()
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
-    manifest = convert_tar(
+    manifest = convert_listed(
         corpus,
         str(tmp_path / "out"),
         shard_count=3,
@@ -388,3 +391,22 @@ def test_mixed_image_extensions_batch_under_one_key(tmp_path) -> None:
     assert all(b["jpg"].shape[1:] == (3, 24, 32) for b in batches)
     renamed = {k: v for s in manifest["shards"] for k, v in s.get("renamed", {}).items()}
     assert sorted(renamed.values()) == ["jpeg", "jpeg", "png", "png"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"format": "zip"}, "format='zip' is not one of 'tar', 'hdf5'"),
+        ({"workers": 0}, "workers=0 must be >= 1"),
+        ({"shard_count": 0}, "shard_count=0 must be >= 1"),
+        ({"shard_size": "12 parsecs"}, "shard size '12 parsecs' is not a size"),
+        ({"prefix": "a/b"}, "prefix='a/b' must be a plain file name start"),
+        ({"staging": "stage"}, "staging and storage_options apply to s3:// outputs only"),
+        ({"format": "hdf5", "size": (8, 8)}, "size=(H, W) resizes decoded images: pass decode=True"),
+    ],
+)
+def test_a_bad_option_fails_before_the_corpus_is_listed(tmp_path, options: dict[str, Any], message: str) -> None:
+    # the corpus does not exist: listing it would raise SourceNotFound; the options are checked first, all at once
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        convert(tmp_path / "no-such-corpus", tmp_path / "out", progress=False, **options)
+    assert not (tmp_path / "out").exists()

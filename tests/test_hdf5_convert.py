@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -13,11 +12,12 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+import xxhash
 from PIL import Image
 
 import fastdata as fd
-from fastdata.convert._corpus import scan_corpus
-from fastdata.convert._hdf5 import WRITE_ORDER_SEED, convert_hdf5
+from fastdata.convert import convert
+from fastdata.convert._hdf5 import WRITE_ORDER_SEED
 from fastdata.convert._resume import STATE_DIR
 from fastdata.core.errors import ConfigError, DecodeFailed
 from fastdata.formats._manifest import read_manifest, sample_counts
@@ -47,7 +47,7 @@ def parts(out: Path, manifest: dict[str, Any]) -> str:
 
 def test_round_trip_keeps_every_file_its_bytes_and_label(corpus_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    manifest = convert_hdf5(scan_corpus(corpus_dir), str(out), shard_count=3, progress=False)
+    manifest = convert(corpus_dir, str(out), format="hdf5", shard_count=3, progress=False)
     assert manifest["pattern"] == "shard-{000000..000002}.h5"
     samples = read_all(parts(out, manifest))
     relpaths = sorted(str(p.relative_to(corpus_dir)) for p in corpus_dir.rglob("*.jpg"))
@@ -66,7 +66,7 @@ def test_round_trip_keeps_every_file_its_bytes_and_label(corpus_dir: Path, tmp_p
     assert [s["samples"] for s in manifest["shards"]] == [5, 5, 5]
     for shard in manifest["shards"]:
         h5 = out / shard["name"]
-        assert shard["bytes"] == h5.stat().st_size and shard["sha256"] == hashlib.sha256(h5.read_bytes()).hexdigest()
+        assert shard["bytes"] == h5.stat().st_size and shard["xxh3_128"] == xxhash.xxh3_128(h5.read_bytes()).hexdigest()
         assert sample_counts([str(h5)]) == {str(h5): 5}
         with h5py.File(h5, "r") as f:
             assert list(f.attrs["classes"]) == manifest["classes"] and sum(f.attrs["class_counts"]) == 5
@@ -79,22 +79,27 @@ def test_round_trip_keeps_every_file_its_bytes_and_label(corpus_dir: Path, tmp_p
 
 
 def test_parallel_parts_equal_serial_ones(corpus_dir: Path, tmp_path: Path) -> None:
-    a = convert_hdf5(
-        scan_corpus(corpus_dir), str(tmp_path / "a"), shard_count=4, decode=True, size=(8, 8), progress=False
-    )
-    b = convert_hdf5(
-        scan_corpus(corpus_dir), str(tmp_path / "b"), shard_count=4, decode=True, size=(8, 8), workers=2, progress=False
+    a = convert(corpus_dir, str(tmp_path / "a"), format="hdf5", shard_count=4, decode=True, size=(8, 8), progress=False)
+    b = convert(
+        corpus_dir,
+        str(tmp_path / "b"),
+        format="hdf5",
+        shard_count=4,
+        decode=True,
+        size=(8, 8),
+        workers=2,
+        progress=False,
     )
     assert a["shards"] == b["shards"]  # names, counts, bytes, sha256
 
 
 def test_decode_and_resize_to_fixed_shape(corpus_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "decoded"
-    manifest = convert_hdf5(scan_corpus(corpus_dir), str(out), decode=True, size=(6, 10), progress=False)
+    manifest = convert(corpus_dir, str(out), format="hdf5", decode=True, size=(6, 10), progress=False)
     assert manifest["fields"]["image"] == {"kind": "array", "dtype": "uint8", "shape": [6, 10, 3]}
     samples = read_all(parts(out, manifest))
     with pytest.raises(ConfigError, match=r"decoded\.h5: looks like a file name; .* give the folder"):
-        convert_hdf5(scan_corpus(corpus_dir), str(tmp_path / "decoded.h5"), progress=False)
+        convert(corpus_dir, str(tmp_path / "decoded.h5"), format="hdf5", progress=False)
     for s in samples:
         with Image.open(corpus_dir / s["key"]) as img:
             expected = np.asarray(img.convert("RGB").resize((10, 6), Image.Resampling.BILINEAR))
@@ -103,19 +108,19 @@ def test_decode_and_resize_to_fixed_shape(corpus_dir: Path, tmp_path: Path) -> N
 
 
 def test_decode_without_size_keeps_a_common_size_and_refuses_mixed_ones(corpus_dir: Path, tmp_path: Path) -> None:
-    m = convert_hdf5(scan_corpus(corpus_dir), str(tmp_path / "same"), decode=True, size=None, progress=False)
+    m = convert(corpus_dir, str(tmp_path / "same"), format="hdf5", decode=True, size=None, progress=False)
     assert read_all(parts(tmp_path / "same", m))[0]["image"].shape == (24, 32, 3)
     mixed = tmp_path / "mixed"
     make_image_folder(mixed, classes=1, per_class=3, seed=2)
     (mixed / "class_0" / "img_9999.jpg").write_bytes(jpeg_bytes(np.random.default_rng(0), (8, 8)))
     with pytest.raises(ConfigError, match=r"img_9999\.jpg: image is 8x8, the first is 24x32; .*--size HxW"):
-        convert_hdf5(scan_corpus(mixed), str(tmp_path / "out"), decode=True, size=None, progress=False)
+        convert(mixed, str(tmp_path / "out"), format="hdf5", decode=True, size=None, progress=False)
     assert [p.name for p in (tmp_path / "out").iterdir()] == [STATE_DIR]  # no part, no temporary file
 
 
 def test_size_needs_decode(corpus_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="pass decode=True"):
-        convert_hdf5(scan_corpus(corpus_dir), str(tmp_path), decode=False, size=(8, 8), progress=False)
+        convert(corpus_dir, str(tmp_path), format="hdf5", decode=False, size=(8, 8), progress=False)
 
 
 def test_corrupt_images_named_or_every_one_skipped_in_one_run(tmp_path: Path) -> None:
@@ -124,10 +129,10 @@ def test_corrupt_images_named_or_every_one_skipped_in_one_run(tmp_path: Path) ->
     (src / "class_1" / "img_0001.jpg").write_bytes(b"not a jpeg at all")
     (src / "class_0" / "img_0002.jpg").write_bytes(b"nor this one")
     with pytest.raises(DecodeFailed, match=r"class_\d/img_000\d\.jpg: cannot decode as an image"):
-        convert_hdf5(scan_corpus(src), str(tmp_path / "out"), decode=True, size=(4, 4), progress=False)
+        convert(src, str(tmp_path / "out"), format="hdf5", decode=True, size=(4, 4), progress=False)
     assert sorted(os.listdir(tmp_path / "out")) == [STATE_DIR]
-    manifest = convert_hdf5(
-        scan_corpus(src), str(tmp_path / "out"), decode=True, size=(4, 4), skip_bad=True, restart=True, progress=False
+    manifest = convert(
+        src, str(tmp_path / "out"), format="hdf5", decode=True, size=(4, 4), skip_bad=True, restart=True, progress=False
     )
     assert manifest["samples"] == 6 and manifest["skipped"] == 2
     assert sorted(p.split(":")[0].rsplit("/", 2)[-2] for p in manifest["problems"]) == ["class_0", "class_1"]
@@ -141,7 +146,7 @@ def test_files_of_equal_length_keep_their_bytes(tmp_path: Path) -> None:
     blob = jpeg_bytes(np.random.default_rng(5))
     for i in range(3):
         (src / f"{i}.jpg").write_bytes(blob)
-    m = convert_hdf5(scan_corpus(src), str(tmp_path / "out"), decode=False, size=None, progress=False)
+    m = convert(src, str(tmp_path / "out"), format="hdf5", decode=False, size=None, progress=False)
     assert [s["image"] for s in read_all(parts(tmp_path / "out", m))] == [blob] * 3
 
 
@@ -151,7 +156,7 @@ def test_flat_folder_has_no_classes(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     for i in range(4):
         (src / f"{i}.jpg").write_bytes(jpeg_bytes(rng))
-    manifest = convert_hdf5(scan_corpus(src), str(tmp_path / "out"), decode=False, size=None, progress=False)
+    manifest = convert(src, str(tmp_path / "out"), format="hdf5", decode=False, size=None, progress=False)
     assert manifest["classes"] == [] and manifest["class_counts"] == {} and manifest["samples"] == 4
     assert [s["label"] for s in read_all(parts(tmp_path / "out", manifest))] == [-1] * 4
 
@@ -174,13 +179,13 @@ def test_killed_run_leaves_nothing_under_the_final_name_and_a_rerun_completes(tm
     assert 1 <= len(finished) < 8  # parts exist only complete, under their final name
     before = {n: (out / n).stat().st_mtime_ns for n in finished}
 
-    manifest = convert_hdf5(scan_corpus(src), str(out), decode=True, size=(48, 48), shard_count=8, progress=False)
+    manifest = convert(src, str(out), format="hdf5", decode=True, size=(48, 48), shard_count=8, progress=False)
     assert {n: (out / n).stat().st_mtime_ns for n in finished} == before, "a finished part was written again"
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [STATE_DIR, "manifest.json", *(s["name"] for s in manifest["shards"])]
     )
-    clean = convert_hdf5(
-        scan_corpus(src), str(tmp_path / "clean"), decode=True, size=(48, 48), shard_count=8, progress=False
+    clean = convert(
+        src, str(tmp_path / "clean"), format="hdf5", decode=True, size=(48, 48), shard_count=8, progress=False
     )
     assert manifest["shards"] == clean["shards"]  # the same bytes as an uninterrupted run
     assert len(fd.HDF5Dataset(parts(out, manifest))) == 80

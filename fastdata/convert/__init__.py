@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastdata.convert._corpus import Corpus, scan_corpus
-from fastdata.convert._options import Engine, Format
-from fastdata.core._lazy import lazy_exports
-from fastdata.core.errors import ConfigError, check_choice
-from fastdata.storage import scheme
+from fastdata.convert._options import ConversionPlan, Engine, Format
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
+    from fastdata.convert._run import CorpusProblems
     from fastdata.convert._upload import ShardUploader
 
-# the uploader needs boto3: imported when asked for
-__getattr__, __dir__ = lazy_exports(__name__, {"ShardUploader": "._upload"})
+# the uploader needs boto3, the run the writers: imported when asked for
+__getattr__, __dir__ = lazy_exports(__name__, {"ShardUploader": "._upload", "CorpusProblems": "._run"})
 
 
 def convert(
@@ -67,8 +65,7 @@ def convert(
             or ``s3://bucket/prefix/`` laid out the same way (listed once; objects read by the tasks).
         out: the output folder; must be empty or new, or hold an interrupted run of the same conversion.
             Or, for tar, ``s3://bucket/prefix``: shards are written to a local staging folder and uploaded
-            as each is finished, the manifest last (see :mod:`fastdata.convert._remote`); the prefix must
-            hold nothing else.
+            as each is finished, the manifest last (docs/convert.md); the prefix must hold nothing else.
         format ("tar" | "hdf5"): Defaults to "tar".
         shard_size (int | str | None): most bytes per shard or part, like ``"256MB"`` or ``"1GiB"`` (a
             single larger file gets a shard of its own). Defaults to "256MB".
@@ -89,17 +86,18 @@ def convert(
         staging (str | PathLike | None): s3:// output: the local folder to stage shards in (a subfolder
             named after ``out`` is used, and deleted once the conversion is complete). Defaults to
             ``$FASTDATA_CACHE_DIR/convert-staging`` (``~/.cache/fastdata/convert-staging``).
-        storage_options (dict | None): s3:// output: :class:`~fastdata.storage.s3._client.S3Config`
+        storage_options (dict | None): s3:// output: :class:`fastdata.storage.s3.S3Config`
             fields (``endpoint_url``, ``profile_name``, credentials, ``max_attempts`` ...). Defaults to the
             standard AWS chain (``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` ...).
         source_options (dict | None): s3:// source: the same fields. Defaults to ``storage_options``
             when the output is on S3 too, else the AWS chain.
         engine ("local" | "ray"): where the shard tasks run: this machine (``workers`` processes), or
-            a Ray cluster (tar only; see :mod:`fastdata.convert._ray_engine`). Defaults to "local".
+            a Ray cluster (tar only; docs/convert.md). Defaults to "local".
         address (str | None): ``engine="ray"``: the cluster to connect to (``ray.init(address=...)``).
             Defaults to ``$RAY_ADDRESS``, else a cluster running on this machine, else a new local one.
         on_shard (Callable[[dict], None] | None): called in this process with each finished shard's
-            record (``name``, ``samples``, ``bytes``, ``sha256`` ...), as it is finished. Defaults to None.
+            record (``name``, ``samples``, ``bytes``, its digest: ``sha256`` for an ``s3://`` output, else
+            ``xxh3_128`` ...), as it is finished. Defaults to None.
 
     Raises:
         CorpusProblems: the corpus has problems and ``skip_bad`` is False (nothing is written).
@@ -108,65 +106,11 @@ def convert(
             filled up while writing (the unfinished shard is removed; a rerun resumes).
         SourceNotFound: ``src`` does not exist.
     """
-    check_choice("format", format, Format)
-    check_choice("engine", engine, Engine)
-    out = os.fspath(out)
-    src = os.fspath(src)
-    if not scheme(out) and Path(out).exists() and not os.path.isdir(out):
-        raise ConfigError(
-            f"{out}: is a file, not a folder; fastdata convert writes shards, their indexes and a "
-            "manifest into a folder: give a new or empty folder"
-        )
-    if engine != "ray" and address is not None:
-        raise ConfigError("address applies to engine='ray' only")
-    if scheme(src) and source_options is None and scheme(out):
-        source_options = storage_options
-    if format == "hdf5":
-        if scheme(out) or staging is not None or storage_options:
-            raise ConfigError(
-                f"{out}: format='hdf5' writes local files; convert into a local folder, then "
-                "upload the files (fastdata.storage.s3._reader.upload_file)"
-            )
-        if shuffle:
-            raise ConfigError("shuffle applies to format='tar' only: HDF5 rows are always shuffled (seeded by seed)")
-        if engine != "local":
-            raise ConfigError("engine='ray' converts to tar shards; use format='tar', or engine='local' for HDF5")
-        corpus = _scan_checked(src, skip_bad, source_options, progress)
-        try:
-            from fastdata.convert._hdf5 import convert_hdf5  # imported on use: it needs h5py
-        except ModuleNotFoundError as e:
-            if e.name == "fastdata.convert._hdf5":
-                raise ConfigError("format='hdf5' is not part of this version of fastdata; use format='tar'") from None
-            raise ImportError(f"format='hdf5' needs {e.name}; install it with pip install 'fastdata[hdf5]'") from e
-        from fastdata.convert._plan import parse_size
-
-        manifest: dict[str, Any] = convert_hdf5(
-            corpus,
-            out,
-            decode=decode,
-            size=size,
-            shard_size=None if shard_count is not None else parse_size(shard_size or "256MB"),
-            shard_count=shard_count,
-            workers=workers,
-            seed=seed,
-            prefix=prefix,
-            skip_bad=skip_bad,
-            restart=restart,
-            fsync=fsync,
-            progress=progress,
-            on_shard=on_shard,
-        )
-        return manifest
-    if decode or size is not None:
-        raise ConfigError("decode and size apply to format='hdf5' only; tar shards keep the files' bytes")
-    from fastdata.convert._plan import parse_size
-    from fastdata.convert._tar import convert_tar
-
-    corpus = _scan(src, source_options, progress)
-    return convert_tar(
-        corpus,
-        out,
-        shard_size=None if shard_count is not None else parse_size(shard_size or "256MB"),
+    plan = ConversionPlan(
+        os.fspath(src),
+        os.fspath(out),
+        format=format,
+        shard_size=shard_size,
         shard_count=shard_count,
         workers=workers,
         shuffle=shuffle,
@@ -175,35 +119,19 @@ def convert(
         skip_bad=skip_bad,
         restart=restart,
         fsync=fsync,
+        decode=decode,
+        size=size,
         progress=progress,
-        staging=staging,
+        staging=None if staging is None else os.fspath(staging),
         storage_options=storage_options,
+        source_options=source_options,
         engine=engine,
         address=address,
         on_shard=on_shard,
     )
+    from fastdata.convert._run import run
+
+    return run(plan)
 
 
-def _scan(src: str, source_options: dict[str, Any] | None, progress: bool = True) -> Corpus:
-    if scheme(src) == "s3":
-        from fastdata.convert._s3_corpus import scan_s3
-
-        # the listing's bar appears once a second page is needed (a small prefix lists in one request)
-        return scan_s3(src, source_options, progress=None if progress else False)
-    if scheme(src):
-        raise ConfigError(f"{src}: fastdata convert reads local folders and s3:// prefixes, not {scheme(src)}://")
-    if source_options:
-        raise ConfigError("source_options apply to an s3:// source only")
-    return scan_corpus(src)
-
-
-def _scan_checked(src: str, skip_bad: bool, source_options: dict[str, Any] | None, progress: bool) -> Corpus:
-    from fastdata.convert._tar import CorpusProblems
-
-    corpus = _scan(src, source_options, progress)
-    if corpus.problems and not skip_bad:
-        raise CorpusProblems(corpus.root, corpus.problems)
-    return corpus
-
-
-__all__ = ["Corpus", "Engine", "Format", "ShardUploader", "convert", "scan_corpus"]
+__all__ = ["ConversionPlan", "Corpus", "CorpusProblems", "Engine", "Format", "ShardUploader", "convert", "scan_corpus"]

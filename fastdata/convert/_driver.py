@@ -5,73 +5,46 @@ shard's record (uploaded for an ``s3://`` output, passed to the caller's ``on_sh
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fastdata.convert._options import Engine
+from fastdata.convert._options import Engine, OnShard
 from fastdata.convert._pool import ShardTask, run_parallel, run_serial
 from fastdata.convert._resume import ConversionState
 from fastdata.convert._space import DiskFull, disk_full, is_full
+from fastdata.core import Bar, progress_bar
 
 if TYPE_CHECKING:
-    from tqdm import tqdm
-
     from fastdata.convert._plan import Plan
     from fastdata.convert._remote import RemoteOutput
 
-OnShard = Callable[[dict[str, Any]], None]
 
+class ConversionBar:
+    """The bar of a conversion (:func:`fastdata.core.progress_bar`, in bytes and MB/s), named after the files
+    and (``s3://`` output) shards uploaded so far. Use as a context manager."""
 
-class _QuietBar:
-    """What a conversion without a bar uses in its place: a quiet run does not import tqdm (~40 ms of
-    start-up, a tenth of converting 10,000 small files)."""
+    def __init__(self, plan: Plan, done: set[str], *, resumed: bool, enabled: bool) -> None:
+        done_shards = [i for i, n in enumerate(plan.names) if n in done]
+        self.files = sum(len(plan.shards[i]) for i in done_shards)
+        self.total_files, self.total_shards = plan.samples, len(plan.names)
+        self.name = f"fastdata convert{' (resumed)' if resumed and done else ''}"
+        total = sum(plan.shard_bytes(i) for i in range(len(plan.names)))
+        done_bytes = sum(plan.shard_bytes(i) for i in done_shards)
+        self._cm = progress_bar(self.name, unit="bytes", total=total, completed=done_bytes, enabled=enabled)
 
-    files = total_files = total_shards = 0
-
-    def update(self, n: int) -> None:
-        pass
-
-    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
-        pass
-
-    def set_description_str(self, text: str) -> None:
-        pass
-
-    def __enter__(self) -> _QuietBar:
+    def __enter__(self) -> ConversionBar:
+        self.bar: Bar = self._cm.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        pass
+    def __exit__(self, *exc: Any) -> None:
+        self._cm.__exit__(*exc)
 
+    def advance(self, files: int, nbytes: int, remote: RemoteOutput | None = None) -> None:
+        self.files += files
+        up = f", {remote.uploaded}/{self.total_shards} shards uploaded" if remote is not None else ""
+        self.bar.advance(nbytes, description=f"{self.name}: {self.files}/{self.total_files} files{up}")
 
-def progress_bar(plan: Plan, done: set[str], *, resumed: bool, enabled: bool) -> tqdm:
-    """A bar in bytes (MB/s), with files and shards done in its postfix."""
-    if not enabled:
-        return _QuietBar()  # type: ignore[return-value]
-    from tqdm import tqdm
-
-    total_bytes = sum(plan.shard_bytes(i) for i in range(len(plan.names)))
-    done_bytes = sum(plan.shard_bytes(i) for i, n in enumerate(plan.names) if n in done)
-    bar = tqdm(
-        total=total_bytes,
-        initial=done_bytes,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=f"fastdata convert{' (resumed)' if resumed and done else ''}",
-        disable=not enabled,
-        dynamic_ncols=True,
-    )
-    bar.files = sum(len(plan.shards[i]) for i, n in enumerate(plan.names) if n in done)  # type: ignore[attr-defined]
-    bar.total_files, bar.total_shards = plan.samples, len(plan.names)  # type: ignore[attr-defined]
-    return bar
-
-
-def advance(bar: tqdm, files: int, nbytes: int, remote: RemoteOutput | None = None) -> None:
-    bar.files += files  # type: ignore[attr-defined]
-    uploaded = f", {remote.uploaded}/{bar.total_shards} shards uploaded" if remote is not None else ""  # type: ignore[attr-defined]
-    bar.set_postfix_str(f"{bar.files}/{bar.total_files} files{uploaded}", refresh=False)  # type: ignore[attr-defined]
-    bar.update(nbytes)
+    def waiting_for_uploads(self) -> None:
+        self.bar.advance(0, description="fastdata convert: waiting for the uploads")
 
 
 def run_shards(
@@ -83,7 +56,7 @@ def run_shards(
     workers: int,
     engine: Engine = "local",
     address: str | None = None,
-    bar: tqdm,
+    bar: ConversionBar,
     remote: RemoteOutput | None = None,
     staged: list[dict[str, Any]] | None = None,
     on_shard: OnShard | None = None,
@@ -101,7 +74,7 @@ def run_shards(
     def on_record(record: dict[str, Any]) -> None:
         if engine == "ray":  # Ray tasks report whole shards only
             files, nbytes = sizes.get(record["name"], (0, 0))
-            advance(bar, files, nbytes, remote)
+            bar.advance(files, nbytes, remote)
         left[0] -= sizes.get(record["name"], (0, 0))[1]
         if remote is not None:
             remote.shard_written(record)
@@ -127,7 +100,7 @@ def run_shards(
                 plan,
                 todo,
                 on_record=on_record,
-                progress=lambda f, b: advance(bar, f, b, remote),
+                progress=lambda f, b: bar.advance(f, b, remote),
                 before_each=remote.make_room if remote is not None else None,
             )
         else:
@@ -137,7 +110,7 @@ def run_shards(
                 todo,
                 workers=min(workers, len(todo)),
                 on_record=on_record,
-                progress=lambda f, b: advance(bar, f, b, remote),
+                progress=lambda f, b: bar.advance(f, b, remote),
                 room=remote.room if remote is not None else None,
                 make_room=remote.make_room if remote is not None else None,
                 started=uploads_from_before,

@@ -11,59 +11,72 @@ The output folder gets several HDF5 files, ``PREFIX-000000.h5`` ... (``shard_siz
 
 ``fd.HDF5Dataset("OUT/PREFIX-{000000..000003}.h5")`` (the manifest's ``"pattern"``) reads them as one
 dataset; ``fastdata bench OUT`` finds them. Class names go into each file's attributes and into
-``manifest.json`` (the layout of :mod:`fastdata.formats._manifest`, ``"format": "hdf5"``). Rows are written
-in an order shuffled with ``seed`` (default 0), because a corpus is sorted by class folder and readers
-that keep neighbouring rows together (:class:`~fastdata.loading._chunk_sampler.ChunkBatchSampler`,
-sequential reads) would otherwise get batches of a single class.
+``manifest.json`` (``"format": "hdf5"``). Rows are written in an order shuffled with ``seed`` (default
+0), because a corpus is sorted by class folder and readers that keep neighbouring rows together
+(``ChunkBatchSampler``, sequential reads) would otherwise get batches of a single class.
 
 Resumable by parts: each part is written under a temporary name and renamed only when complete, then
 recorded (``OUT/.fastdata-convert/``, as for tar). A run killed part way loses only the parts being
 written; the rerun keeps the finished ones and writes the rest, with the same bytes (an HDF5 file cut off
 mid-write cannot be trusted, so there is no resuming inside one part). Parts are written in parallel
 with ``workers``. The manifest comes last.
+
+A part is written under a temporary name (``.NAME.PID.tmp``), read back for its digest, fsynced and renamed,
+then recorded. HDF5 can crash (a segfault) when the disk fills under it, so the free space is checked before
+each batch of rows is written. With ``decode``, an image that does not decode is named in a
+:class:`~fastdata.core.errors.DecodeFailed`, or under ``skip_bad`` left out (listed in the record) while every
+other row is written: the image dataset is resizable and cut to the rows kept.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import io
 import os
-import time
-import warnings
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
+from PIL import Image
 
 from fastdata.convert._corpus import Corpus
-from fastdata.convert._driver import OnShard, progress_bar, run_shards
-from fastdata.convert._hdf5_task import ROW_OVERHEAD, Hdf5Task, decode_image
-from fastdata.convert._plan import Entry, Plan, brace_pattern, check_prefix, cut, shard_names, split_ext
-from fastdata.convert._resume import open_state, sync_dir
-from fastdata.convert._space import DiskFull, check_space, full_disk_is_an_error
-from fastdata.core.errors import ConfigError, DecodeFailed, FastdataError, SourceNotFound, SourceUnreadable
-from fastdata.formats._manifest import MANIFEST
-from fastdata.formats.tar._writer import write_atomic
-from fastdata.storage import scheme
+from fastdata.convert._options import ConversionPlan
+from fastdata.convert._plan import Entry, Plan, cut, shard_names, split_ext
+from fastdata.convert._resume import ConversionState
+from fastdata.convert._space import MARGIN, check_space
+from fastdata.core import FAST, digest_of
+from fastdata.core.errors import ConfigError, DecodeFailed, SourceNotFound, SourceUnreadable
+
+Progress = Callable[[int, int], None]
+
+CHUNK_BYTES = 1 << 20
+"""Target size of one chunk of decoded images: 1 MiB, the top of HDF5's advised 10 KiB - 1 MiB range, so
+that a chunk-aware batch reads few, large chunks."""
+
+VLEN_CHUNK_ROWS = 1024
+"""Rows per chunk of the variable-length and string fields (16 bytes of heap reference per row)."""
+
+LABEL_CHUNK_ROWS = 4096
+
+WRITE_BATCH = 256
+"""Samples read (and decoded) before each write."""
+
+ROW_OVERHEAD = 64
+"""Bytes an HDF5 part takes per row beyond the image bytes (heap references, keys, labels): an estimate."""
+
 
 WRITE_ORDER_SEED = 0
 """The default seed of the order in which samples are written."""
 
 
-def plan_parts(
-    corpus: Corpus,
-    *,
-    decode: bool,
-    size: tuple[int, int] | None,
-    shard_size: int | None,
-    shard_count: int | None,
-    seed: int,
-    prefix: str,
-    skip_bad: bool,
-) -> tuple[Plan, tuple[int, int, int] | None]:
+def plan_parts(corpus: Corpus, plan: ConversionPlan) -> tuple[Plan, tuple[int, int, int] | None]:
     """Rows in their shuffled order, cut into parts; and the decoded image shape (None without decode)."""
-    check_prefix(prefix)
+    decode, size, shard_size, shard_count = plan.decode, plan.size, plan.shard_size, plan.shard_count
+    seed, prefix, skip_bad = plan.seed, plan.prefix, plan.skip_bad
     order = np.random.default_rng(seed).permutation(len(corpus.items))
     entries = []
     for i in order:
@@ -76,7 +89,7 @@ def plan_parts(
         cost = [int(np.prod(shape)) + ROW_OVERHEAD] * len(entries)
     else:
         cost = [e.size + ROW_OVERHEAD for e in entries]
-    parts = cut(entries, cost if shard_size is not None else [], shard_size=shard_size, shard_count=shard_count)
+    parts = cut(entries, cost if shard_size is not None else [], shard_size=shard_size, shard_count=shard_count)  # type: ignore[arg-type]
     options: dict[str, object] = {
         "format": "hdf5",
         "decode": decode,
@@ -92,8 +105,6 @@ def plan_parts(
 
 def _first_shape(entries: list[Entry], skip_bad: bool) -> tuple[int, int, int]:
     """The shape of the first image that decodes: what every decoded image must have without ``size``."""
-    from fastdata.convert._hdf5_task import _read
-
     for e in entries:
         try:
             return tuple(decode_image(e.path, _read(e), None).shape)  # type: ignore[return-value]
@@ -103,157 +114,225 @@ def _first_shape(entries: list[Entry], skip_bad: bool) -> tuple[int, int, int]:
     raise ConfigError("no file of the corpus decodes as an image; convert without --decode to keep the bytes")
 
 
-def convert_hdf5(
-    corpus: Corpus,
-    out: str,
-    *,
-    decode: bool = False,
-    size: tuple[int, int] | None = None,
-    shard_size: int | None = 256 * 10**6,
-    shard_count: int | None = None,
-    workers: int = 1,
-    seed: int = WRITE_ORDER_SEED,
-    prefix: str = "shard",
-    skip_bad: bool = False,
-    restart: bool = False,
-    fsync: bool = True,
-    progress: bool = True,
-    on_shard: OnShard | None = None,
-) -> dict[str, Any]:
-    """Write ``corpus`` into HDF5 parts and a ``manifest.json`` in folder ``out``; resume an interrupted
-    run there; return the manifest.
+@dataclass(frozen=True)
+class Hdf5Task:
+    """How to write the parts of one HDF5 conversion (picklable, like :class:`~fastdata.convert._tar.TarTask`).
 
-    Args:
-        corpus (Corpus): the files, from :func:`fastdata.convert._corpus.scan_corpus`.
-        out (str): the output folder: new, empty, or holding an interrupted run of the same conversion.
-        decode (bool): store decoded RGB images as a fixed-shape ``uint8`` array instead of their bytes.
-        size (tuple[int, int] | None): ``(height, width)`` to resize every decoded image to; None keeps
-            the images' own size, which must then be the same for all. Needs ``decode``.
-        shard_size (int | None): most bytes per part (of image bytes, or decoded pixels). Defaults to 256 MB.
-        shard_count (int | None): instead, exactly this many parts of equal row counts.
-        workers (int): processes writing parts (and decoding) in parallel. Defaults to 1.
-        seed (int): seed of the rows' shuffled order. Defaults to 0.
-        prefix (str): parts are ``PREFIX-000000.h5`` ... Defaults to "shard".
-        skip_bad (bool): leave out (and list) files that cannot be read or decoded. Defaults to False.
-        restart (bool): discard an interrupted run with other options. Defaults to False.
-        fsync (bool): flush each part to disk before recording it. Defaults to True.
-        progress (bool): show a progress bar (tqdm).
-        on_shard: called with each finished part's record. Defaults to None.
+    Attributes:
+        out (str): the output folder.
+        classes (list[str]): the corpus's class names (stored in every part's attributes).
+        decode (bool): store decoded RGB ``uint8`` images of one shape instead of the files' bytes.
+        size (tuple[int, int] | None): with ``decode``, resize every image to (height, width).
+        shape (tuple[int, int, int] | None): with ``decode``, the shape every image must have (from the
+            plan: ``size``, or the first image's own).
+        skip_bad (bool): leave out files that cannot be read or decoded, listing them in the record.
+        fsync (bool): flush each part to disk before it is recorded.
+        seed (int): the seed of the row order (stored in the attributes).
+    """
+
+    out: str
+    classes: list[str]
+    decode: bool
+    size: tuple[int, int] | None
+    shape: tuple[int, int, int] | None
+    skip_bad: bool
+    fsync: bool
+    seed: int
+
+    @classmethod
+    def of(cls, plan: ConversionPlan, classes: list[str], shape: tuple[int, int, int] | None) -> Hdf5Task:
+        return cls(plan.out, classes, plan.decode, plan.size, shape, plan.skip_bad, plan.fsync, plan.seed)
+
+    def need(self, plan: Plan, i: int) -> int:
+        """Bytes part ``i`` takes on disk (an estimate, with a margin)."""
+        n = len(plan.shards[i])
+        data = int(np.prod(self.shape)) * n if self.shape is not None else plan.shard_bytes(i)
+        return int((data + 64 * n) * 1.05) + (1 << 20)
+
+    def manifest(
+        self, plan: Plan, records: list[dict[str, Any]], corpus: Corpus, problems: list[str], base: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``base`` with what an HDF5 manifest adds: its fields, and how its rows were ordered."""
+        image = {"kind": "array", "dtype": "uint8", "shape": list(self.shape)} if self.shape else {"kind": "bytes"}
+        label = {"kind": "array", "dtype": "int64", "shape": []}
+        base.update(fields={"image": image, "label": label, "key": {"kind": "str"}}, decoded=self.decode)
+        base["write_order_seed"] = plan.options["seed"]
+        return base
+
+    def write(
+        self, name: str, entries: list[Entry], progress: Progress | None = None, finisher: Executor | None = None
+    ) -> Future[dict[str, Any]]:
+        """Write part ``name``; the future holds its record once it is published and saved."""
+        path = Path(self.out) / name
+        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+        try:
+            labels, skipped = self._write(tmp, entries, progress)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+        def publish() -> dict[str, Any]:
+            try:
+                # HDF5 writes through its own buffers: read the part back (from the page cache) for its digest
+                with tmp.open("rb") as f:
+                    digest = digest_of(iter(lambda: f.read(1 << 20), b""), FAST)
+                if self.fsync:
+                    _fsync(tmp)
+                record = {
+                    "name": name,
+                    "samples": sum(labels.values()),
+                    "bytes": tmp.stat().st_size,
+                    FAST: digest,
+                    "labels": {str(k): v for k, v in sorted(labels.items())},
+                    "skipped": skipped,
+                }
+                # the record first, then the part under its final name: a worker killed in between (its
+                # parent died) leaves a record of a part that is not there (redone), never a finished
+                # part without a record (which a rerun would write again)
+                ConversionState(self.out, self.fsync).save_record(record)
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            return record
+
+        if finisher is None:
+            done: Future[dict[str, Any]] = Future()
+            done.set_result(publish())
+            return done
+        return finisher.submit(publish)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _write(self, path: Path, entries: list[Entry], progress: Progress | None) -> tuple[Counter[int], list[str]]:
+        n = len(entries)
+        kept: list[Entry] = []
+        skipped: list[str] = []
+        with h5py.File(path, "w") as f:
+            if self.decode:
+                assert self.shape is not None
+                per_chunk = max(1, min(n, CHUNK_BYTES // int(np.prod(self.shape))))
+                image = f.create_dataset(
+                    "image",
+                    (n, *self.shape),
+                    dtype=np.uint8,
+                    chunks=(per_chunk, *self.shape),
+                    maxshape=(None, *self.shape),
+                )
+            else:
+                image = f.create_dataset(
+                    "image", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(min(n, VLEN_CHUNK_ROWS),), maxshape=(None,)
+                )
+            for lo in range(0, n, WRITE_BATCH):
+                batch = entries[lo : lo + WRITE_BATCH]
+                rows: list[Any] = []
+                for e in batch:
+                    try:
+                        blob = _read(e)
+                        rows.append(self._decode(e, blob) if self.decode else blob)
+                    except (SourceNotFound, SourceUnreadable, DecodeFailed) as error:
+                        if not self.skip_bad:
+                            raise
+                        skipped.append(str(error))
+                        continue
+                    kept.append(e)
+                if rows:
+                    at = len(kept) - len(rows)
+                    nbytes = sum(r.nbytes if self.decode else len(r) for r in rows)
+                    # HDF5 may crash when the disk fills under it: stop before that, with a clear error
+                    check_space(self.out, 2 * nbytes + MARGIN, what=f"writing {path.name}")
+                    if self.decode:
+                        image[at : at + len(rows)] = np.stack(rows)
+                    else:
+                        _write_vlen(image, at, rows)
+                if progress is not None:
+                    progress(len(batch), sum(e.size for e in batch))
+            if len(kept) < n:
+                image.resize(len(kept), axis=0)
+            k = len(kept)
+            f.create_dataset(
+                "label",
+                data=np.array([e.label for e in kept], dtype=np.int64),
+                chunks=(max(1, min(k, LABEL_CHUNK_ROWS)),),
+            )
+            f.create_dataset(
+                "key",
+                data=np.array([e.relpath for e in kept], dtype=object),
+                dtype=h5py.string_dtype(),
+                chunks=(max(1, min(k, VLEN_CHUNK_ROWS)),),
+            )
+            labels = Counter(e.label for e in kept)
+            f.attrs["fastdata_version"] = 1
+            f.attrs["classes"] = np.array(self.classes, dtype=h5py.string_dtype())
+            f.attrs["class_counts"] = np.array([labels.get(i, 0) for i in range(len(self.classes))], dtype=np.int64)
+            f.attrs["decoded"] = self.decode
+            f.attrs["write_order_seed"] = self.seed
+        if not self.classes:  # a flat corpus: every label is -1, counted under it
+            labels = Counter({-1: len(kept)})
+        return labels, skipped
+
+    def _decode(self, e: Entry, blob: bytes) -> np.ndarray:
+        arr = decode_image(e.path, blob, self.size)
+        if arr.shape != self.shape:
+            assert self.shape is not None
+            raise ConfigError(
+                f"{e.path}: image is {arr.shape[0]}x{arr.shape[1]}, the first is {self.shape[0]}x"
+                f"{self.shape[1]}; decoded images need one size: pass size=(H, W) (--size HxW) to "
+                "resize them all"
+            )
+        return arr
+
+
+def decode_image(path: str, blob: bytes, size: tuple[int, int] | None) -> np.ndarray:
+    """RGB ``uint8`` pixels of an image file's bytes, resized to ``size`` (height, width) if given.
 
     Raises:
-        ConfigError: ``size`` without ``decode``, a bad ``size``, images of different sizes without one,
-            or ``out`` not a folder.
-        DecodeFailed: with ``decode``, a file that is not a readable image (without ``skip_bad``).
-        DiskFull: not enough space for the planned parts.
-        SourceNotFound: a corpus file vanished after the corpus was scanned (without ``skip_bad``).
+        DecodeFailed: the bytes are not an image PIL reads (named in the message).
     """
-    if size is not None:
-        if not decode:
-            raise ConfigError("size=(H, W) resizes decoded images: pass decode=True (--decode) with it")
-        if len(size) != 2 or min(size) < 1:
-            raise ConfigError(f"size={size!r} must be (height, width) of at least 1 pixel")
-    if scheme(corpus.root):
-        raise ConfigError(f"{corpus.root}: format='hdf5' converts local folders; use format='tar' for s3:// sources")
-    if workers < 1:
-        raise ConfigError(f"workers={workers} must be >= 1")
-    if Path(out).exists() and not os.path.isdir(out):
-        raise ConfigError(
-            f"{out}: is a file; the HDF5 parts and their manifest go into a folder: give a new or empty one"
-        )
-    if out.lower().endswith((".h5", ".hdf5")) and not os.path.isdir(out):
-        raise ConfigError(
-            f"{out}: looks like a file name; the conversion writes several HDF5 files (PREFIX-000000.h5 ...) "
-            "and a manifest into a folder: give the folder"
-        )
-    if corpus.problems:
-        if not skip_bad:
-            from fastdata.convert._tar import CorpusProblems
-
-            raise CorpusProblems(corpus.root, corpus.problems)
-        warnings.warn(
-            f"fastdata convert: {len(corpus.problems)} file(s) of the corpus cannot be used and are "
-            f"left out (listed in the manifest's 'problems'); first: {corpus.problems[0]}",
-            stacklevel=2,
-        )
-    plan, shape = plan_parts(
-        corpus,
-        decode=decode,
-        size=size,
-        shard_size=shard_size if shard_count is None else None,
-        shard_count=shard_count,
-        seed=seed,
-        prefix=prefix,
-        skip_bad=skip_bad,
-    )
-    os.makedirs(out, exist_ok=True)
-    with full_disk_is_an_error(out), open_state(out, fsync=fsync) as state:
-        resumed = state.check_or_start(plan, src=corpus.root, restart=restart)
-        state.clean_temporaries()
-        records = state.finished(plan)
-        todo = [i for i, name in enumerate(plan.names) if name not in records]
-        row = int(np.prod(shape)) if shape is not None else 0
-        need = sum(
-            (row * len(plan.shards[i]) if decode else plan.shard_bytes(i)) + 64 * len(plan.shards[i]) for i in todo
-        )
-        try:
-            check_space(out, int(need * 1.05) + (1 << 20) * len(todo), what=f"writing {len(todo)} HDF5 part(s)")
-        except DiskFull:
-            if not resumed:
-                state.forget()
-            raise
-        task = Hdf5Task(
-            out, list(corpus.classes), decode=decode, size=size, shape=shape, skip_bad=skip_bad, fsync=fsync, seed=seed
-        )
-        bar = progress_bar(plan, set(records), resumed=resumed, enabled=progress)
-        with bar:
-            run_shards(state, plan, task, todo, workers=workers, bar=bar, on_shard=on_shard)
-        if fsync:
-            sync_dir(out)
-        records = state.finished(plan)
-        missing = [n for n in plan.names if n not in records]
-        if missing:
-            raise FastdataError(
-                f"{out}: parts {missing[:3]} were written but are not on disk as recorded (removed "
-                "meanwhile?); rerun the same command to redo them"
-            )
-        manifest = _manifest(corpus, plan, [records[n] for n in plan.names], decode=decode, shape=shape)
-        write_atomic(os.path.join(out, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode(), fsync=fsync)
-    return manifest
+    try:
+        with Image.open(io.BytesIO(blob)) as img:
+            rgb = img.convert("RGB")
+    except Exception as e:
+        raise DecodeFailed(
+            f"{path}: cannot decode as an image ({type(e).__name__}: {e}); remove or replace the file, "
+            "skip it with --skip-bad, or convert without --decode to keep the bytes",
+            path,
+        ) from e
+    if size is not None and (rgb.height, rgb.width) != tuple(size):
+        rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    return np.asarray(rgb, dtype=np.uint8)
 
 
-def _manifest(
-    corpus: Corpus, plan: Plan, records: list[dict[str, Any]], *, decode: bool, shape: tuple[int, int, int] | None
-) -> dict[str, Any]:
-    from fastdata.core._version import __version__
+def _write_vlen(ds: Any, lo: int, blobs: list[bytes]) -> None:
+    """Rows ``lo ..`` of a variable-length uint8 dataset. Through h5py's low-level write: its ``ds[a:b] = rows``
+    turns rows that happen to be of equal length into a 2-D array and refuses them."""
+    from h5py import h5s
 
-    labels: Counter[int] = Counter()
-    skips: list[str] = []
-    for r in records:
-        labels.update({int(k): v for k, v in r["labels"].items()})
-        skips.extend(r["skipped"])
-    image: dict[str, Any] = (
-        {"kind": "array", "dtype": "uint8", "shape": list(shape)} if shape is not None else {"kind": "bytes"}
-    )
-    with contextlib.suppress(KeyError):
-        del labels[-1]
-    return {
-        "format": "hdf5",
-        "version": 1,
-        "samples": sum(r["samples"] for r in records),
-        "bytes": sum(r["bytes"] for r in records),
-        "classes": list(corpus.classes),
-        "class_counts": {c: labels.get(i, 0) for i, c in enumerate(corpus.classes)},
-        "shards": [
-            {"name": r["name"], "samples": r["samples"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in records
-        ],
-        "pattern": brace_pattern(plan.names),
-        "fields": {"image": image, "label": {"kind": "array", "dtype": "int64", "shape": []}, "key": {"kind": "str"}},
-        "decoded": decode,
-        "write_order_seed": plan.options["seed"],
-        "skipped": sum(1 for p in corpus.problems if "class folder has no readable file" not in p) + len(skips),
-        "problems": list(corpus.problems) + skips,
-        "source": corpus.root,
-        "options": plan.options,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "created_by": f"fastdata {__version__} convert",
-    }
+    rows = np.empty(len(blobs), dtype=ds.dtype)
+    for k, blob in enumerate(blobs):  # one by one: numpy would also stack equal-length arrays
+        rows[k] = np.frombuffer(blob, dtype=np.uint8)
+    space = ds.id.get_space()
+    space.select_hyperslab((lo,), (len(blobs),))
+    ds.id.write(h5s.create_simple((len(blobs),)), space, rows)
+
+
+def _read(e: Entry) -> bytes:
+    try:
+        with open(e.path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise SourceNotFound(f"{e.path}: vanished after the corpus was listed; rerun the conversion") from None
+    except OSError as error:
+        raise SourceUnreadable(
+            f"{e.path}: cannot be read ({error.strerror}); fix its mode or remove it, or skip it with --skip-bad"
+        ) from None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["Hdf5Task", "decode_image", "plan_parts"]

@@ -35,18 +35,8 @@ from typing import Any
 from fastdata.convert._plan import Plan
 from fastdata.convert._resume import ConversionState
 from fastdata.core.errors import ConfigError
-from fastdata.formats._manifest import MANIFEST
-from fastdata.storage import scheme
-from fastdata.storage.s3._client import S3Config, Stats, parse_url
-from fastdata.storage.s3._fetch import call
-
-
-def check_remote(out: str) -> None:
-    """Refuse remote outputs other than ``s3://bucket[/prefix]``."""
-    kind = scheme(out)
-    if kind != "s3":
-        raise ConfigError(f"{out}: fastdata convert writes to local folders and s3:// prefixes, not {kind}://")
-    parse_url(out)  # a bucket is required
+from fastdata.formats import MANIFEST
+from fastdata.storage.s3 import S3Config, Stats, call, parse_url, upload_file
 
 
 def prefix_url(out: str) -> str:
@@ -64,7 +54,7 @@ def staging_folder(out: str, staging: str | os.PathLike[str] | None = None) -> s
         staging (str | PathLike | None): the folder to put it in. Defaults to
             ``<cache folder>/convert-staging``.
     """
-    from fastdata.core._cache_dir import default_cache_dir
+    from fastdata.core import default_cache_dir
 
     url = prefix_url(out)
     base = Path(staging) if staging is not None else default_cache_dir() / "convert-staging"
@@ -108,8 +98,7 @@ class RemoteOutput:
     """
 
     def __init__(self, out: str, staging: str, *, workers: int, storage_options: dict[str, Any] | None = None) -> None:
-        check_remote(out)
-        self.url = prefix_url(out)
+        self.url = prefix_url(out)  # a bucket is required
         self.staging = staging
         self.options = dict(storage_options or {})  # what a Ray task rebuilds the config from
         self.config = S3Config.from_options(None, **self.options)
@@ -224,8 +213,6 @@ class RemoteOutput:
     def finish(self, manifest: str) -> None:
         """Wait for and verify every upload, then upload the manifest (the local file ``manifest``)."""
         self.poll(wait=True)
-        from fastdata.storage.s3._upload import upload_file
-
         # ShardUploader.finish would do, but with every shard found intact there is no uploader; either
         # way the manifest goes only after every shard is verified
         if self._uploader is not None:

@@ -22,8 +22,8 @@ from typing import Any
 
 from fastdata.convert._plan import Plan, shard_names
 from fastdata.core.errors import ConfigError
-from fastdata.formats._manifest import MANIFEST
-from fastdata.formats.tar._writer import write_atomic
+from fastdata.formats import MANIFEST
+from fastdata.formats.tar import write_atomic
 
 STATE_DIR = ".fastdata-convert"
 _FLAGS = {

@@ -9,7 +9,7 @@ class), no key under one is a flat corpus, a mix is refused. Keys with a part st
 left out, like hidden files. Objects carry no file mtime worth keeping (only the upload's time), so
 members get mtime 0: the shards depend on the objects' bytes and names only.
 
-The shard tasks then read the objects themselves (:class:`~fastdata.convert._tar_task.TarTask`), each
+The shard tasks then read the objects themselves (:class:`~fastdata.convert._tar.TarTask`), each
 GET checked against the listed size (an object replaced since the listing is an error, or a skip).
 """
 
@@ -37,8 +37,7 @@ def scan_s3(
         SourceNotFound: no such bucket, or nothing under the prefix.
         ConfigError: the prefix mixes objects and "folders" at its top level.
     """
-    from fastdata.storage.s3._client import S3Config, Stats, parse_url
-    from fastdata.storage.s3._list import list_prefix
+    from fastdata.storage.s3 import S3Config, Stats, list_prefix, parse_url
 
     bucket, key = parse_url(url)
     key = key.strip("/")

@@ -1,314 +1,284 @@
-"""Small-file corpus -> WebDataset tar shards, in parallel, resumable, with a manifest.
+"""Tar shards: writing one planned shard (:class:`TarTask`, the unit of work that every engine runs, so
+that each writes the same bytes), the room it takes, and the tar manifest's own fields.
 
-The work is planned first (:mod:`fastdata.convert._plan`: which file goes into which shard under which
-key), then each shard is written whole by one task (:class:`~fastdata.convert._tar_task.TarTask`) on an
-engine (:mod:`fastdata.convert._pool`: this process or worker processes; :mod:`fastdata.convert._ray_engine`:
-a Ray cluster) and recorded as finished (:mod:`fastdata.convert._resume`). The manifest is written last,
-from the records. For an ``s3://`` output the shards are written into a local staging folder and the
-main process uploads each one as it is reported finished, the manifest last
-(:mod:`fastdata.convert._remote`); Ray tasks upload their shards themselves.
+A shard of local files goes through :meth:`fastdata.formats.tar.TarShardWriter.add_files` in batches
+(headers built per batch, each file read straight into the output buffer); a shard of ``s3://`` objects
+is fetched by a pool of threads (the process's pooled client; botocore's retries, and reads resumed where
+a body broke off) and added in plan order. The shard is published (fsync, sidecar index, rename), then
+its record is saved: on an executor when one is given, so that the next shard is being written meanwhile.
+
+Its digest: SHA-256 for an ``s3://`` output (the store's metadata and the upload's check need it), the
+fast one (:data:`fastdata.core.FAST`) where only fastdata reads it back; the record and the manifest
+name it by its key.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import collections
+import hashlib
 import os
-import time
+import shutil
+import tempfile
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fastdata.convert._corpus import Corpus
-from fastdata.convert._driver import Engine, OnShard, progress_bar, run_shards
-from fastdata.convert._plan import Plan, brace_pattern, plan_shards, tar_bytes
-from fastdata.convert._resume import ConversionState, open_state, sync_dir
-from fastdata.convert._space import DiskFull, check_space, full_disk_is_an_error
-from fastdata.convert._tar_task import TarTask
-from fastdata.core.errors import ConfigError, FastdataError, check_choice
-from fastdata.formats._manifest import MANIFEST
-from fastdata.formats.tar._reader import BLOCK
-from fastdata.formats.tar._writer import RECORD, write_atomic
-from fastdata.storage import scheme
+from fastdata.convert._options import ConversionPlan
+from fastdata.convert._plan import LABEL_EXT, Entry, Plan, tar_bytes
+from fastdata.convert._resume import ConversionState
+from fastdata.core import FAST, DigestName, usable_cores
+from fastdata.core.errors import FastdataError
+from fastdata.formats.tar import BLOCK, RECORD, FileMember, ShardResult, TarShardWriter
 
 if TYPE_CHECKING:
     from fastdata.convert._remote import RemoteOutput
 
+Progress = Callable[[int, int], None]  # (files, bytes) done since the last call
+BATCH = 256  # files per add_files call: headers built together, progress reported after each
 
-class CorpusProblems(FastdataError):
-    """The corpus has files or folders that cannot be converted as they are.
+
+@dataclass(frozen=True)
+class TarTask:
+    """How to write the shards of one conversion (picklable: it travels to worker processes and Ray
+    tasks; the shards' entries travel separately, one shard at a time).
 
     Attributes:
-        problems (list[str]): one line each, naming the file or folder and why.
+        out (str): the folder shards are written into (the output, or a staging folder).
+        labelled (bool): add a ``.cls`` member to every sample.
+        skip_bad (bool): leave out files that cannot be read, listing them in the record.
+        fsync (bool): flush each shard to disk before it is recorded.
+        save_records (bool): save each shard's record into ``out``'s resume state.
+        source_options (dict | None): for an ``s3://`` corpus, the S3Config fields to read it with.
+        upload (str | None): ``s3://bucket/prefix/`` to upload each finished shard to from the task
+            itself (Ray with an ``s3://`` output); ``out`` is then ignored and a temporary folder on
+            the task's machine is used.
+        upload_options (dict | None): the S3Config fields for ``upload``.
+        hash_thread (bool): hash and write on a thread beside the reading one (a core is free for it:
+            fewer writing processes than cores). Defaults to False.
+        digest ("sha256" | "xxh3_128"): the shard's digest. Defaults to "sha256".
     """
 
-    def __init__(self, src: str, problems: list[str]) -> None:
-        shown = "\n  ".join(problems[:20])
-        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        super().__init__(
-            f"{src}: {len(problems)} problem(s) in the corpus; nothing was written:\n  {shown}{more}\n"
-            "Fix them, or pass --skip-bad (skip_bad=True) to convert the rest; the manifest then "
-            "counts what was left out"
+    out: str
+    labelled: bool
+    skip_bad: bool
+    fsync: bool
+    save_records: bool = True
+    source_options: dict[str, Any] | None = None
+    upload: str | None = None
+    upload_options: dict[str, Any] | None = None
+    hash_thread: bool = False
+    digest: DigestName = "sha256"
+
+    @classmethod
+    def of(
+        cls,
+        plan: ConversionPlan,
+        folder: str,
+        labelled: bool,
+        source_options: dict[str, Any] | None,
+        remote: RemoteOutput | None,
+        ray_uploads: bool,
+    ) -> TarTask:
+        """The task of ``plan``, writing into ``folder`` (the output, or the staging folder of ``remote``)."""
+        return cls(
+            folder,
+            labelled=labelled,
+            skip_bad=plan.skip_bad,
+            fsync=plan.fsync,
+            source_options=source_options,
+            upload=remote.url if ray_uploads and remote is not None else None,
+            upload_options=remote.options if ray_uploads and remote is not None else None,
+            # a thread per writer pays only with a core free for it (measured: docs/convert.md)
+            hash_thread=plan.engine == "local" and plan.workers < usable_cores(),
+            digest="sha256" if remote is not None else FAST,
         )
-        self.problems = problems
 
-    def __reduce__(self) -> Any:
-        return (type(self), (str(self).split(":", 1)[0], self.problems))
+    def need(self, plan: Plan, i: int) -> int:
+        """Bytes shard ``i`` and its sidecar take on disk."""
+        entries = plan.shards[i]
+        cost = sum(tar_bytes(e.size, self.labelled) for e in entries)
+        return cost + RECORD + 2 * BLOCK + 128 * len(entries) + 4096
 
+    def manifest(
+        self, plan: Plan, records: list[dict[str, Any]], corpus: Any, problems: list[str], base: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``base`` with what a tar manifest adds: the one extension of a corpus of mixed images."""
+        image = next((e.ext for s in plan.shards for e in s if e.src_ext != e.ext), None)
+        if image is not None:  # a corpus of mixed image extensions, stored under one (see _plan.py)
+            base["image_ext"] = image
+            base["image_exts"] = dict(
+                sorted(Counter(e.src_ext for s in plan.shards for e in s if e.ext == image).items())
+            )
+        return base
 
-def file_problem(message: str) -> bool:
-    """Whether a corpus problem is about a file left out (counted in ``skipped``)."""
-    return "class folder has no readable file" not in message
+    def write(
+        self, name: str, entries: list[Entry], progress: Progress | None = None, finisher: Executor | None = None
+    ) -> Future[dict[str, Any]]:
+        """Write shard ``name``; the returned future holds its record once it is published (and saved).
 
+        The data is written when this returns; with ``finisher`` the fsync, rename and record happen
+        there, else before this returns.
 
-def convert_tar(
-    corpus: Corpus,
-    out: str,
-    *,
-    shard_size: int | None = 256 * 10**6,
-    shard_count: int | None = None,
-    workers: int = 1,
-    shuffle: bool = False,
-    seed: int = 0,
-    prefix: str = "shard",
-    skip_bad: bool = False,
-    restart: bool = False,
-    fsync: bool = True,
-    progress: bool = True,
-    staging: str | os.PathLike[str] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    engine: Engine = "local",
-    address: str | None = None,
-    on_shard: OnShard | None = None,
-) -> dict[str, Any]:
-    """Convert ``corpus`` into tar shards in folder ``out`` (or under ``s3://bucket/prefix``); resume an
-    interrupted run there.
+        Raises:
+            SourceNotFound, SourceUnreadable: a file cannot be read (unless ``skip_bad``); nothing is
+                left behind then. OSError: a write failed (a full disk ...), the same.
+        """
+        if self.upload is not None:
+            done: Future[dict[str, Any]] = Future()
+            done.set_result(self._write_and_upload(name, entries, progress))
+            return done
+        return self._write(self.out, name, entries, progress, finisher)
 
-    See :func:`fastdata.convert.convert` for the options. Returns the manifest written.
-    """
-    check_choice("engine", engine, Engine)
-    if engine == "ray":
-        from fastdata.convert._ray_engine import check_cluster
-
-        check_cluster(address)
-    remote = None
-    if scheme(out):
-        # imported here: the S3 client brings torch (2 s of start-up) that a local conversion never needs
-        from fastdata.convert._remote import RemoteOutput, check_remote, staging_folder
-
-        check_remote(out)
-        folder = staging_folder(out, staging)
-        remote = RemoteOutput(out, folder, workers=max(1, workers), storage_options=storage_options)
-    elif staging is not None or storage_options:
-        raise ConfigError("staging and storage_options apply to s3:// outputs only")
-    else:
-        folder = out
-    if not scheme(corpus.root) and os.path.commonpath([os.path.realpath(folder), corpus.root]) == corpus.root:
-        raise ConfigError(
-            f"{folder}: is inside the corpus {corpus.root}; its shards would be converted next "
-            "time; write them somewhere else"
+    # -- internals ---------------------------------------------------------------------------------
+    def _write(
+        self, out: str, name: str, entries: list[Entry], progress: Progress | None, finisher: Executor | None
+    ) -> Future[dict[str, Any]]:
+        labels: Counter[int] = Counter()
+        skipped: list[str] = []
+        writer = TarShardWriter(
+            os.path.join(out, name), fsync=self.fsync, hash_thread=self.hash_thread, digest=self.digest
         )
-    if workers < 1:
-        raise ConfigError(f"workers={workers} must be >= 1")
-    if shard_count is not None:
-        shard_size = None
-    plan = plan_shards(
-        corpus, shard_size=shard_size, shard_count=shard_count, shuffle=shuffle, seed=seed, prefix=prefix
-    )
-    problems = corpus.problems + plan.problems
-    if problems and not skip_bad:
-        raise CorpusProblems(corpus.root, problems)
-    plan.options["skip_bad"] = skip_bad
-    if remote is not None:
-        plan.options["out"] = remote.url  # one staging folder, one destination
-        remote.check_prefix(plan)
-    with contextlib.ExitStack() as stack:
-        if remote is not None:
-            stack.enter_context(remote)  # leaving early cancels the uploads still queued: no manifest
-        stack.enter_context(full_disk_is_an_error(folder))
-        state = stack.enter_context(open_state(folder, fsync=fsync))
-        manifest = _convert_in(
-            state,
-            plan,
-            corpus,
-            problems,
-            workers=workers,
-            skip_bad=skip_bad,
-            restart=restart,
-            fsync=fsync,
-            progress=progress,
-            remote=remote,
-            engine=engine,
-            address=address,
-            on_shard=on_shard,
-        )
-    if remote is not None:
-        remote.remove_staging()  # complete: nothing left to resume
-    return manifest
-
-
-def _convert_in(
-    state: ConversionState,
-    plan: Plan,
-    corpus: Corpus,
-    problems: list[str],
-    *,
-    workers: int,
-    skip_bad: bool,
-    restart: bool,
-    fsync: bool,
-    progress: bool,
-    remote: RemoteOutput | None,
-    engine: Engine,
-    address: str | None,
-    on_shard: OnShard | None,
-) -> dict[str, Any]:
-    folder = state.out
-    resumed = state.check_or_start(plan, src=corpus.root, restart=restart)
-    state.clean_temporaries()
-    staged: list[dict[str, Any]] = []
-    if remote is None:
-        records = state.finished(plan)
-    else:
-        records, staged = remote.done_records(state, plan)
-    ray_uploads = engine == "ray" and remote is not None
-    if ray_uploads and staged:  # Ray tasks upload what they write: write these again (the same bytes)
-        records = {n: r for n, r in records.items() if n not in {s["name"] for s in staged}}
-        staged = []
-    todo = [i for i, name in enumerate(plan.names) if name not in records]
-    labelled = bool(corpus.classes)
-    if not ray_uploads:
-        # a local output holds every shard; a staging folder at most max_staged of them at once
-        need = [shard_need(plan, i, labelled) for i in todo]
-        if remote is not None:
-            need = sorted(need, reverse=True)[: remote.max_staged]
         try:
-            check_space(folder, sum(need), what=f"writing {len(todo)} shard(s)")
-        except DiskFull:
-            if not resumed and remote is None:
-                state.forget()
+            if self.source_options is None:
+                bad = self._add_local(writer, entries, skipped, progress)
+            else:
+                bad = self._add_s3(writer, entries, skipped, progress)
+            kept = [e for k, e in enumerate(entries) if k not in bad]
+            if self.labelled:
+                labels.update(e.label for e in kept)
+            renamed = {e.key: e.src_ext for e in kept if e.src_ext != e.ext}
+            then = _Record(self, name, labels, skipped, renamed)
+            if finisher is None:
+                done: Future[dict[str, Any]] = Future()
+                done.set_result(then(writer.close()))
+                return done
+            closing = writer.close_later(finisher)  # the finisher runs one call at a time, in order
+            return finisher.submit(lambda: then(closing.result()))
+        except BaseException:
+            writer.abort()
             raise
-    else:
-        assert remote is not None
-        remote.remove_stale_manifest()
-    task = TarTask(
-        folder,
-        labelled=labelled,
-        skip_bad=skip_bad,
-        fsync=fsync,
-        source_options=corpus.storage_options,
-        upload=remote.url if ray_uploads and remote is not None else None,
-        upload_options=remote.options if ray_uploads and remote is not None else None,
-        # a thread per writer pays only with a core free for it (measured: docs/convert.md)
-        hash_thread=engine == "local" and max(1, workers) < usable_cores(),
-    )
-    bar = progress_bar(plan, set(records), resumed=resumed, enabled=progress)
-    with bar:
-        run_shards(
-            state,
-            plan,
-            task,
-            todo,
-            workers=workers,
-            engine=engine,
-            address=address,
-            bar=bar,
-            remote=None if ray_uploads else remote,
-            staged=staged,
-            on_shard=_saving(state, on_shard) if ray_uploads else on_shard,
-        )
-        if remote is not None and not ray_uploads:
-            bar.set_description_str("fastdata convert: waiting for the uploads")
-            remote.poll(wait=True)
-    if fsync:
-        sync_dir(folder)
-    if remote is None:
-        records = state.finished(plan)
-        where = "on disk"
-    else:
-        records = state.records(plan)  # each one verified uploaded by now
-        records = {n: r for n, r in records.items() if r.get("uploaded")}
-        where = "uploaded"
-    missing = [n for n in plan.names if n not in records]
-    if missing:
-        raise FastdataError(
-            f"{folder}: shards {missing[:3]} were written but are not {where} as recorded "
-            "(removed meanwhile?); rerun the same command to redo them"
-        )
-    manifest = build_manifest(plan, [records[n] for n in plan.names], corpus, problems)
-    manifest["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    manifest_path = os.path.join(folder, MANIFEST)
-    write_atomic(manifest_path, dumps(manifest), fsync=fsync)
-    if remote is not None:
-        remote.finish(manifest_path)
-    return manifest
+
+    def _add_local(
+        self, writer: TarShardWriter, entries: list[Entry], skipped: list[str], progress: Progress | None
+    ) -> set[int]:
+        bad: set[int] = set()
+        label_bytes = _label_bytes(entries) if self.labelled else []
+        for lo in range(0, len(entries), BATCH):
+            batch = entries[lo : lo + BATCH]
+            files = [FileMember(e.key, e.ext, e.path, e.size, e.mtime) for e in batch]
+            extras = [((LABEL_EXT, label_bytes[e.label]),) for e in batch] if self.labelled else None
+
+            def skip(i: int, error: FastdataError, lo: int = lo) -> None:
+                if not self.skip_bad:
+                    raise error
+                skipped.append(str(error))
+                bad.add(lo + i)
+
+            writer.add_files(files, extras=extras, skip=skip)
+            if progress is not None:
+                progress(len(batch), sum(e.size for e in batch))
+        return bad
+
+    def _add_s3(
+        self, writer: TarShardWriter, entries: list[Entry], skipped: list[str], progress: Progress | None
+    ) -> set[int]:
+        from fastdata.storage.s3 import S3Config, Stats, get
+
+        config = S3Config.from_options(None, **(self.source_options or {}))
+        stats = Stats()
+        label_bytes = _label_bytes(entries) if self.labelled else []
+        bad: set[int] = set()
+        threads = config.threads
+        pending: collections.deque[Future[Any]] = collections.deque()
+        files = nbytes = 0
+        with ThreadPoolExecutor(threads, thread_name_prefix="fastdata-convert-get") as pool:
+            try:
+                ahead = iter(entries)
+                for e in ahead:  # keep 2 x threads GETs in flight, in plan order
+                    pending.append(pool.submit(get, config, stats, e.path, size=e.size))
+                    if len(pending) >= 2 * threads:
+                        break
+                for k, e in enumerate(entries):
+                    fut = pending.popleft()
+                    nxt = next(ahead, None)
+                    if nxt is not None:
+                        pending.append(pool.submit(get, config, stats, nxt.path, size=nxt.size))
+                    try:
+                        data = fut.result().data
+                    except (FastdataError, OSError) as error:
+                        if not self.skip_bad:
+                            raise
+                        skipped.append(f"{e.path}: {error}" if e.path not in str(error) else str(error))
+                        bad.add(k)
+                        continue
+                    writer.add_bytes(e.key, e.ext, data, mtime=e.mtime)
+                    if self.labelled:
+                        writer.add_bytes(e.key, LABEL_EXT, label_bytes[e.label])
+                    files, nbytes = files + 1, nbytes + e.size
+                    if progress is not None and files == 64:
+                        progress(files, nbytes)
+                        files = nbytes = 0
+            finally:
+                for fut in pending:
+                    fut.cancel()
+        if progress is not None:
+            progress(files + len(bad), nbytes)
+        return bad
+
+    def _write_and_upload(self, name: str, entries: list[Entry], progress: Progress | None) -> dict[str, Any]:
+        from fastdata.storage.s3 import S3Config, Stats, upload_file
+
+        assert self.upload is not None
+        config = S3Config.from_options(None, **(self.upload_options or {}))
+        stats = Stats()
+        folder = tempfile.mkdtemp(prefix="fastdata-convert-")
+        try:
+            record = self._write(folder, name, entries, progress, None).result()
+            for file, digest in ((name, record["sha256"]), (name + ".idx", record["idx_sha256"])):
+                upload_file(
+                    os.path.join(folder, file),
+                    self.upload + file,
+                    config=config,
+                    stats=stats,
+                    sha256=digest,
+                    skip_existing=True,
+                )
+            record["uploaded"] = True
+            return record
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, where the system tells it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+@dataclass
+class _Record:
+    """Turns a published shard into its record (and saves it), on whichever thread finishes the shard."""
+
+    task: TarTask
+    name: str
+    labels: Counter[int]
+    skipped: list[str]
+    renamed: dict[str, str]
+
+    def __call__(self, result: ShardResult) -> dict[str, Any]:
+        index = result.index_bytes  # the bytes the writer stored as the sidecar: an upload checks them
+        record = {
+            "name": self.name,
+            "samples": result.samples,
+            "bytes": result.bytes,
+            result.digest_name: result.digest,
+            "idx_bytes": len(index),
+            "idx_sha256": hashlib.sha256(index).hexdigest(),
+            "labels": {str(k): v for k, v in sorted(self.labels.items())},
+            "skipped": self.skipped,
+        }
+        if self.renamed:
+            record["renamed"] = self.renamed
+        if self.task.save_records and self.task.upload is None:
+            ConversionState(os.path.dirname(result.path), self.task.fsync).save_record(record)
+        return record
 
 
-def shard_need(plan: Plan, i: int, labelled: bool) -> int:
-    """Bytes shard ``i`` and its sidecar take on disk."""
-    entries = plan.shards[i]
-    return sum(tar_bytes(e.size, labelled) for e in entries) + RECORD + 2 * BLOCK + 128 * len(entries) + 4096
-
-
-def _saving(state: ConversionState, on_shard: OnShard | None) -> OnShard:
-    """For shards that Ray tasks uploaded themselves: the driver records each one, then passes it on."""
-
-    def save(record: dict[str, Any]) -> None:
-        state.save_record(record)
-        if on_shard is not None:
-            on_shard(record)
-
-    return save
-
-
-def build_manifest(plan: Plan, records: list[dict[str, Any]], corpus: Corpus, problems: list[str]) -> dict[str, Any]:
-    """The manifest (layout in :mod:`fastdata.formats._manifest`) from the records of every shard."""
-    from fastdata.core._version import __version__
-
-    labels: Counter[int] = Counter()
-    write_skips: list[str] = []
-    renamed: Counter[str] = Counter()
-    for r in records:
-        labels.update({int(k): v for k, v in r["labels"].items()})
-        write_skips.extend(r["skipped"])
-        renamed.update(r.get("renamed", {}).values())
-    all_problems = problems + write_skips
-    shards = []
-    for r in records:
-        shard = {"name": r["name"], "samples": r["samples"], "bytes": r["bytes"], "sha256": r["sha256"]}
-        if r.get("renamed"):
-            shard["renamed"] = r["renamed"]
-        shards.append(shard)
-    manifest: dict[str, Any] = {
-        "format": "tar",
-        "version": 1,
-        "samples": sum(r["samples"] for r in records),
-        "bytes": sum(r["bytes"] for r in records),
-        "classes": corpus.classes,
-        "class_counts": {c: labels.get(i, 0) for i, c in enumerate(corpus.classes)},
-        "shards": shards,
-        "pattern": brace_pattern(plan.names),
-        "skipped": sum(1 for p in problems if file_problem(p)) + len(write_skips),
-        "problems": all_problems,
-        "source": corpus.root,
-        "options": plan.options,
-        "created_by": f"fastdata {__version__} convert",
-    }
-    image = next((e.ext for s in plan.shards for e in s if e.src_ext != e.ext), None)
-    if image is not None:  # a corpus of mixed image extensions, stored under one (see plan.py)
-        manifest["image_ext"] = image
-        manifest["image_exts"] = dict(
-            sorted(Counter(e.src_ext for s in plan.shards for e in s if e.ext == image).items())
-        )
-    return manifest
-
-
-def dumps(manifest: dict[str, Any]) -> bytes:
-    return (json.dumps(manifest, indent=1) + "\n").encode()
+def _label_bytes(entries: list[Entry]) -> list[bytes]:
+    return [str(i).encode() for i in range(max((e.label for e in entries), default=0) + 1)]

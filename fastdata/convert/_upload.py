@@ -12,10 +12,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fastdata.formats._manifest import MANIFEST
-from fastdata.storage.s3._client import MiB, S3Config, Stats, client, parse_url
-from fastdata.storage.s3._fetch import call
-from fastdata.storage.s3._upload import _finish_one, _start, _transfer_config, upload_file
+from fastdata.formats import MANIFEST
+from fastdata.storage.s3 import (
+    MiB,
+    S3Config,
+    Stats,
+    call,
+    client,
+    finish_upload,
+    parse_url,
+    start_upload,
+    transfer_config,
+    upload_file,
+)
 
 
 class ShardUploader:
@@ -57,7 +66,7 @@ class ShardUploader:
         self.config = S3Config.from_options(config, **options)
         self.stats = stats or Stats()
         self.skip_existing = skip_existing
-        self._transfer = _transfer_config(self.config, multipart_threshold, part_size)
+        self._transfer = transfer_config(self.config, multipart_threshold, part_size)
         self._manager: Any = None
         self._pending: list[tuple[Any, str, int, str]] = []
         self.uploaded: list[str] = []
@@ -79,7 +88,7 @@ class ShardUploader:
 
             self._manager = create_transfer_manager(client(self.config), self._transfer)
         url = self.url_of(name or os.path.basename(path))
-        future, size, digest = _start(
+        future, size, digest = start_upload(
             path, url, self.config, self.stats, sha256, self.skip_existing, 0, 0, manager=self._manager
         )
         if future is None:
@@ -99,7 +108,7 @@ class ShardUploader:
         try:
             for future, url, size, digest in pending:
                 done += 1
-                _finish_one(future, url, self.config, self.stats, size, digest)
+                finish_upload(future, url, self.config, self.stats, size, digest)
                 self.uploaded.append(url)
         except BaseException:
             for future, *_ in pending[done:]:
@@ -121,7 +130,7 @@ class ShardUploader:
                 break
             self._pending.remove(ended)
             future, url, size, digest = ended
-            _finish_one(future, url, self.config, self.stats, size, digest)
+            finish_upload(future, url, self.config, self.stats, size, digest)
             self.uploaded.append(url)
             newly.append(url)
         return newly

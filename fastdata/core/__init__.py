@@ -13,6 +13,7 @@ from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fastdata.core._cache_dir import default_cache_dir
+    from fastdata.core._digest import DIGESTS, FAST, DigestName, digest_of, entry_digest, new_digest
     from fastdata.core._lazy import lazy_exports
     from fastdata.core._pipeline import SKIP, SamplePipeline, describe_sample
     from fastdata.core._progress import Bar, progress_bar, tracked
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "DIGESTS": "._digest",
+        "FAST": "._digest",
+        "DigestName": "._digest",
+        "digest_of": "._digest",
+        "entry_digest": "._digest",
+        "new_digest": "._digest",
         "Bar": "._progress",
         "progress_bar": "._progress",
         "tracked": "._progress",
@@ -46,8 +53,11 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 __all__ = [
+    "DIGESTS",
+    "FAST",
     "SKIP",
     "Bar",
+    "DigestName",
     "RepeatedEpochWarning",
     "ResumeState",
     "SamplePipeline",
@@ -57,7 +67,10 @@ __all__ = [
     "compose_worker_init",
     "default_cache_dir",
     "describe_sample",
+    "digest_of",
+    "entry_digest",
     "lazy_exports",
+    "new_digest",
     "progress_bar",
     "tracked",
     "usable_cores",

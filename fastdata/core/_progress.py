@@ -25,20 +25,33 @@ class _NoBar:
 
 
 @contextmanager
-def progress_bar(desc: str, *, unit: str, total: float | None = None, enabled: bool = True) -> Iterator[Bar]:
-    """A bar that counts ``unit`` towards ``total`` (None: a running count), advanced with ``bar.advance(n)``;
-    ``enabled=False`` gives one that draws nothing and imports nothing."""
+def progress_bar(
+    desc: str, *, unit: str, total: float | None = None, enabled: bool = True, completed: int = 0
+) -> Iterator[Bar]:
+    """A bar that counts ``unit`` towards ``total`` (None: a running count) from ``completed``, advanced with
+    ``bar.advance(n)`` (``bar.advance(0, description=...)`` renames it); ``unit="bytes"`` shows sizes and
+    the rate (MB, MB/s); ``enabled=False`` gives one that draws nothing and imports nothing."""
     if not enabled:
         yield _NoBar()
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
 
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit)]
+    columns: list[Any] = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit)]
+    if unit == "bytes":
+        columns = [TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn()]
     if total is None:  # no end known: a count and the time it took
         columns = [TextColumn("{task.description}"), TextColumn("{task.completed:,.0f} " + unit)]
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bars:
-        task = bars.add_task(desc, total=total)
+        task = bars.add_task(desc, total=total, completed=completed)
 
         class _Bar:
             def advance(self, n: float = 1, **fields: Any) -> None:

@@ -1,5 +1,5 @@
-"""An output file fed from reused buffers, with its running SHA-256: hashed and written at once, or by a
-background thread while the caller fills the next buffer.
+"""An output file fed from reused buffers, with its running digest (:func:`fastdata.core.new_digest`):
+hashed and written at once, or by a background thread while the caller fills the next buffer.
 
 :class:`~fastdata.formats.tar._writer.TarShardWriter` fills a buffer and hands it over here. Which way
 pays depends on whether a core is free for the thread (``hashlib`` and ``os.write`` release the GIL):
@@ -20,13 +20,13 @@ Buffers come from a per-process pool: fresh memory fills ~10x slower than reused
 from __future__ import annotations
 
 import collections
-import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from fastdata.core import DigestName, new_digest
 from fastdata.core.process import BufferPool
 
 BUFFERS = 3  # with the thread: one being filled, one being hashed and written, one ready
@@ -34,23 +34,24 @@ _POOL = BufferPool(keep=2 * BUFFERS)
 
 
 class HashedOutput:
-    """The file ``fd`` written in order from buffers of ``buffer_size`` bytes, and its running SHA-256.
+    """The file ``fd`` written in order from buffers of ``buffer_size`` bytes, and its running digest.
 
     Args:
         fd (int): the file.
         buffer_size (int): bytes per buffer.
         background (bool): hash and write on a thread of its own (see the module doc). Defaults to False.
+        digest ("sha256" | "xxh3_128"): Defaults to "sha256".
 
     Attributes:
         flushed (int): bytes handed over so far (written, or being written).
-        hash: the SHA-256 of those bytes once :meth:`drain` returns.
+        hash: the digest of those bytes once :meth:`drain` returns.
     """
 
-    def __init__(self, fd: int, buffer_size: int, background: bool = False) -> None:
+    def __init__(self, fd: int, buffer_size: int, background: bool = False, digest: DigestName = "sha256") -> None:
         self.fd = fd
         self.size = buffer_size
         self.flushed = 0
-        self.hash = hashlib.sha256()
+        self.hash = new_digest(digest)
         self.background = background
         # buffers in the thread's hands, each with its job, oldest first
         self._inflight: collections.deque[tuple[memoryview, Future[Any]]] = collections.deque()
@@ -96,7 +97,7 @@ class HashedOutput:
             raise error
 
     def truncate(self, flushed: int, digest: Any) -> None:
-        """Go back to ``flushed`` bytes, whose SHA-256 state is ``digest`` (a ``hash.copy()`` taken then)."""
+        """Go back to ``flushed`` bytes, whose digest state is ``digest`` (a ``hash.copy()`` taken then)."""
         self.drain()
         os.ftruncate(self.fd, flushed)
         os.lseek(self.fd, flushed, os.SEEK_SET)

@@ -7,7 +7,10 @@ Layout::
 
     {"format": "tar", "version": 1, "samples": 10000, "bytes": 312000000,
      "classes": ["cat", "dog"], "class_counts": {"cat": 5000, "dog": 5000},
-     "shards": [{"name": "train-000000.tar", "samples": 1000, "bytes": 31200000, "sha256": "..."}]}
+     "shards": [{"name": "train-000000.tar", "samples": 1000, "bytes": 31200000, "xxh3_128": "..."}]}
+
+Each shard's digest is keyed by its kind (:data:`fastdata.core.DIGESTS`): ``"sha256"`` where a store keeps
+it (an ``s3://`` output, and every manifest written before the fast digest), else ``"xxh3_128"``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--checksum",
         action="store_true",
-        help="also compute each file's sha256 and compare it with the manifest (reads every byte)",
+        help="also compute each file's digest and compare it with the manifest's (reads every byte)",
     )
     p.add_argument(
         "--write-manifest",

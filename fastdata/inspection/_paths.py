@@ -10,11 +10,11 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from fastdata.core import tracked
+from fastdata.core import entry_digest, tracked
 from fastdata.core.errors import ConfigError, SourceNotFound
 from fastdata.formats import MANIFEST, missing_local, read_manifest
 from fastdata.inspection._registry import INSPECTORS, inspector_for, is_known, worth_sniffing
-from fastdata.inspection._report import FileReport
+from fastdata.inspection._report import FileReport, sha256_of
 from fastdata.inspection._report import _sha256 as sha256_of_reader
 
 
@@ -157,8 +157,9 @@ def manifest_summary(
             problems.append(f"{name}: manifest says {entry.get('samples')} samples, the shard has {r.samples}")
         if r.bytes != entry.get("bytes"):
             problems.append(f"{name}: manifest says {entry.get('bytes')} bytes, the file has {r.bytes}")
-        if r.sha256 and entry.get("sha256") and r.sha256 != entry["sha256"]:
-            problems.append(f"{name}: sha256 differs from the manifest's (the file changed or is damaged)")
+        kind, want = entry_digest(entry) or ("sha256", "")
+        if r.sha256 and want and want != (r.sha256 if kind == "sha256" else sha256_of(r.url, kind)):
+            problems.append(f"{name}: {kind} differs from the manifest's (the file changed or is damaged)")
     problems += [f"{n}: not listed in the manifest" for n in sorted(set(found) - set(listed))]
     return {
         k: manifest.get(k)

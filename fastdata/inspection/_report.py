@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+from fastdata.core import DigestName, digest_of
 
 
 @dataclass
@@ -36,21 +37,18 @@ class FileReport:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _sha256(reader: Any) -> str:
-    h = hashlib.sha256()
+def _sha256(reader: Any, name: DigestName = "sha256") -> str:
     step = 8 << 20
-    for at in range(0, reader.size, step):
-        h.update(reader.read(at, step))
-    return h.hexdigest()
+    return digest_of((reader.read(at, step) for at in range(0, reader.size, step)), name)
 
 
-def sha256_of(url: str) -> str:
-    """The SHA-256 of a whole file or object, read through its storage reader."""
+def sha256_of(url: str, name: DigestName = "sha256") -> str:
+    """The SHA-256 (or the digest ``name``) of a whole file or object, read through its storage reader."""
     from fastdata.storage import open_reader
 
     reader = open_reader(url)
     try:
-        return _sha256(reader)
+        return _sha256(reader, name)
     finally:
         reader.close()
 

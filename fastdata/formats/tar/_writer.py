@@ -7,8 +7,8 @@ the per-byte work and most of the per-member work:
 * :meth:`TarShardWriter.add_files` takes a batch of planned files (key, extension, path, size, mtime):
   their headers are built together (:func:`~fastdata.formats.tar._ustar.heads`), so a member costs an
   ``open``, one ``readv`` straight into the output buffer, a ``close`` and a few slice copies;
-* each filled buffer (1 MiB) is hashed (SHA-256) and written, on a thread of its own that overlaps the
-  reading of the next files when a core is free for it, else at once while it is still in cache
+* each filled buffer (1 MiB) is hashed (SHA-256, or a faster digest) and written, on a thread of its own
+  that overlaps the reading of the next files when a core is free for it, else at once while it is still in cache
   (:class:`~fastdata.formats._hashed_output.HashedOutput` says why);
 * a labelled sample's ``.cls`` member (header and block) is built with the batch's headers, in one array;
 * :meth:`TarShardWriter.close_later` hands the finished shard's ``fsync``, sidecar index and rename to
@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fastdata.core import DigestName
 from fastdata.core.errors import ConfigError, FastdataError, SourceNotFound, SourceUnreadable
 from fastdata.formats._hashed_output import HashedOutput
 from fastdata.formats._source_files import (
@@ -83,7 +84,7 @@ class ShardResult:
         path (str): its final path.
         samples (int): samples written.
         bytes (int): size of the file.
-        sha256 (str): hex digest of the file.
+        digest (str): hex digest of the file, of the kind ``digest_name``.
         index (ShardIndex): where each sample lies.
         index_bytes (bytes): the sidecar's bytes as written (empty when ``write_index=False``).
     """
@@ -91,9 +92,15 @@ class ShardResult:
     path: str
     samples: int
     bytes: int
-    sha256: str
+    digest: str
     index: ShardIndex
     index_bytes: builtins.bytes = b""  # the field above shadows the name in this class
+    digest_name: DigestName = "sha256"
+
+    @property
+    def sha256(self) -> str:
+        """The SHA-256 (empty when the writer computed another digest)."""
+        return self.digest if self.digest_name == "sha256" else ""
 
 
 class TarShardWriter:
@@ -118,6 +125,8 @@ class TarShardWriter:
         hash_thread (bool): hash and write the filled buffers on a thread of their own, overlapping the
             reading of the next files: worth it only with a core to spare (see
             :mod:`fastdata.formats._hashed_output`). Defaults to False.
+        digest ("sha256" | "xxh3_128"): the digest of the file in :attr:`ShardResult.digest`: SHA-256 where
+            a store or a user checks it, else the faster one. Defaults to "sha256".
     """
 
     def __init__(
@@ -130,6 +139,7 @@ class TarShardWriter:
         buffer_size: int = 1 << 20,
         publish: Callable[[str, str], None] | None = None,
         hash_thread: bool = False,
+        digest: DigestName = "sha256",
     ) -> None:
         if buffer_size < 4 * BLOCK:
             raise ConfigError(f"buffer_size={buffer_size} must be at least {4 * BLOCK} bytes")
@@ -139,9 +149,10 @@ class TarShardWriter:
         self.mtime = 0 if mtime is None else int(mtime)
         self.write_index, self.fsync = write_index, fsync
         self._publish = publish or os.replace
+        self._digest = digest
         self._size = buffer_size
         self._fd: int | None = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self._out = HashedOutput(self._fd, buffer_size, background=hash_thread)
+        self._out = HashedOutput(self._fd, buffer_size, background=hash_thread, digest=digest)
         self._mv = self._out.buffer()
         self._probe = memoryview(bytearray(1))  # one byte past a planned size: did the file grow?
         self._pos = 0  # bytes waiting in the buffer
@@ -591,7 +602,9 @@ class TarShardWriter:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp_path)
             raise
-        return ShardResult(self.path, len(self.index), total, self._out.hash.hexdigest(), self.index, sidecar)
+        return ShardResult(
+            self.path, len(self.index), total, self._out.hash.hexdigest(), self.index, sidecar, self._digest
+        )
 
 
 def _sizes(files: Sequence[FileMember]) -> tuple[list[int], list[int]]:

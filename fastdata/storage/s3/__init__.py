@@ -10,16 +10,23 @@ from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
     from fastdata.storage._remote import ObjectChanged
-    from fastdata.storage.s3._client import COUNTERS, S3Config, Stats, client, process_counters, release
+    from fastdata.storage.s3._client import COUNTERS, MiB, S3Config, Stats, client, parse_url, process_counters, release
     from fastdata.storage.s3._download import S3Remote
-    from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable
+    from fastdata.storage.s3._fetch import S3CredentialsMissing, S3Unavailable, S3Unreachable, call, get
     from fastdata.storage.s3._list import list_prefix, resolve
     from fastdata.storage.s3._reader import S3Reader, executor
-    from fastdata.storage.s3._upload import UploadFailed, upload_file
+    from fastdata.storage.s3._upload import UploadFailed, finish_upload, start_upload, transfer_config, upload_file
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "finish_upload": "._upload",
+        "start_upload": "._upload",
+        "transfer_config": "._upload",
+        "MiB": "._client",
+        "parse_url": "._client",
+        "call": "._fetch",
+        "get": "._fetch",
         "client": "._client",
         "S3Remote": "._download",
         "list_prefix": "._list",
@@ -42,6 +49,7 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "COUNTERS",
+    "MiB",
     "ObjectChanged",
     "S3Config",
     "S3CredentialsMissing",
@@ -51,11 +59,17 @@ __all__ = [
     "S3Unreachable",
     "Stats",
     "UploadFailed",
+    "call",
     "client",
     "executor",
+    "finish_upload",
+    "get",
     "list_prefix",
+    "parse_url",
     "process_counters",
     "release",
     "resolve",
+    "start_upload",
+    "transfer_config",
     "upload_file",
 ]

@@ -33,7 +33,8 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def _transfer_config(config: S3Config, multipart_threshold: int, part_size: int) -> Any:
+def transfer_config(config: S3Config, multipart_threshold: int, part_size: int) -> Any:
+    """boto3's ``TransferConfig``: multipart above ``multipart_threshold`` bytes, ``config.threads`` at once."""
     from boto3.s3.transfer import TransferConfig
 
     return TransferConfig(
@@ -110,14 +111,14 @@ def upload_file(
     """
     config = S3Config.from_options(config, **options)
     stats = stats or Stats()
-    future, size, digest = _start(path, url, config, stats, sha256, skip_existing, multipart_threshold, part_size)
+    future, size, digest = start_upload(path, url, config, stats, sha256, skip_existing, multipart_threshold, part_size)
     if future is None:
         return False
-    _finish_one(future, url, config, stats, size, digest)
+    finish_upload(future, url, config, stats, size, digest)
     return True
 
 
-def _start(
+def start_upload(
     path: str | os.PathLike[str],
     url: str,
     config: S3Config,
@@ -128,6 +129,8 @@ def _start(
     part_size: int,
     manager: Any = None,
 ) -> tuple[Any, int, str]:
+    """Begin uploading ``path`` to ``url`` (``manager``: a shared transfer manager, else one of its own);
+    ``(future, size, sha256)``, the future None when an intact copy is there already (``skip_existing``)."""
     if not os.path.isfile(path):
         raise SourceNotFound(f"{os.fspath(path)}: no such file to upload")
     bucket, key = parse_url(url)
@@ -141,7 +144,7 @@ def _start(
 
     own = manager is None
     manager = manager or create_transfer_manager(
-        client(config), _transfer_config(config, multipart_threshold, part_size)
+        client(config), transfer_config(config, multipart_threshold, part_size)
     )
     stats.add("s3_requests")
     future = manager.upload(os.fspath(path), bucket, key, extra_args={"Metadata": {SHA256_KEY: digest}})
@@ -163,7 +166,8 @@ class _Owned:
             self.manager.shutdown()
 
 
-def _finish_one(future: Any, url: str, config: S3Config, stats: Stats, size: int, digest: str) -> None:
+def finish_upload(future: Any, url: str, config: S3Config, stats: Stats, size: int, digest: str) -> None:
+    """Wait for an upload :func:`start_upload` began, then check the object's size and SHA-256 by a HEAD."""
     from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 
