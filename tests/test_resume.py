@@ -68,16 +68,23 @@ def test_loader_resumes_exactly_at_every_batch(
     # the plan they were read under
     n = len(subject.make(0))
     assert [s["position"] for s in states] == [*(at(n) if at else (0, n // 2, n)), n]
-    assert {(s["version"], s["epoch"], s["unit"]) for s in states} == {(1, STOP_EPOCH, "batches")}
+    assert {(s["version"], s["epoch"], s["unit"]) for s in states} == {(2, STOP_EPOCH, "batches")}
     plan = dict(states[0]["plan"])
-    assert (plan.pop("mix", None) is None) == (name != "mix"), "a Mix's plan names its mix"
+    # the data's identity, as digests: a Mix's sources, shares and orders; shards; HDF5 files
+    mixed = {plan.pop(k, None) is None for k in ("mix", "mix_counts", "mix_orders")}
+    assert mixed == {name != "mix"}, "a Mix's plan names its mix"
+    identity = {"tar_shards": "shards", "indexed_tar": "shards", "hdf5": "files"}.get(name)
+    assert (plan.pop(identity, None) is not None) if identity else not {"shards", "files"} & set(plan)
+    own = {"window": 8} if name == "tar_shards" else {"unit": 1}  # the tar dataset's shuffle window; a sampler's unit
     assert plan == {
         "batch_size": BATCH,
         "world_size": world_size,
         "size": 66 if name == "mix" else 33,
         "seed": SEED,
+        "shuffle": 0 if name == "mix" else 1,  # a Mix's sequence is its own (its sources shuffle: in mix_orders)
         "remainder": ["drop", "pad", "uneven"].index(remainder),  # how the epoch is split: an elastic resume replays it
         "drop_last": 0,
+        **own,
     }
 
 
@@ -119,11 +126,18 @@ def test_epoch_sampler_resumes_exactly_at_every_index(remainder: str, rank: int,
     )
     states = check_resume(subject, at=every_batch)
     assert states[3] == {
-        "version": 1,
+        "version": 2,
         "epoch": 1,
         "unit": "samples",
         "position": 3,
-        "plan": {"size": 33, "world_size": world_size, "seed": 4},
+        "plan": {
+            "size": 33,
+            "world_size": world_size,
+            "seed": 4,
+            "shuffle": 1,
+            "remainder": ["drop", "pad", "uneven"].index(remainder),
+            "unit": 1,
+        },
     }
 
 
@@ -232,8 +246,8 @@ def test_persistent_workers_take_a_state_loaded_later(data: dict, name: str) -> 
 
 
 def test_worker_state_in_another_worker_layout_is_refused(data: dict) -> None:
-    state = {"version": 1, "epoch": 0, "unit": "batches", "position": 3, "plan": {}, "worker": 1, "num_workers": 2}
     ds = make_dataset("tar_shards", data["tar_shards"])
+    state = {**ds.state_dict(), "position": 3, "worker": 1, "num_workers": 2}
     ds.load_state_dict(state)
     with pytest.raises(ConfigError, match="saved by worker 1 of 2"):
         next(iter(ds))
@@ -264,10 +278,10 @@ def test_a_state_without_the_schema_is_refused_naming_what_to_pass(data: dict) -
 def test_a_state_that_does_not_fit_is_refused_naming_why(data: dict) -> None:
     sampler = EpochSampler(33, seed=4, rank=0, world_size=1)
     state = sampler.state_dict(consumed=4)
-    with pytest.raises(ConfigError, match="saved with size=33, this EpochSampler has size=34"):
+    with pytest.raises(ConfigError, match=r"size \(samples\): saved 33, now 34"):
         EpochSampler(34, seed=4, rank=0, world_size=1).load_state_dict(state)
     chunks = ChunkBatchSampler(list(range(0, 33, 5)), 33, 4, seed=5, rank=0, world_size=1)
-    with pytest.raises(ConfigError, match="batch_size=4, this ChunkBatchSampler has batch_size=8"):
+    with pytest.raises(ConfigError, match="batch_size: saved 4, now 8"):
         ChunkBatchSampler(list(range(0, 33, 5)), 33, 8, seed=5, rank=0, world_size=1).load_state_dict(
             chunks.state_dict(consumed=8)
         )
@@ -277,7 +291,7 @@ def test_a_state_that_does_not_fit_is_refused_naming_why(data: dict) -> None:
     with pytest.raises(ConfigError, match="worker 0 of 2; EpochSampler resumes a whole rank"):
         sampler.load_state_dict({**state, "worker": 0, "num_workers": 2})
     with pytest.raises(ConfigError, match="newer fastdata"):
-        sampler.load_state_dict({**state, "version": 2})
+        sampler.load_state_dict({**state, "version": 3})
     with pytest.raises(ConfigError, match="not a resume state"):
         sampler.load_state_dict({"consumed": 4})
 
@@ -343,8 +357,8 @@ def test_epoch_sampler_state_follows_its_iteration() -> None:
     it = iter(sampler)
     head = [next(it) for _ in range(3)]
     state = sampler.state_dict()
-    plan = {"size": 10, "world_size": 1, "seed": 4}
-    assert state == {"version": 1, "epoch": 2, "unit": "samples", "position": 3, "plan": plan}
+    plan = {"size": 10, "world_size": 1, "seed": 4, "shuffle": 1, "remainder": 0, "unit": 1}
+    assert state == {"version": 2, "epoch": 2, "unit": "samples", "position": 3, "plan": plan}
     assert sampler.state_dict(consumed=1)["position"] == 1
     other = EpochSampler(10, seed=4, rank=0, world_size=1)
     other.load_state_dict(state)

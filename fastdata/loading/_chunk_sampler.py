@@ -25,7 +25,16 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from fastdata.core.epoch import Base, Remainder, ResumeState, current_rank, load_state, rank_span
+from fastdata.core.epoch import (
+    REMAINDERS,
+    Base,
+    Remainder,
+    ResumeState,
+    current_rank,
+    ints_digest,
+    load_state,
+    rank_span,
+)
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.core.process import SharedEpoch, SharedState
 
@@ -95,6 +104,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         check_positive("batch_size", batch_size)
         check_positive("mix", mix)
         self.starts = np.asarray(starts, dtype=np.int64)
+        self._chunks = ints_digest(self.starts)  # for resume states: once, not per state
         if n > 0 and (
             not len(self.starts) or self.starts[0] != 0 or (np.diff(self.starts) <= 0).any() or self.starts[-1] >= n
         ):
@@ -169,7 +179,17 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         return -(-self._length // self.batch_size)
 
     def _plan(self) -> dict[str, int]:
-        return {"batch_size": self.batch_size, "size": self.n, "world_size": self.world_size, "seed": self.seed}
+        return {
+            "batch_size": self.batch_size,
+            "size": self.n,
+            "world_size": self.world_size,
+            "seed": self.seed,
+            "shuffle": int(self.shuffle),
+            "block_mix": self.mix,
+            "chunks": self._chunks,
+            "remainder": REMAINDERS.index(self.remainder),
+            "drop_last": int(self.drop_last),
+        }
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """The position to resume from: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting

@@ -40,7 +40,7 @@ from fastdata.loading import transport as slots
 from fastdata.loading._builder import Transport, build_dataloader, fastdata_worker_init
 from fastdata.loading._checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
 from fastdata.loading._plan import ReadPlan
-from fastdata.loading._protocol import Dataset, RankSampler
+from fastdata.loading._protocol import Dataset, Planned, RankSampler
 from fastdata.loading._tail import ElasticDataset, TailBatches, check_elastic, tail_batches
 from fastdata.loading.observe._session import Session, loader_session
 from fastdata.loading.observe.report import Since, Stats
@@ -359,8 +359,8 @@ class Loader:
         tail = self._tail if self._tail is not None and self._tail[0] == epoch else None
         if self.iterable:
             history = tail[1] if tail is not None else ()
-            plan = {"world_size": int(self.dataset.world_size), "batch_size": self.batch_size} if history else {}
-            self.dataset.load_state_dict(ResumeState(epoch, start, "batches", plan, history=history).to_dict())
+            own = self._plan()  # the dataset's own plan (and this Loader's, the same for an iterable dataset)
+            self.dataset.load_state_dict(ResumeState(epoch, start, "batches", own, history=history).to_dict())
         elif tail is not None:
             self.dataset.set_epoch(epoch)
             tail[2].start = start
@@ -371,7 +371,8 @@ class Loader:
             # the sampler counts samples; the last batch may be short: k batches are at most the whole epoch
             samples = self.sampler.samples if self._batch_sampler else len(self.sampler)
             consumed = min(start * self.batch_size, samples)
-            self.sampler.load_state_dict(ResumeState(epoch, consumed, "samples").to_dict())
+            theirs = ResumeState.from_dict(self.sampler.state_dict()).plan  # the sampler's own plan: it fits
+            self.sampler.load_state_dict(ResumeState(epoch, consumed, "samples", theirs).to_dict())
         self._position = (epoch, start)
         with self._session.opening() if self._session is not None else contextlib.nullcontext():
             batches = iter(self._source())  # auto past the cores for waiting workers: torch's warning silenced
@@ -440,7 +441,9 @@ class Loader:
             "size": int(ds.total if self.iterable else len(ds)),
             "seed": int(ds.seed),
         }
-        if self.sampler is not None:  # what else its batches depend on (a clip sampler's layout, a mix ...)
+        if isinstance(ds, Planned):  # its data (shards, files, a Mix's sources); an iterable one: its whole plan
+            plan = {**ds.resume_plan(), **plan}
+        if self.sampler is not None:  # what else its batches depend on (shuffle, a clip sampler's layout, a mix ...)
             plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
         # the split over ranks: an epoch finished on another number of ranks replays it (fastdata.core.epoch._elastic)
         remainder = getattr(ds if self.iterable else self.sampler, "remainder", None)
@@ -475,10 +478,17 @@ class Loader:
         :mod:`fastdata.core.epoch._elastic` for the order, and the one case where a sample is read twice). Load
         the same state on every rank.
 
+        The state must have been saved under this Loader's plan (what its order and split depend on: the
+        data, seed, shuffle, shuffle window, remainder, ``drop_last``, a Mix's sources and shares; see
+        :class:`fastdata.core.ResumeState`); ``num_workers``, the transport and threads may differ. A state of
+        an older fastdata (``version`` 1) is refused: it does not record all of these, so start its epoch
+        again with :meth:`set_epoch`.
+
         Raises:
-            ConfigError: when the state was saved with another seed, dataset size or plan (it would name
-                other samples), lies outside the epoch, or was saved on another number of ranks for a
-                sampler or dataset that cannot finish an epoch elsewhere.
+            ConfigError: when the state was saved under another plan (naming every setting that differs, with
+                both values: it would name other samples), lies outside the epoch, is not a state fastdata
+                saved (a field of the wrong type or out of range, named), or was saved on another number of
+                ranks for a sampler or dataset that cannot finish an epoch elsewhere.
         """
         earlier, self._tail = self._tail, None  # the length checked is the epoch's own, not an earlier tail's
         try:
@@ -490,7 +500,10 @@ class Loader:
         self.close()  # persistent workers hold a copy of the dataset from before this state
         self.set_epoch(s.epoch)
         if history:
-            self._tail = (s.epoch, history, self._tail_for(s.epoch, history))
+            try:
+                self._tail = (s.epoch, history, self._tail_for(s.epoch, history))
+            except PlanError as e:  # a layout no run of this dataset could have read: not a state it saved
+                raise ConfigError(f"this state names a layout this dataset cannot be read in: {e}") from None
             if position > len(self):
                 raise ConfigError(f"batches={position} is outside this rank's resumed epoch of {len(self)} batches")
         self._pending = (s.epoch, position)

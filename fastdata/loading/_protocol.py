@@ -10,7 +10,8 @@ dataset written outside fastdata can join by offering them. Split by what really
 - :class:`BatchingDataset`: an iterable one that deals whole batches and resumes (``TarShardDataset``);
 - :class:`Collating`: a dataset with its own faster ``collate`` (``HDF5Dataset``);
 - :class:`Resumable`, :class:`ResumableSampler`, :class:`ResumableBatchSampler`: what can save and load
-  a :class:`~fastdata.core.epoch._resume.ResumeState`.
+  a :class:`~fastdata.core.epoch._resume.ResumeState`; :class:`Planned`: a dataset whose resume states name its
+  data (``resume_plan()``).
 
 The two members core calls itself (``worker_world``, ``warm``) are declared in :mod:`fastdata.core.epoch._protocol`.
 """
@@ -30,6 +31,14 @@ class Resumable(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Planned(Protocol):
+    """A dataset that names what its order depends on, beyond its size and seed (its shards, a Mix's sources):
+    the keys a resume state records and is checked against (:data:`fastdata.core.epoch.PLAN_KEYS`)."""
+
+    def resume_plan(self) -> dict[str, int]: ...
 
 
 @runtime_checkable

@@ -18,6 +18,7 @@ from torch.utils.data import Sampler
 from fastdata.core import process
 from fastdata.core.epoch import (
     EXACT_ORDER_MAX,
+    REMAINDERS,
     Base,
     Remainder,
     RepeatedEpochWarning,
@@ -166,10 +167,15 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         return self._length
 
     def _plan(self) -> dict[str, int]:
-        plan = {"size": self.n, "world_size": self.world_size, "seed": self.seed, **self._tag}
-        if self.unit > 1:
-            plan["unit"] = self.unit
-        return plan
+        return {
+            "size": self.n,
+            "world_size": self.world_size,
+            "seed": self.seed,
+            "shuffle": int(self.shuffle),
+            "remainder": REMAINDERS.index(self.remainder),
+            "unit": self.unit,
+            **self._tag,
+        }
 
     # --- resuming on another number of ranks (fastdata.core.epoch._elastic; fastdata.Loader drives it) ---
 
@@ -217,7 +223,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
 
         Raises:
             ConfigError: when the state lies outside this rank's epoch, or was saved for another dataset
-                size, world size or seed.
+                size, world size, seed, shuffle or remainder (naming each, with both values), or is not a
+                state fastdata saved (a field of the wrong type or out of range, named).
         """
         s = load_state(state, into="EpochSampler", unit="samples", plan=self._plan(), length=self._length)
         self.set_epoch(s.epoch)

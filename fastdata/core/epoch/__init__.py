@@ -12,7 +12,16 @@ if TYPE_CHECKING:
     from fastdata.core.epoch._elastic import Base, layout, rank_plan
     from fastdata.core.epoch._mixing import MixSequence, apportion
     from fastdata.core.epoch._protocol import Warmable, WorkerAware
-    from fastdata.core.epoch._resume import ResumeState, Stop, load_state, next_layout
+    from fastdata.core.epoch._resume import (
+        PLAN_KEYS,
+        ResumeState,
+        Stop,
+        data_digest,
+        digest,
+        ints_digest,
+        load_state,
+        next_layout,
+    )
     from fastdata.core.epoch._seeding import (
         RepeatedEpochWarning,
         WorkerInit,
@@ -50,8 +59,12 @@ __getattr__, __dir__ = lazy_exports(
         "apportion": "._mixing",
         "Warmable": "._protocol",
         "WorkerAware": "._protocol",
+        "PLAN_KEYS": "._resume",
         "ResumeState": "._resume",
         "Stop": "._resume",
+        "data_digest": "._resume",
+        "digest": "._resume",
+        "ints_digest": "._resume",
         "load_state": "._resume",
         "next_layout": "._resume",
         "RepeatedEpochWarning": "._seeding",
@@ -85,6 +98,7 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "EXACT_ORDER_MAX",
+    "PLAN_KEYS",
     "REMAINDERS",
     "Base",
     "MixSequence",
@@ -102,8 +116,11 @@ __all__ = [
     "compose_worker_init",
     "current_rank",
     "current_worker",
+    "data_digest",
     "derive_seed",
+    "digest",
     "epoch_order",
+    "ints_digest",
     "layout",
     "load_state",
     "locate",

@@ -101,10 +101,16 @@ class TailLayout(Layout):
         if world_size < 1 or batch_size < 1:
             raise ConfigError(f"world_size={world_size} and batch_size={batch_size} must be at least 1")
         self.parent = parent
+        most = max((parent.batches(p) for p in range(parent.world_size)), default=0)
+        if not 0 <= consumed <= most:  # a garbled state, or one of another epoch's plan
+            raise ConfigError(
+                f"batches={consumed} is outside the epoch it was saved in: its {parent.world_size} ranks read at "
+                f"most {most} batches each"
+            )
         starts, cuts = [], []  # per parent rank: first unconsumed position; where its rest must be cut
         for p in range(parent.world_size):
             bounds = parent.bounds(p)
-            done = int(bounds[min(max(consumed, 0), len(bounds) - 1)])
+            done = int(bounds[min(consumed, len(bounds) - 1)])
             starts.append(done)
             cuts.append(bounds[bounds >= done] - done)
         self._starts = np.asarray(starts, dtype=np.int64)

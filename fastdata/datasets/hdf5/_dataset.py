@@ -10,7 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from fastdata.core import SamplePipeline, process, stages, tracked
-from fastdata.core.epoch import Remainder
+from fastdata.core.epoch import Remainder, data_digest
 from fastdata.core.errors import BadSample, ConfigError, OnError, SourceNotFound, SourceUnreadable
 from fastdata.core.process import BufferPool, HandleCache
 from fastdata.datasets._base import MapDatasetBase
@@ -164,6 +164,11 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    def resume_plan(self) -> dict[str, int]:
+        """The data a resume state's indices name (its files' names, order and row counts), checked on loading
+        (see :class:`fastdata.core.ResumeState`)."""
+        return {"files": data_digest(self.paths, np.diff(self._starts))}
 
     def handle(self, file: int) -> H5Handle:
         """The open file number ``file`` in this process (opened now if it is not yet)."""

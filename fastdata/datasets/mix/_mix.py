@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any, Literal
@@ -10,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from fastdata.core.epoch import MixSequence, Remainder, apportion, derive_seed, rank_span
+from fastdata.core.epoch import MixSequence, Remainder, apportion, derive_seed, digest, ints_digest, rank_span
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.core.process import REPEAT_FLAG
 from fastdata.datasets._base import MapDatasetBase
@@ -130,6 +129,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
         """Samples each source supplies per epoch (``numpy`` array, by source)."""
         self.sequence = MixSequence(units)
         self._ahead = ReadAhead()
+        self._plan: dict[str, int] | None = None  # resume_plan(), made on first use
         self._end = len(self)  # where this rank's part of the sequence ends (set by sampler()): read no further
         for ds in self.sources:  # the mix sets their epoch every pass, and reads more than one pass of some
             shared = getattr(ds, "_shared", None)
@@ -207,13 +207,29 @@ class Mix(MapDatasetBase, Dataset[Any]):
             shared=self._shared,
             owner=repr(self),
             unit=self.unit,
-            tag={"mix": self._signature()},
+            tag=self.resume_plan(),
         )
 
-    def _signature(self) -> int:
-        """What the sequence and the sources' orders depend on besides (seed, epoch), for resume states."""
-        key = repr((self.names, self.sizes, self.counts.tolist(), self.unit, self.shuffle))
-        return zlib.crc32(key.encode()) & 0x7FFFFFFF
+    def resume_plan(self) -> dict[str, int]:
+        """What the sequence and the sources' orders depend on besides (seed, epoch), for resume states: the
+        sources (names and sizes), the samples each supplies per epoch (from the weights and ``epoch_size``),
+        and the orders of their passes (``shuffle``; a ``TarShardDataset``'s own shuffle, window and shards; an
+        ``HDF5Dataset``'s chunks), as digests."""
+        if self._plan is None:  # once: the sources do not change
+            orders: list[Any] = [self.shuffle]
+            for ds in self.sources:
+                if is_tar(ds):
+                    orders.append({k: v for k, v in ds.resume_plan().items() if k in ("shuffle", "window", "shards")})
+                elif callable(getattr(ds, "block_starts", None)):
+                    orders.append(ints_digest(ds.block_starts()))
+                else:
+                    orders.append(None)
+            self._plan = {
+                "mix": digest(self.names, self.sizes),
+                "mix_counts": digest(self.counts.tolist()),
+                "mix_orders": digest(orders),
+            }
+        return dict(self._plan)
 
     # --- reading ---
 

@@ -11,6 +11,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from fastdata.core import SKIP
+from fastdata.core.epoch import data_digest
 from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
@@ -98,6 +99,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
             cache_check=cache_check,
         )
         self._starts = [0, *accumulate(self.source.counts)]
+        self._shards: int | None = None  # resume_plan()'s digest, made on first use
 
     @property
     def urls(self) -> list[str]:
@@ -105,6 +107,13 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
 
     def __len__(self) -> int:
         return self._starts[-1]
+
+    def resume_plan(self) -> dict[str, int]:
+        """The data a resume state's indices name (its shards' names, order and sample counts), checked on loading
+        (see :class:`fastdata.core.ResumeState`)."""
+        if self._shards is None:  # once: the shards do not change
+            self._shards = data_digest(self.urls, self.source.counts)
+        return {"shards": self._shards}
 
     def locate(self, i: int) -> tuple[int, int]:
         """``(shard number, sample number in that shard)`` of dataset index ``i``."""

@@ -9,8 +9,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastdata.core import process
-from fastdata.core.epoch import REMAINDERS, Remainder, ResumeState, Stop, World, load_state, next_layout
-from fastdata.core.errors import ConfigError
+from fastdata.core.epoch import (
+    REMAINDERS,
+    Remainder,
+    ResumeState,
+    Stop,
+    World,
+    data_digest,
+    load_state,
+    next_layout,
+)
+from fastdata.core.errors import ConfigError, PlanError
 from fastdata.datasets.tar._elastic import tail_length
 
 
@@ -18,6 +27,8 @@ class TarResume:
     """Mixin of :class:`fastdata.TarShardDataset`: ``state_dict``, ``load_state_dict`` and what they rest on."""
 
     total: int
+    source: Any  # its TarSource: the shards' sample counts
+    shuffle: bool
     world_size: int
     seed: int
     batch_size: int | None
@@ -30,8 +41,12 @@ class TarResume:
     _resume: tuple[int, int, int | None, int | None, tuple[Stop, ...]] | None
     # (pid, epoch, next batch, worker, num_workers, history) of this process's latest pass, for state_dict()
     _progress: tuple[int, int, int, int, int, tuple[Stop, ...]] | None
+    _shards: int | None = None  # the digest of the shards (names, order, sample counts), made on first use
 
     if TYPE_CHECKING:  # given by the dataset (declared for the type checker only: defined, they would win)
+
+        @property
+        def urls(self) -> list[str]: ...
 
         def set_epoch(self, epoch: int) -> None: ...
 
@@ -55,12 +70,17 @@ class TarResume:
             )
         return batches, world.num_workers, 0
 
-    def _plan(self) -> dict[str, int]:
-        plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed}
+    def resume_plan(self) -> dict[str, int]:
+        """What the order and the split of an epoch depend on, besides the epoch: the plan a resume state
+        records and is checked against (see :class:`fastdata.core.ResumeState`)."""
+        plan = {"size": self.total, "world_size": self.world_size, "seed": self.seed, "shuffle": int(self.shuffle)}
         if self.batch_size is not None:
             plan["batch_size"] = self.batch_size
         # how the epoch is split and shuffled: an epoch finished on another number of ranks replays it
         plan.update(remainder=REMAINDERS.index(self.remainder), drop_last=int(self.drop_last), window=self.window)
+        if self._shards is None:  # once: the shards do not change (a StatefulDataLoader saves every batch)
+            self._shards = data_digest(self.urls, self.source.counts)
+        plan["shards"] = self._shards
         return plan
 
     def elastic_length(self, history: Sequence[Stop]) -> int:
@@ -79,7 +99,7 @@ class TarResume:
                 batch (``worker``/``num_workers`` set), which is what ``torchdata``'s ``StatefulDataLoader``
                 collects from each worker.
         """
-        plan = self._plan()
+        plan = self.resume_plan()
         if batches is not None:
             return ResumeState(self.epoch, batches, "batches", plan).to_dict()
         if self._resume is not None and self._resume[0] == self.epoch:
@@ -105,15 +125,17 @@ class TarResume:
         state on every rank), and ``len()`` counts its batches until it starts.
 
         Raises:
-            ConfigError: when the state lies outside this rank's epoch, was saved for another plan (dataset
-                size, seed, remainder, ``drop_last``, shuffle window; or, for a per-worker state, batch size
-                or world size), or resumes mid-epoch without ``batch_size``.
+            ConfigError: when the state lies outside this rank's epoch, was saved for another plan (its shards,
+                seed, shuffle, shuffle window, remainder, ``drop_last``; or, for a per-worker state, batch size
+                or world size: :meth:`resume_plan`), naming every setting that differs with both values; or
+                resumes mid-epoch without ``batch_size``; or is not a state fastdata saved (a field of the wrong
+                type or out of range, named).
         """
         s = load_state(
             state,
             into="TarShardDataset",
             unit="batches",
-            plan=self._plan(),
+            plan=self.resume_plan(),
             length=len(self),
             per_worker=True,
             elastic=self.batch_size is not None,
@@ -127,9 +149,11 @@ class TarResume:
         position = s.position
         if s.worker is None and self.batch_size is not None:
             history, position = next_layout(s, self.world_size, self.batch_size)
-            if history and position > self.elastic_length(history):
-                raise ConfigError(
-                    f"batches={position} is outside this rank's resumed epoch of {self.elastic_length(history)} batches"
-                )
+            try:
+                length = self.elastic_length(history) if history else 0
+            except PlanError as e:  # a layout no run of this dataset could have read: not a state it saved
+                raise ConfigError(f"this state names a layout this dataset cannot be read in: {e}") from None
+            if history and position > length:
+                raise ConfigError(f"batches={position} is outside this rank's resumed epoch of {length} batches")
         self.set_epoch(s.epoch)
         self._resume = (s.epoch, position, s.worker, s.num_workers, history)
