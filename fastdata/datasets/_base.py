@@ -18,6 +18,7 @@ from fastdata.core.epoch import (
     on_epoch,
     on_pass,
     pass_token,
+    refuse_second_split,
 )
 from fastdata.core.errors import ErrorPolicy, OnError
 from fastdata.core.process import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
@@ -135,6 +136,7 @@ class DatasetBase(SharedEpoch, RankFollower):
         token = pass_token(k)
         start = self._shared.begin_pass(DATASET_LOG, token)
         world = self.worker_world()
+        refuse_second_split(repr(self), world.world_size)
         on_pass(world, token, start.epoch_set)
         what = self._epoch_randomness()
         if start.repeated and what and world.worker == 0 and self._shared.once(REPEAT_FLAG):

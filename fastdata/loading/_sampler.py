@@ -29,6 +29,7 @@ from fastdata.core.epoch import (
     rank_index_blocks,
     rank_indices,
     rank_span,
+    refuse_second_split,
 )
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.core.process import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
@@ -134,6 +135,7 @@ class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         self.follow_rank()
+        refuse_second_split(f"EpochSampler of {self._owner or 'a dataset'}", self.world_size)
         lazy = self._publish is None and self.n > EXACT_ORDER_MAX
         order = None if lazy else self.indices()
         if self._publish is not None:

@@ -11,6 +11,7 @@ pickled into ddp_spawn ranks) learns its rank there. The worker is read inside
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -188,6 +189,36 @@ class RankFollower:
 
     def _rank_changed(self) -> None:
         """Called after :meth:`follow_rank` took a new rank: recompute what depends on it."""
+
+
+# Accelerate's wrappers that split a loader's batches or samples over the processes themselves
+_SPLITTERS = {"BatchSamplerShard", "IterableDatasetShard", "DataLoaderDispatcher", "DataLoaderShard"}
+
+
+def refuse_second_split(owner: str, world_size: int) -> None:
+    """Refuse, at the first batch, a rank-split reader that a framework splits over the ranks again
+    (Accelerate's ``prepare`` of a ``DataLoader``): each rank would read half of its part, or rank 0's part
+    would be dispatched to every rank. Looks up the calling stack (once per pass) for the framework's
+    wrappers; a forked worker still has its parent's frames below its own.
+
+    Raises:
+        ConfigError: naming the setting to change.
+    """
+    if world_size <= 1:
+        return
+    frame = sys._getframe(1)
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        kind = type(me)
+        if kind.__name__ in _SPLITTERS and kind.__module__.startswith("accelerate."):
+            raise ConfigError(
+                f"{owner} already reads only this rank's part of the epoch, and accelerator.prepare() split "
+                f"the DataLoader over the {world_size} processes again ({kind.__name__}): pass "
+                "fastdata.Loader(dataset, batch_size=...) to prepare() instead (it leaves it as it is), or "
+                "build the dataset with rank=0, world_size=1 so that Accelerate's split is the only one "
+                "(see docs/frameworks.md)"
+            )
+        frame = frame.f_back  # type: ignore[assignment]
 
 
 _thread = threading.local()  # the worker a loader thread stands for (see acting_as_worker)
