@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script by torchrun
 
-import fastdata as fd  # noqa: E402
-from tests.dist_backends import BACKENDS, BATCH, make_dataset  # noqa: E402
+import fastdata as fd
+from tests.dist_backends import BACKENDS, BATCH, make_dataset
 
 EPOCHS = 2
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")

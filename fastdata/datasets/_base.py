@@ -1,5 +1,5 @@
-"""What every fastdata dataset has: the rank read at construction and checked where it reads, the epoch and skip counters
-shared with its workers, the bad-input policy (with the substitute rule of
+"""What every fastdata dataset has: the rank read at construction and checked where it reads, the epoch
+and skip counters shared with its workers, the bad-input policy (with the substitute rule of
 :mod:`fastdata.datasets._substitute`), and ``close``."""
 
 from __future__ import annotations

@@ -470,7 +470,9 @@ class Loader:
             "size": int(ds.total if self.iterable else len(ds)),
             "seed": int(ds.seed),
         }
-        if self.sampler is not None and not self.iterable:  # what else its batches depend on (a clip sampler's layout, a mix ...)
+        if (
+            self.sampler is not None and not self.iterable
+        ):  # what else its batches depend on (a clip sampler's layout, a mix ...)
             plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
         # the split over ranks: an epoch finished on another number of ranks replays it (fastdata.core.epoch._elastic)
         remainder = getattr(ds if self.iterable else self.sampler, "remainder", None)

@@ -35,7 +35,7 @@ from fastdata.core.errors import ConfigError, check_positive
 from fastdata.core.process import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 
 
-class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):
+class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):  # type: ignore[misc]
     """Indices of a map-style dataset for this rank, shuffled per epoch.
 
     Args:
@@ -111,12 +111,12 @@ class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):
             self._rank_changed()
 
     @property
-    def num_replicas(self) -> int:
+    def num_replicas(self) -> int:  # type: ignore[override]
         """``world_size``, by ``DistributedSampler``'s name for it."""
         return self.world_size
 
     @property
-    def num_samples(self) -> int:
+    def num_samples(self) -> int:  # type: ignore[override]
         """``len(self)``, by ``DistributedSampler``'s name for it."""
         return len(self)
 
