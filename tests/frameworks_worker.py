@@ -28,6 +28,7 @@ import fastdata as fd
 from tests.dist_backends import BACKENDS, BATCH, make_dataset
 
 EPOCHS = 2
+STOP = 2  # batches of epoch 1 read before the mid-epoch checkpoint
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")
 
 
@@ -85,7 +86,9 @@ def accelerate(root: Path) -> dict[str, Any]:
     return res
 
 
-def lightning(root: Path, before: dict[str, Any]) -> dict[str, Any]:
+def lightning(
+    root: Path, before: dict[str, Any], devices: int = 2, ckpt: Path | None = None, save: Path | None = None
+) -> dict[str, Any]:
     import lightning.pytorch as pl
 
     class Model(pl.LightningModule):
@@ -93,42 +96,58 @@ def lightning(root: Path, before: dict[str, Any]) -> dict[str, Any]:
             super().__init__()
             self.name = name
             self.w = torch.nn.Parameter(torch.zeros(1))
-            self.seen: list[list[str]] = []
-
-        def on_train_epoch_start(self) -> None:
-            self.seen.append([])
+            self.seen: dict[int, list[str]] = {}  # by epoch: a resumed epoch starts without on_train_epoch_start
 
         def training_step(self, batch: Any, i: int) -> Any:
-            self.seen[-1] += keys(self.name, batch)
+            self.seen.setdefault(self.current_epoch, []).extend(keys(self.name, batch))
             return self.w.sum() * 0.0
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    def fit(name: str, loader: Any) -> dict[str, Any]:
+    class SaveAt(pl.Callback):
+        """Save a checkpoint mid-epoch, as ``ModelCheckpoint(every_n_train_steps=...)`` does."""
+
+        def __init__(self, step: int, path: Path) -> None:
+            self.step, self.path = step, path
+
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            if trainer.global_step == self.step:
+                trainer.save_checkpoint(self.path)
+
+    def fit(name: str, loader: Any, **options: Any) -> dict[str, Any]:
         model = Model(name)
         trainer = pl.Trainer(
             accelerator="cpu",
-            devices=2,
-            strategy="ddp",
-            max_epochs=EPOCHS,
+            devices=devices,
+            strategy="ddp" if devices > 1 else "auto",
+            max_epochs=options.pop("max_epochs", EPOCHS),
             use_distributed_sampler=True,
             logger=False,
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
             num_sanity_val_steps=0,
+            **options,
         )
         out: dict[str, Any] = {}
         try:
-            trainer.fit(model, train_dataloaders=loader)
+            trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt)
         except Exception as e:  # noqa: BLE001
             out["error"] = f"{type(e).__name__}: {e}"
-        out["epochs"] = model.seen
-        out["steps"] = [-(-len(s) // BATCH) for s in model.seen]
+        out["epochs"] = [model.seen[e] for e in sorted(model.seen)]
+        out["first_epoch"] = min(model.seen, default=None)
+        out["steps"] = [-(-len(s) // BATCH) for s in out["epochs"]]
         return out
 
     res: dict[str, Any] = {}
+    if ckpt is not None:  # resume the checkpoint saved mid-epoch 1 on 2 ranks, here on 1 device
+        loader = fd.Loader(make_dataset("tar_shards", root / "tar_shards"), batch_size=BATCH)
+        return {"lightning/tar_shards/resume": fit("tar_shards", loader, max_epochs=EPOCHS + 1)}
+    if save is not None:  # stop after STOP batches of epoch 1, and save a checkpoint there
+        loader = fd.Loader(make_dataset("tar_shards", root / "tar_shards"), batch_size=BATCH)
+        at = SaveAt(len(loader) + STOP, save)
+        return {"lightning/tar_shards/save": fit("tar_shards", loader, callbacks=[at])}
     for name in ("hdf5", "mix"):
         ds = make_dataset(name, root / name)
         res[f"lightning/{name}/DataLoader(sampler=ds.sampler())"] = fit(
@@ -145,8 +164,13 @@ def lightning(root: Path, before: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--resume", action="store_true", help="one process: resume the 2-rank checkpoint")
     args = parser.parse_args()
     root: Path = args.root
+    if args.resume:
+        result = lightning(root, {}, devices=1, ckpt=root / "mid.ckpt")
+        (root / "resume.json").write_text(json.dumps(result))
+        return
     before = {
         "before the ranks": built_without(LAUNCH_VARS, "tar_shards", root / "tar_shards"),
         "without RANK": built_without(("RANK",), "tar_shards", root / "tar_shards"),
@@ -155,6 +179,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
     result = {"built": built, **accelerate(root), **lightning(root, before)}
+    result.update(lightning(root, {}, save=root / "mid.ckpt"))
     (root / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()

@@ -2,7 +2,8 @@
 2 CPU ranks over gloo (``tests/frameworks_worker.py``) runs Accelerate's ``prepare`` and Lightning's
 ``Trainer.fit`` over tar, HDF5 and Mix, and each scenario is checked here: every sample of each epoch
 read exactly once across the ranks (the ``drop`` remainder leaves 1 of 33 out), the same steps on each
-rank, a new order in epoch 1, or a clear error on every rank naming the setting to change.
+rank, a new order in epoch 1, or a clear error on every rank naming the setting to change. A checkpoint
+Lightning saved mid-epoch on the 2 ranks is then resumed by Lightning on 1 device.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.dist_backends import BACKENDS
+from tests.dist_backends import BACKENDS, BATCH
+from tests.frameworks_worker import STOP
 
 WORLD = 2
 LAUNCH_TIMEOUT_S = 240
@@ -50,6 +52,12 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]
         output, _ = proc.communicate()
         pytest.fail(f"torchrun did not finish in {LAUNCH_TIMEOUT_S} s:\n{output[-6000:]}")
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{output[-6000:]}"
+    # the checkpoint saved mid-epoch on 2 ranks, resumed by Lightning on 1 device, in one process
+    one = {k: v for k, v in env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    cmd = [sys.executable, str(ROOT / "tests" / "frameworks_worker.py"), "--root", str(root), "--resume"]
+    done = subprocess.run(cmd, env=one, cwd=ROOT, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    sizes["resume"] = json.loads((root / "resume.json").read_text())
     return [json.loads((root / f"rank{r}.json").read_text()) for r in range(WORLD)], sizes
 
 
@@ -98,3 +106,18 @@ def test_a_dataset_built_before_the_ranks_records_what_the_environment_says(rank
     built = [r["built"] for r in ranks[0]]
     assert [b["before the ranks"] for b in built] == [[0, 1], [0, 1]]  # learned later, where it reads
     assert [b["without RANK"] for b in built] == [[0, 2], [1, 2]]  # LOCAL_RANK and WORLD_SIZE, as Lightning's
+
+
+def test_lightning_resumes_a_2_rank_checkpoint_on_1_device_reading_the_rest_once_and_later_epochs_whole(
+    ranks: Any,
+) -> None:
+    results, sizes = ranks
+    saved = [r["lightning/tar_shards/save"] for r in results]
+    resumed = sizes["resume"]["lightning/tar_shards/resume"]
+    assert "error" not in resumed and resumed["first_epoch"] == 1
+    head = [k for r in saved for k in r["epochs"][1][: STOP * BATCH]]  # read before the checkpoint
+    rest, later = resumed["epochs"]
+    read = Counter(head + rest)
+    size = sizes["tar_shards"]
+    assert max(read.values()) == 1 and sum(read.values()) == size - size % WORLD, "epoch 1 not read exactly once"
+    assert sorted(later) == sorted(set(later)) and len(later) == size, "epoch 2 on 1 device not whole"
