@@ -10,9 +10,9 @@ from typing import Any
 
 from fastdata.core import process
 from fastdata.core.epoch import (
+    RankFollower,
     Remainder,
     RepeatedEpochWarning,
-    RankFollower,
     World,
     current_worker,
     on_epoch,

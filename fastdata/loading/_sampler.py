@@ -19,9 +19,9 @@ from fastdata.core import process
 from fastdata.core.epoch import (
     EXACT_ORDER_MAX,
     Base,
+    RankFollower,
     Remainder,
     RepeatedEpochWarning,
-    RankFollower,
     ResumeState,
     derive_seed,
     load_state,
@@ -35,7 +35,7 @@ from fastdata.core.errors import ConfigError, check_positive
 from fastdata.core.process import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 
 
-class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):  # type: ignore[misc]
+class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):  # type: ignore[misc,override]
     """Indices of a map-style dataset for this rank, shuffled per epoch.
 
     Args:
