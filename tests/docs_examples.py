@@ -71,6 +71,10 @@ def _distributed(s3: Callable[[], Any]) -> None:
     _h5("data", ["books-0.h5", "books-1.h5"])  # 80 samples: the mixing example's second source
 
 
+def _frameworks(s3: Callable[[], Any]) -> None:
+    _shards("data", "train", 10)  # 30 samples
+
+
 def _hdf5(s3: Callable[[], Any]) -> None:
     from tests.photogen import make_photo_folder
 
@@ -127,6 +131,7 @@ DATA: dict[str, Callable[[Callable[[], Any]], None]] = {
     "docs/bench.md": _bench,
     "docs/convert.md": _convert,
     "docs/distributed.md": _distributed,
+    "docs/frameworks.md": _frameworks,
     "docs/hdf5.md": _hdf5,
     "docs/inspect.md": _inspect,
     "docs/monitor.md": _monitor,

@@ -2,7 +2,8 @@
 
 In one process, ranks simulated by ``rank=``/``world_size=``: a state saved mid-epoch at 4 ranks is loaded at 2
 and at 3 (and 1, 5), with other ``num_workers`` and batch sizes; across the two runs every sample of the
-epoch is read exactly once, every new rank reads the same number of batches (``len(loader)`` of them), and
+epoch is read exactly once, every new rank reads the same number of batches (``len(loader) - consumed``, as
+after a same-size resume), and
 the next epoch is what a run of the new size reads. The tail layout itself is checked exhaustively over small
 plans, resumes of resumes included. ``test_distributed_elastic.py`` does the same under torchrun.
 """
@@ -130,7 +131,7 @@ def resume(name: str, folder: Path, state: dict[str, Any], world: int, **options
         loader = make_loader(name, folder, rank=rank, world_size=world, **options)
         loader.load_state_dict(state)
         assert loader.epoch == EPOCH
-        lens.append(len(loader))
+        lens.append(len(loader) - loader.consumed)
         batches.append(batch_keys(name, loader))
         states.append(loader.state_dict())
         loader.set_epoch(EPOCH + 1)
@@ -226,8 +227,9 @@ def test_the_hdf5_chunk_sampler_finishes_an_epoch_elsewhere(data: dict) -> None:
     for rank in range(3):
         ld = loader(rank, 3, 3, 2)
         ld.load_state_dict(state)
+        left = len(ld) - ld.consumed
         got = batch_keys("hdf5", ld)
-        counts.append((len(got), len(ld)))
+        counts.append((len(got), left))
         rest += [k for b in got for k in b]
         assert all(sorted(map(int, b)) == list(map(int, b)) for b in got), "a chunk sampler's batches are sorted"
         ld.close()
@@ -299,3 +301,40 @@ def test_a_per_source_mix_finishes_elsewhere_keeping_every_batch_to_one_source(d
     assert len(counts) == 1
     assert all(len({k[0] for k in b}) == 1 for b in rest), "a resumed batch mixes two sources"
     assert Counter(k for b in head + rest for k in b) == Counter(k for b in whole for k in b)
+
+
+@pytest.mark.parametrize("name", ["tar_shards", "hdf5"])
+@pytest.mark.parametrize("world", [1, 8])
+def test_a_loop_counting_from_the_saved_position_reads_the_tail_and_later_epochs_whole(
+    data: dict, name: str, world: int
+) -> None:
+    # Lightning's loop: its own counter restored to the saved position, len(loader) taken once at the start,
+    # an epoch ends at len(loader) or at the loader's end
+    folder = data[name]
+    whole, _ = run_epoch(name, folder, SAVED_WORLD, num_workers=0)
+    head, state = run_epoch(name, folder, SAVED_WORLD, stop=SAVED_AFTER, num_workers=0)
+    read, later = [], []
+    for rank in range(world):
+        loader = make_loader(name, folder, rank=rank, world_size=world, num_workers=0)
+        loader.load_state_dict(state)
+        cached = len(loader)
+        assert cached - loader.consumed == len(list(make_tail(name, folder, state, rank, world)))
+        counter = state["position"]
+        for batch in loader:
+            if counter >= cached:
+                break
+            counter += 1
+            read.append(batch)
+        loader.set_epoch(EPOCH + 1)
+        n = sum(1 for i, _ in enumerate(loader) if i < cached)
+        later.append((n, len(loader)))
+        loader.close()
+    assert Counter(flat(head) + flat([batch_keys(name, read)])) == Counter(flat(whole))
+    assert all(n == full for n, full in later), f"a later epoch cut short: {later}"
+
+
+def make_tail(name: str, folder: Path, state: dict[str, Any], rank: int, world: int) -> Any:
+    loader = make_loader(name, folder, rank=rank, world_size=world, num_workers=0)
+    loader.load_state_dict(state)
+    yield from loader
+    loader.close()

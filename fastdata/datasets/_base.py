@@ -1,5 +1,5 @@
-"""What every fastdata dataset has: the rank read at construction, the epoch and skip counters
-shared with its workers, the bad-input policy (with the substitute rule of
+"""What every fastdata dataset has: the rank read at construction and checked where it reads, the epoch
+and skip counters shared with its workers, the bad-input policy (with the substitute rule of
 :mod:`fastdata.datasets._substitute`), and ``close``."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from typing import Any
 
 from fastdata.core import process
 from fastdata.core.epoch import (
+    RankFollower,
     Remainder,
     RepeatedEpochWarning,
     World,
-    current_rank,
     current_worker,
     on_epoch,
     on_pass,
     pass_token,
+    refuse_second_split,
 )
 from fastdata.core.errors import ErrorPolicy, OnError
 from fastdata.core.process import DATASET_LOG, REPEAT_FLAG, SharedEpoch, SharedState
@@ -25,13 +26,15 @@ from fastdata.datasets._substitute import Read, after_index, find_substitute
 from fastdata.loading import EpochSampler
 
 
-class DatasetBase(SharedEpoch):
+class DatasetBase(SharedEpoch, RankFollower):
     """Mixin for fastdata datasets (map-style and iterable).
 
     Args:
         seed (int): seeds every shuffle and per-worker stream. Defaults to 0.
         on_error ("raise" | "skip"): bad-input policy, see :mod:`fastdata.core.errors`. Defaults to "raise".
-        rank, world_size (int | None): Default to the detected ones, read now, at construction.
+        rank, world_size (int | None): Default to the detected ones, read now, at construction, and checked
+            again in the process that reads (a dataset built before the ranks existed learns its rank there:
+            :class:`fastdata.core.epoch.RankFollower`).
         counters (tuple[str, ...]): names of extra counters shared with the workers.
     """
 
@@ -44,9 +47,7 @@ class DatasetBase(SharedEpoch):
         world_size: int | None,
         counters: tuple[str, ...] = (),
     ) -> None:
-        detected = current_rank()
-        self.rank = detected[0] if rank is None else rank
-        self.world_size = detected[1] if world_size is None else world_size
+        self._init_rank(rank, world_size)
         self.seed = seed
         self._shared = SharedState(("skipped", "substituted", *counters))
         self._policy = ErrorPolicy(on_error, self._shared)
@@ -91,7 +92,9 @@ class DatasetBase(SharedEpoch):
         )
 
     def worker_world(self) -> World:
-        """The :class:`World` of the calling process (its worker id and count filled in)."""
+        """The :class:`World` of the calling process (its worker id and count filled in), reading as the rank
+        the running job says (:meth:`follow_rank`)."""
+        self.follow_rank()
         worker, num_workers = current_worker()
         return World(self.rank, self.world_size, worker, num_workers, self.seed, self.epoch)
 
@@ -133,6 +136,7 @@ class DatasetBase(SharedEpoch):
         token = pass_token(k)
         start = self._shared.begin_pass(DATASET_LOG, token)
         world = self.worker_world()
+        refuse_second_split(repr(self), world.world_size)
         on_pass(world, token, start.epoch_set)
         what = self._epoch_randomness()
         if start.repeated and what and world.worker == 0 and self._shared.once(REPEAT_FLAG):
@@ -198,6 +202,7 @@ class MapDatasetBase(DatasetBase):
             remainder=remainder,
             rank=self.rank,
             world_size=self.world_size,
+            rank_of=self,
             shared=self._shared,
             publish=self._publish_order(),
             owner=repr(self),

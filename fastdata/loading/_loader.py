@@ -174,10 +174,12 @@ class Loader:
         session = self._session
         self.num_workers = session.setting.workers if session and session.tuner else requested.workers or 0
         self.iterable = isinstance(dataset, IterableDataset)
-        # the sampler the Loader resumes through (map-style), and whether it hands out whole batches
+        # the sampler the Loader resumes through (map-style), and whether it hands out whole batches; for an
+        # iterable dataset, only what a framework calls at each epoch (Lightning: loader.sampler.set_epoch)
         self.sampler: Any = None
         self._batch_sampler = False
         if self.iterable:
+            self.sampler = LoaderEpoch(self)
             if batch_sampler is not None:
                 raise ConfigError(f"{type(dataset).__name__} is iterable and batches itself: pass no batch_sampler")
             self.batch_size = check_iterable(
@@ -211,6 +213,8 @@ class Loader:
         self._tail: tuple[int, tuple[Stop, ...], Any] | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, batches) loaded and not yet iterated
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
+        self._finished: int | None = None  # the epoch a pass read to its end, until the epoch is set again
+        self._tail_offset = 0  # what len() and consumed add to a resumed epoch's tail (see load_state_dict)
         if len(self) == 0 or self._starves_a_rank():
             raise PlanError(
                 f"a rank reads fewer samples per epoch than batch_size={self.batch_size}, so "
@@ -287,25 +291,46 @@ class Loader:
 
     @property
     def consumed(self) -> int:
-        """Batches of the current epoch handed out so far (or loaded by :meth:`load_state_dict`)."""
-        return self._batches_done()
+        """Batches of the current epoch handed out so far (or loaded by :meth:`load_state_dict`); in an epoch
+        resumed from another number of ranks, ``len(loader) - consumed`` is what is left of its tail."""
+        return self._batches_done() + (self._tail_offset if self._in_tail() else 0)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch``: a new order on every rank. Keeps a loaded state if it is for ``epoch``."""
+        """Start epoch ``epoch``: a new order on every rank. Keeps a loaded state if it is for ``epoch``.
+
+        Without it, each pass read to its end moves the next one to the following epoch (a new order), as a
+        framework's loop that calls nothing expects; frameworks that call ``loader.sampler.set_epoch``
+        (Lightning) reach this method."""
+        self._finished = None
         self.dataset.set_epoch(epoch)
-        if self.sampler is not None:
+        if self.sampler is not None and not self.iterable:
             self.sampler.set_epoch(epoch)
         if self._pending is not None and self._pending[0] != epoch:
             self._pending = None
         if self._tail is not None and self._tail[0] != epoch:
             self._tail = None  # a resumed epoch's tail is over: the next epochs are this run's own
+            self._tail_offset = 0
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank: the same on every rank, unless ``remainder="uneven"``. In an epoch
-        resumed from another number of ranks, the batches of its tail (the same on every rank)."""
+        """Batches per epoch on this rank: the same on every rank, unless ``remainder="uneven"``.
+
+        In an epoch resumed from another number of ranks, as after any resume, ``len(loader) - consumed``
+        batches are left (the tail's, the same on every rank), and ``len(loader)`` is at least this run's whole
+        epoch and at least the saved position plus the tail: a loop that counts its batches from the saved
+        position and stops at ``len(loader)`` or at the loader's end (Lightning's) reads the whole tail, and
+        every later epoch whole."""
+        if self._in_tail():
+            return self._tail_offset + self._epoch_batches()
+        return self._epoch_batches()
+
+    def _in_tail(self) -> bool:
+        return self._tail is not None and self._tail[0] == self.epoch
+
+    def _epoch_batches(self) -> int:
+        """Batches of this rank's pass over the current epoch: the tail's, in an epoch resumed elsewhere."""
         tail = self._tail
         if tail is not None and tail[0] == self.epoch:
-            return tail[2] if self.iterable else len(tail[2])
+            return tail[2] if self.iterable else len(tail[2])  # type: ignore[no-any-return]
         return len(self.dataset) if self.iterable else len(self._source())
 
     # --- an epoch resumed on another number of ranks, or with another batch size (fastdata.core.epoch._elastic) ---
@@ -343,6 +368,8 @@ class Loader:
     # --- end of the resumed epoch's tail ---
 
     def __iter__(self) -> Iterator[Any]:
+        if self._finished is not None and self._finished == self.epoch and self._pending is None:
+            self.set_epoch(self.epoch + 1)  # nobody set the epoch since the last pass ended: count it ourselves
         epoch = self.epoch
         start = 0
         if self._pending is not None and self._pending[0] == epoch:
@@ -387,11 +414,13 @@ class Loader:
         done = start
         if self._session is not None:  # --- monitor and autotune: count, report, restart where told ---
             reopen = self._reopen if self._session.tuner is not None else None
-            batches = self._session.run(batches, epoch, start, len(self), reopen)
+            batches = self._session.run(batches, epoch, start, self._epoch_batches(), reopen)
         for batch in batches:
             done += 1
             self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
             yield batch
+        if self.epoch == epoch:
+            self._finished = epoch
 
     # --- monitor and autotune (fastdata.loading.observe._session) ---
 
@@ -443,7 +472,7 @@ class Loader:
         }
         if isinstance(ds, Planned):  # its data (shards, files, a Mix's sources); an iterable one: its whole plan
             plan = {**ds.resume_plan(), **plan}
-        if self.sampler is not None:  # what else its batches depend on (shuffle, a clip sampler's layout, a mix ...)
+        if self.sampler is not None and not self.iterable:  # what else its batches depend on (shuffle, a mix ...)
             plan = {**ResumeState.from_dict(self.sampler.state_dict()).plan, **plan}
         # the split over ranks: an epoch finished on another number of ranks replays it (fastdata.core.epoch._elastic)
         remainder = getattr(ds if self.iterable else self.sampler, "remainder", None)
@@ -499,13 +528,18 @@ class Loader:
         history, position = next_layout(s, int(self.dataset.world_size), self.batch_size)
         self.close()  # persistent workers hold a copy of the dataset from before this state
         self.set_epoch(s.epoch)
+        whole = self._epoch_batches()  # this run's whole epoch (no tail set yet)
+        self._tail_offset = 0
         if history:
             try:
                 self._tail = (s.epoch, history, self._tail_for(s.epoch, history))
             except PlanError as e:  # a layout no run of this dataset could have read: not a state it saved
                 raise ConfigError(f"this state names a layout this dataset cannot be read in: {e}") from None
-            if position > len(self):
-                raise ConfigError(f"batches={position} is outside this rank's resumed epoch of {len(self)} batches")
+            tail = self._epoch_batches()
+            if position > tail:
+                raise ConfigError(f"batches={position} is outside this rank's resumed epoch of {tail} batches")
+            # len() and consumed as after a same-size resume (see __len__)
+            self._tail_offset = max(whole, s.position + tail) - tail
         self._pending = (s.epoch, position)
 
     def close(self) -> None:
@@ -544,4 +578,25 @@ class Loader:
         )
 
 
-__all__ = ["DEFAULT_TRANSPORT", "Loader"]
+class LoaderEpoch:
+    """``Loader.sampler`` of an iterable dataset: what a framework calls at the start of each epoch
+    (Lightning calls ``loader.sampler.set_epoch``), passed on to :meth:`Loader.set_epoch`."""
+
+    def __init__(self, loader: Loader) -> None:
+        self._loader = loader
+
+    @property
+    def epoch(self) -> int:
+        return self._loader.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __repr__(self) -> str:
+        return f"LoaderEpoch(epoch={self.epoch})"
+
+
+__all__ = ["DEFAULT_TRANSPORT", "Loader", "LoaderEpoch"]

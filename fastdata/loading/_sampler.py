@@ -13,29 +13,30 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler
 
 from fastdata.core import process
 from fastdata.core.epoch import (
     EXACT_ORDER_MAX,
     REMAINDERS,
     Base,
+    RankFollower,
     Remainder,
     RepeatedEpochWarning,
     ResumeState,
-    current_rank,
     derive_seed,
     load_state,
     order_at,
     rank_index_blocks,
     rank_indices,
     rank_span,
+    refuse_second_split,
 )
 from fastdata.core.errors import ConfigError, check_positive
 from fastdata.core.process import SAMPLER_LOG, SAMPLER_REPEAT_FLAG, SharedEpoch, SharedState
 
 
-class EpochSampler(SharedEpoch, Sampler[int]):
+class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):  # type: ignore[misc,override]
     """Indices of a map-style dataset for this rank, shuffled per epoch.
 
     Args:
@@ -43,7 +44,10 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         shuffle (bool): a new order every epoch, from (seed, epoch). Defaults to True.
         seed (int): Defaults to 0.
         remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
-        rank, world_size (int | None): Default to the detected ones (``torch.distributed``, ``RANK``).
+        rank, world_size (int | None): Default to the detected ones (``torch.distributed``, else the launch
+            environment), checked again where it is iterated (:class:`fastdata.core.epoch.RankFollower`).
+        rank_of (RankFollower | None): the dataset whose rank this sampler follows (checked where it is
+            iterated), instead of its own. Defaults to None.
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
         publish (Callable[[int, np.ndarray], None] | None): called with ``(epoch, order)`` at the start of
             each iteration, with the epoch's whole order (before any resume skip): how a dataset's workers
@@ -66,29 +70,56 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         remainder: Remainder = "drop",
         rank: int | None = None,
         world_size: int | None = None,
+        rank_of: RankFollower | None = None,
         shared: SharedState | None = None,
         publish: Callable[[int, Any], None] | None = None,
         owner: str | None = None,
         unit: int = 1,
         tag: Mapping[str, int] | None = None,
     ) -> None:
-        detected = current_rank()
-        self.rank = detected[0] if rank is None else rank
-        self.world_size = detected[1] if world_size is None else world_size
+        # not DistributedSampler.__init__ (it needs a process group): the class is a base so that frameworks
+        # which split an epoch over ranks unless the sampler already does (Lightning) leave this one alone
+        self._init_rank(rank, world_size)
+        self._rank_of = rank_of
         self.n, self.shuffle, self.seed, self.remainder = n, shuffle, seed, remainder
         check_positive("unit", unit)
         if n % unit:
             raise ConfigError(f"EpochSampler: n={n} is not a multiple of unit={unit}")
         self.unit = unit
         self._tag = dict(tag or {})
-        # rank_span fails early (before any rank starts) when some rank would read nothing
-        self._length = rank_span(n // unit, self.rank, self.world_size, remainder)[1] * unit
+        self.drop_last = False  # DistributedSampler's attribute; the remainder policy says what is dropped
+        self._rank_changed()
         self._shared = shared if shared is not None else SharedState(())
         self._publish = publish
         self._owner = owner
         self._passes = 0
         self._resume: tuple[int, int] | None = None
         self._position: list[int] | None = None
+
+    def _rank_changed(self) -> None:
+        # rank_span fails early (before any rank starts) when some rank would read nothing
+        self._length = rank_span(self.n // self.unit, self.rank, self.world_size, self.remainder)[1] * self.unit
+
+    def follow_rank(self, *, use: bool = True) -> None:
+        """Read as the rank the running job says: the dataset's (``rank_of``), else as
+        :meth:`fastdata.core.epoch.RankFollower.follow_rank` decides."""
+        if self._rank_of is None:
+            super().follow_rank(use=use)
+            return
+        self._rank_of.follow_rank(use=use)
+        if (self._rank_of.rank, self._rank_of.world_size) != (self.rank, self.world_size):
+            self.rank, self.world_size = self._rank_of.rank, self._rank_of.world_size
+            self._rank_changed()
+
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]
+        """``world_size``, by ``DistributedSampler``'s name for it."""
+        return self.world_size
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """``len(self)``, by ``DistributedSampler``'s name for it."""
+        return len(self)
 
     def indices(self) -> Any:
         """This rank's indices for the current epoch (a numpy array)."""
@@ -104,6 +135,8 @@ class EpochSampler(SharedEpoch, Sampler[int]):
         return _expand(units, self.unit)
 
     def __iter__(self) -> Iterator[int]:
+        self.follow_rank()
+        refuse_second_split(f"EpochSampler of {self._owner or 'a dataset'}", self.world_size)
         lazy = self._publish is None and self.n > EXACT_ORDER_MAX
         order = None if lazy else self.indices()
         if self._publish is not None:
@@ -164,6 +197,7 @@ class EpochSampler(SharedEpoch, Sampler[int]):
             skip = 0
 
     def __len__(self) -> int:
+        self.follow_rank(use=False)
         return self._length
 
     def _plan(self) -> dict[str, int]:

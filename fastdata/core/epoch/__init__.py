@@ -47,7 +47,17 @@ if TYPE_CHECKING:
         split_counts,
         worker_ranges,
     )
-    from fastdata.core.epoch._world import World, acting_as_worker, current_rank, current_worker, worker_process
+    from fastdata.core.epoch._world import (
+        RankFollower,
+        World,
+        acting_as_worker,
+        current_rank,
+        current_worker,
+        launch_rank,
+        refuse_second_split,
+        said_rank,
+        worker_process,
+    )
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -89,6 +99,10 @@ __getattr__, __dir__ = lazy_exports(
         "split_counts": "._sharding",
         "worker_ranges": "._sharding",
         "World": "._world",
+        "RankFollower": "._world",
+        "launch_rank": "._world",
+        "refuse_second_split": "._world",
+        "said_rank": "._world",
         "acting_as_worker": "._world",
         "current_rank": "._world",
         "current_worker": "._world",
@@ -102,6 +116,7 @@ __all__ = [
     "REMAINDERS",
     "Base",
     "MixSequence",
+    "RankFollower",
     "Remainder",
     "RepeatedEpochWarning",
     "ResumeState",
@@ -121,6 +136,7 @@ __all__ = [
     "digest",
     "epoch_order",
     "ints_digest",
+    "launch_rank",
     "layout",
     "load_state",
     "locate",
@@ -133,6 +149,8 @@ __all__ = [
     "rank_indices",
     "rank_plan",
     "rank_span",
+    "refuse_second_split",
+    "said_rank",
     "split_counts",
     "stagger",
     "worker_init_fn",

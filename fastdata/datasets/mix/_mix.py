@@ -195,8 +195,8 @@ class Mix(MapDatasetBase, Dataset[Any]):
                 the sequence's last ``len(mix) % world_size`` samples are left out, so the counts read are the
                 apportionment of the samples read.
         """
-        start, length = rank_span(len(self) // self.unit, self.rank, self.world_size, remainder)
-        self._end = min(len(self), (start + length) * self.unit)
+        self._remainder: Remainder | None = remainder
+        self._rank_changed()
         return EpochSampler(
             len(self),
             shuffle=False,
@@ -204,6 +204,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
             remainder=remainder,
             rank=self.rank,
             world_size=self.world_size,
+            rank_of=self,
             shared=self._shared,
             owner=repr(self),
             unit=self.unit,
@@ -230,6 +231,13 @@ class Mix(MapDatasetBase, Dataset[Any]):
                 "mix_orders": digest(orders),
             }
         return dict(self._plan)
+
+    def _rank_changed(self) -> None:
+        """Where this rank's part of the sequence ends, for the rank read now (once a sampler laid it out)."""
+        remainder = getattr(self, "_remainder", None)
+        if remainder is not None:
+            start, length = rank_span(len(self) // self.unit, self.rank, self.world_size, remainder)
+            self._end = min(len(self), (start + length) * self.unit)
 
     # --- reading ---
 

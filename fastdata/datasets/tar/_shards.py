@@ -190,20 +190,25 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
                 WindowWarning,
                 stacklevel=2,
             )
-        self._span = rank_span(self.total, self.rank, self.world_size, remainder)
-        # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
-        fewest = rank_span(self.total, self.world_size - 1, self.world_size, remainder)[1]
-        if self.batch_size is not None and drop_last and fewest < self.batch_size:
-            raise PlanError(
-                f"rank {self.world_size - 1} reads {fewest} samples per epoch, fewer than batch_size="
-                f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
-                "fewer ranks, or drop_last=False"
-            )
+        self._rank_changed()
         # (epoch, batches, worker, num_workers, history): where the next pass starts; worker None = the whole
         # rank; history: the earlier layouts of an epoch resumed on another number of ranks (_tar_elastic)
         self._resume: tuple[int, int, int | None, int | None, tuple[Stop, ...]] | None = None
         # (pid, epoch, next batch, worker, num_workers, history) of this process's latest pass, for state_dict()
         self._progress: tuple[int, int, int, int, int, tuple[Stop, ...]] | None = None
+
+    def _rank_changed(self) -> None:
+        """This rank's span of the epoch, for the rank read now (at construction, or where it reads)."""
+        remainder = self.remainder
+        self._span = rank_span(self.total, self.rank, self.world_size, remainder)
+        # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
+        fewest = rank_span(self.total, self.world_size - 1, self.world_size, remainder)[1]
+        if self.batch_size is not None and self.drop_last and fewest < self.batch_size:
+            raise PlanError(
+                f"rank {self.world_size - 1} reads {fewest} samples per epoch, fewer than batch_size="
+                f"{self.batch_size}, so drop_last=True leaves it no batch; use a smaller batch_size, "
+                "fewer ranks, or drop_last=False"
+            )
 
     @property
     def urls(self) -> list[str]:
@@ -212,6 +217,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
     def __len__(self) -> int:
         """Samples per epoch on this rank, or batches when ``batch_size`` is set (in an epoch resumed on another
         number of ranks and loaded, not yet read: the batches of its tail)."""
+        self.follow_rank(use=False)
         resume = self._resume
         if resume is not None and resume[4] and resume[0] == self.epoch:
             return self.elastic_length(resume[4])
