@@ -14,6 +14,7 @@ from fastdata.core import __version__ as __version__
 from fastdata.core.errors import (
     BadSample,
     BadSampleWarning,
+    CacheError,
     ConfigError,
     CorruptShard,
     DecodeFailed,
@@ -83,6 +84,7 @@ __all__ = [
     "AutoTune",
     "BadSample",
     "BadSampleWarning",
+    "CacheError",
     "ConfigError",
     "CorruptShard",
     "DecodeFailed",
