@@ -22,6 +22,7 @@ from collections.abc import Callable
 from fastdata.core.errors import CacheError, SourceUnreadable
 from fastdata.storage._remote import Remote, Version
 from fastdata.storage.cache._layout import BLOCK, Layout, Record
+from fastdata.storage.cache._locks import open_owned, release
 
 
 def fetch_entry(
@@ -36,7 +37,7 @@ def fetch_entry(
     """
     part = layout.path(name, ".part")
     try:
-        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = open_owned(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
             os.ftruncate(fd, version.size)
             remote.fetch_into(url, version, fd, progress=progress)
@@ -51,7 +52,7 @@ def fetch_entry(
                     url,
                 )
         finally:
-            os.close(fd)
+            release(fd)
         os.replace(part, layout.path(name))
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

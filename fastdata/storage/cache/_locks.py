@@ -13,7 +13,8 @@ lock, that the path still names the file it locked, and starts over when it does
 A ``flock`` belongs to the open file, not to the process: a child forked while a thread of its parent held
 one (a download filling the cache ahead) would hold it too, for as long as it lives, after the parent let
 go, and every process of the node wanting that entry would wait for it forever. So every lock descriptor
-is recorded while it is open, and a forked child closes the ones it inherited at once (closing, never
+is recorded while it is open (and so is a download's file: :func:`open_owned`), and a forked child closes
+the ones it inherited at once (closing, never
 ``LOCK_UN``: its parent's lock stays as it was). :func:`release` closes a descriptor only in the process
 that locked it.
 
@@ -99,6 +100,16 @@ def lock(path: str, *, shared: bool, blocking: bool = True) -> int | None:
         release(fd)  # removed while we waited: lock the file that is there now
 
 
+def open_owned(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` for a descriptor a forked child must not keep (a download's ``.part``: a child holding it
+    would keep the space of a failed download in use, on a full disk, for as long as it lives); give it to
+    :func:`release`."""
+    with _held_lock:
+        fd = os.open(path, flags | os.O_CLOEXEC, mode)
+        _held.add(fd)
+    return fd
+
+
 def release(fd: int) -> None:
     """Close lock descriptor ``fd`` if this process opened it (a copy inherited through a fork was closed
     then: its number may name another file now)."""
@@ -123,4 +134,4 @@ def _still_there(path: str, fd: int) -> bool:
         return False
 
 
-__all__ = ["NOT_WRITABLE", "lock", "release", "relock"]
+__all__ = ["NOT_WRITABLE", "lock", "open_owned", "release", "relock"]

@@ -50,11 +50,19 @@ from fastdata.storage.cache._file import CachedFile
 from fastdata.storage.cache._layout import Layout, Listed, Record, entry_name
 from fastdata.storage.cache._locks import NOT_WRITABLE, lock, release, relock
 
-COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_remote_bytes", "cache_local_bytes")
+COUNTERS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_evictions",
+    "cache_remote_bytes",
+    "cache_local_bytes",
+    "cache_refetches",
+)
 """What a cache counts: opens served by an entry already there (``cache_hits``, also after waiting for
 another process's download), opens that downloaded (``cache_misses``), entries deleted to make room
-(``cache_evictions``), bytes downloaded from the store into the cache (``cache_remote_bytes``), and bytes
-read out of it by readers (``cache_local_bytes``)."""
+(``cache_evictions``), bytes downloaded from the store into the cache (``cache_remote_bytes``), bytes
+read out of it by readers (``cache_local_bytes``), and entries fetched again because their local copy was
+found damaged (``cache_refetches``, each also warned)."""
 
 MARGIN = 16  # an eviction frees down to limit - limit/MARGIN, so that the next downloads need no rescan
 ENV_DIR = "FASTDATA_CACHE_DIR"
@@ -309,6 +317,7 @@ class NodeCache:
                 if isinstance(e, OSError) and e.errno == errno.ENOSPC:
                     raise self._full(url, version) from e
                 raise
+            self.counters.add("cache_refetches")
             warnings.warn(f"fastdata: {where} was damaged; fetched again", CacheWarning, stacklevel=5)
             return record
         finally:
