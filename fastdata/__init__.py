@@ -14,7 +14,6 @@ from fastdata.core import __version__ as __version__
 from fastdata.core.errors import (
     BadSample,
     BadSampleWarning,
-    CacheError,
     ConfigError,
     CorruptShard,
     DecodeFailed,
@@ -84,7 +83,6 @@ __all__ = [
     "AutoTune",
     "BadSample",
     "BadSampleWarning",
-    "CacheError",
     "ConfigError",
     "CorruptShard",
     "DecodeFailed",

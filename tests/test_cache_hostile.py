@@ -26,7 +26,7 @@ import fastdata as fd
 from fastdata.convert import convert
 from fastdata.inspection._cache import inspect_cache
 from fastdata.storage import open_remote
-from fastdata.storage.cache import NodeCache
+from fastdata.storage.cache import CacheError, NodeCache
 from tests.cache_datagen import SAMPLES, make_corpus, upload, via
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,7 +203,7 @@ def test_a_home_that_cannot_be_written_reads_shards_without_sidecars_from_the_st
 def test_an_unusable_cache_dir_is_a_cache_error_naming_it_and_the_ways_out(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    with pytest.raises(fd.CacheError, match=r"cache_dir='.*a-file/cache' cannot be used as a cache") as caught:
+    with pytest.raises(CacheError, match=r"cache_dir='.*a-file/cache' cannot be used as a cache") as caught:
         fd.TarShardDataset("s3://bucket/a.tar", cache_dir=blocker / "cache")
     assert "cache_dir=False" in str(caught.value) and "FASTDATA_CACHE_DIR" not in str(caught.value)
 
