@@ -446,4 +446,4 @@ def _size_of(path: str) -> int:
         return 0
 
 
-__all__ = ["COUNTERS", "CacheError", "CacheWarning", "NodeCache"]
+__all__ = ["COUNTERS", "CacheWarning", "NodeCache"]
