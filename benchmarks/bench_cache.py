@@ -8,6 +8,9 @@ contender's own writer:
 
 * ``fastdata_cache``: ``fastdata convert`` shards (``.idx`` sidecars and ``manifest.json``) read by
   ``TarShardDataset(cache_dir=...)`` through ``fd.Loader``;
+* ``fastdata_cache_unchecked``: ``fastdata_cache`` with the cache's block checks turned off (each block of
+  a cached shard is checked against the CRC-32 recorded at download, once per process, before it is
+  served): what the checks cost, as the ratio of the two in one run;
 * ``fastdata_cache_build``: the same with ``cache_check="build"`` (a shard's version asked of the store
   once per node after the dataset is built, not once per epoch);
 * ``fastdata_cache_wds``: the same samples in webdataset ``ShardWriter`` shards (no sidecar, no manifest),
@@ -57,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 
 CONTENDERS = (
     "fastdata_cache",
+    "fastdata_cache_unchecked",
     "fastdata_cache_build",
     "fastdata_cache_wds",
     "fastdata_stream",
@@ -187,6 +191,10 @@ def fastdata_loader(spec: dict[str, Any]) -> Any:
     else:
         urls = [f"s3://{BUCKET}/{key}" for key in spec["keys"][fmt] if key.endswith(".tar")]
     cache = str(Path(spec["run"]) / "cache") if "_cache" in what else False
+    if what == "fastdata_cache_unchecked":
+        from fastdata.storage.cache import _file
+
+        _file.VERIFY = False  # measuring only: never turned off in use
     check = "build" if what.endswith("_build") else "epoch"
     ds = fd.TarShardDataset(
         urls,

@@ -8,6 +8,8 @@
     ├── SourceNotFound (FileNotFoundError)     a missing file, shard, HDF5 field or S3 key
     ├── SourceUnreadable (PermissionError)     a file or key that exists but cannot be read
     ├── SourceUnavailable (ConnectionError)    a store that did not answer (S3 down, unreachable, throttling)
+    ├── CacheError (OSError)                   the node-local cache folder cannot be used (not writable, full,
+    │                                          a cached copy damaged again after it was fetched again)
     ├── TooManyBadSamples                      under ``"skip"``: no good sample found to stand in for bad ones
     ├── CannotBatch (RuntimeError)             samples that do not collate into one batch (images of
     │                                          different sizes, PIL images): a setting to change, never skipped
@@ -88,6 +90,21 @@ class SourceUnavailable(FastdataError, ConnectionError):
     Args:
         message (str): names the object, the endpoint and the fix.
         source (str): the object, for the error policy's warnings. Defaults to "".
+    """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class CacheError(FastdataError, OSError):
+    """The node-local cache folder of remote objects cannot be used: it cannot be written, it is full, or a
+    cached copy is still damaged after it was fetched again. The message names the folder and the ways
+    out (another folder, ``cache_dir=False`` to read from the store).
+
+    Args:
+        message (str): names the folder (and the object), and the fix.
+        source (str): the object it is about. Defaults to "".
     """
 
     def __init__(self, message: str, source: str = "") -> None:
@@ -250,6 +267,7 @@ class SubstituteWarning(BadSampleWarning):
 __all__ = [
     "BadSample",
     "BadSampleWarning",
+    "CacheError",
     "CannotBatch",
     "ConfigError",
     "CorruptShard",

@@ -158,6 +158,8 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
         self.config = S3Config.from_options(config, **options)
         check_choice("cache_check", cache_check, CacheCheck)
         self.cache = cache_from(cache_dir, cache_limit)
+        if self.cache is not None:
+            self.cache.prepare()  # an unusable folder is a CacheError naming it, here and not in a worker
         self.cache_check = cache_check
         self._built = time.time_ns()
         self._epoch_began: tuple[int, int, int] = (-1, -1, 0)  # (pid, epoch, time.time_ns() it began here)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastdata.storage.cache import SUBFOLDER, Layout, is_cache, lock
+from fastdata.storage.cache import SUBFOLDER, Layout, is_cache, lock, release
 
 
 def cache_folder(path: str) -> str | None:
@@ -33,7 +33,7 @@ def _held(layout: Layout, name: str) -> bool:
     fd = lock(layout.path(name, ".lock"), shared=False, blocking=False)
     if fd is None:
         return True
-    os.close(fd)
+    release(fd)
     return False
 
 

@@ -11,7 +11,14 @@ from typing import Any
 
 from fastdata.core import SamplePipeline, describe_sample, stages, tracked
 from fastdata.core.epoch import current_worker
-from fastdata.core.errors import ErrorPolicy, SourceNotFound, SourceUnavailable, SourceUnreadable, check_choice
+from fastdata.core.errors import (
+    CacheError,
+    ErrorPolicy,
+    SourceNotFound,
+    SourceUnavailable,
+    SourceUnreadable,
+    check_choice,
+)
 from fastdata.core.process import HandleCache
 from fastdata.datasets.tar._cached_shards import CachedShards
 from fastdata.formats import resolve_sources, shard_listing
@@ -63,8 +70,11 @@ def choose_cache(
     if not remote:
         return None
     cache = cache_from(cache_dir, cache_limit)
-    if cache is not None or cache_dir is False:
+    if cache is not None:
+        cache.prepare()  # an unusable folder is a CacheError naming it, here and not in a worker
         return cache
+    if cache_dir is False:
+        return None
     options = dict(storage_options or {})
 
     def opener(u: str) -> Reader:
@@ -79,12 +89,31 @@ def choose_cache(
     except (SourceNotFound, SourceUnreadable):
         pass
     cache = index_cache(cache_limit)
+    fixes = (
+        "Pass cache_dir= (and cache_limit=) to choose where, cache_dir=False to read from the store, or write "
+        "sidecars once with 'fastdata inspect --write-manifest'"
+    )
+    try:
+        usable = cache.prepare()
+    except CacheError:
+        usable = False
+    why = cache.problem or "read-only"
+    if not usable:
+        # no cache was asked for: a home that cannot be written (a container under an arbitrary uid) must not
+        # stop the data from being read; it costs a second read of each shard, said once
+        warnings.warn(
+            f"fastdata: {first} has no .idx sidecar and no manifest, and fastdata's own cache folder {cache.root} "
+            f"cannot be written ({why}): each shard is scanned from the store, then its samples read from it "
+            f"again (about twice the bytes). {fixes}",
+            CacheWarning,
+            stacklevel=3,
+        )
+        return None
     limit = f"{cache.limit / 1e9:.1f} GB" if cache.limit else "no limit"
     warnings.warn(
         f"fastdata: {first} has no .idx sidecar and no manifest: each shard is indexed from a copy downloaded "
         f"once into the node-local cache {cache.root} (limit {limit}) and read from there, not fetched twice. "
-        "Pass cache_dir= (and cache_limit=) to choose where, cache_dir=False to read from the store, or write "
-        "sidecars once with 'fastdata inspect --write-manifest'",
+        f"{fixes}",
         CacheWarning,
         stacklevel=3,
     )

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
+    from fastdata.core.errors import CacheError
     from fastdata.storage.cache._config import SUBFOLDER, CacheCheck, CacheDir, cache_from, index_cache, parse_limit
     from fastdata.storage.cache._file import CachedFile
     from fastdata.storage.cache._fill import Filler
     from fastdata.storage.cache._layout import Layout, is_cache
-    from fastdata.storage.cache._locks import lock
-    from fastdata.storage.cache._node import COUNTERS, CacheError, CacheWarning, NodeCache
+    from fastdata.storage.cache._locks import lock, release
+    from fastdata.storage.cache._node import COUNTERS, CacheWarning, NodeCache
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -34,8 +35,9 @@ __getattr__, __dir__ = lazy_exports(
         "Layout": "._layout",
         "is_cache": "._layout",
         "lock": "._locks",
+        "release": "._locks",
         "COUNTERS": "._node",
-        "CacheError": "._node",
+        "CacheError": "fastdata.core.errors",
         "CacheWarning": "._node",
         "NodeCache": "._node",
     },
@@ -57,4 +59,5 @@ __all__ = [
     "is_cache",
     "lock",
     "parse_limit",
+    "release",
 ]

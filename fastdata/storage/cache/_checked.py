@@ -7,6 +7,7 @@ answer only if it was asked at or after ``since``, the start of its own epoch (o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 from fastdata.core.errors import SourceNotFound
 from fastdata.storage._remote import Remote, Version
 from fastdata.storage.cache._layout import Layout, url_digest
-from fastdata.storage.cache._locks import lock
+from fastdata.storage.cache._locks import NOT_WRITABLE, lock, release
 
 
 def current_version(
@@ -41,12 +42,17 @@ def current_version(
     found = _recorded(url, stamp, since)
     if found is not None:
         return found
-    held = lock(f"{stamp}.lock", shared=False)
+    try:
+        held = lock(f"{stamp}.lock", shared=False)
+    except OSError as e:
+        if e.errno not in NOT_WRITABLE:
+            raise
+        return _ask(url, remote, stamp, replaced)  # a read-only cache: every process asks (nothing recorded)
     assert held is not None
     try:
         return _recorded(url, stamp, since) or _ask(url, remote, stamp, replaced)
     finally:
-        os.close(held)
+        release(held)
 
 
 def _ask(url: str, remote: Remote, stamp: str, replaced: Callable[[Version], None] | None) -> Version:
@@ -72,8 +78,9 @@ def _record(stamp: str, record: dict[str, Any]) -> None:
         with open(tmp, "w") as f:
             json.dump(record, f)
         os.replace(tmp, stamp)
-    except OSError:
-        pass  # not recorded: the next process asks again
+    except OSError:  # not recorded (a full disk, a read-only cache): the next process asks again
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _recorded(url: str, stamp: str, since: int) -> Version | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from fastdata.core import process
+from fastdata.core.errors import CacheError
 from fastdata.core.process import ProcessLocal
 from fastdata.storage._remote import Remote, Version
 from fastdata.storage.cache._node import NodeCache
@@ -56,6 +57,7 @@ class Filler:
         self._versions: dict[str, Future[Version]] = {}  # asked of the store this epoch
         self.since: int | None = None  # when this epoch began (see NodeCache.version)
         self._pid = process.pid()
+        self._full = False  # a fill found the cache folder unusable (full, not writable): fill no more this epoch
 
     def _mine(self) -> None:
         """Forget what a parent process queued: its threads did not come through the fork, so its
@@ -73,6 +75,8 @@ class Filler:
         for url, f in list(self._fills.items()):
             if f.done():
                 del self._fills[url]
+        if self._full:
+            return  # the reader meets the error itself; more downloads would only keep this process busy
         fills = _fill_threads.get()
         for url in urls[: self.depth]:
             if url not in self._fills:
@@ -91,6 +95,8 @@ class Filler:
             return None
 
     def _fill(self, url: str) -> None:
+        if self._full:
+            return
         try:
             version = self.version(url)
             remote = self.remote()
@@ -100,6 +106,9 @@ class Filler:
             if limit is not None and version.size * (self.depth + self.held + 1) > limit:
                 return  # filling ahead would evict what is about to be read: leave it to the reader
             reader = self.cache.open(url, remote, version)
+        except CacheError:
+            self._full = True  # the fills queued after this one return at once
+            return
         except Exception:  # noqa: BLE001 - a read-ahead that fails is the reader's to meet, under its policy
             return
         if reader is not None:
@@ -109,6 +118,7 @@ class Filler:
         """Forget the versions asked: a new epoch, begun at ``since`` (``time.time_ns()``), asks again."""
         self._versions.clear()
         self.since = since
+        self._full = False
 
     def cancel(self) -> None:
         """Drop the fills not started (a download under way finishes: it is of use next time)."""

@@ -9,8 +9,9 @@ eviction and ``fastdata inspect CACHE_DIR`` read.
       .usage                     bytes held (entries and downloads under way), kept under that lock
       objects/
         <url>-<version>          an entry: one version of one remote object, whole, as the store gave it
-        <url>-<version>.json     its record: URL, size, ETag, SHA-256 if known; written last, so an entry
-                                 without one is not there
+        <url>-<version>.json     its record: URL, size, ETag, SHA-256 if known, and a CRC-32 of each
+                                 block of BLOCK bytes (checked by each process before it serves the
+                                 block's bytes); written last, so an entry without one is not there
         <url>-<version>.lock     its lock: shared by every reader that has it open, exclusive while it
                                  is downloaded or evicted
         <url>-<version>.part     a download under way (or one killed midway: deleted by the next)
@@ -30,7 +31,7 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fastdata.core.errors import ConfigError
@@ -40,6 +41,7 @@ MARKER = ".fastdata-cache"
 FORMAT = 1
 OBJECTS = "objects"
 SUFFIXES = (".json", ".lock", ".part")
+BLOCK = 1 << 20  # bytes per checksum: a read checks the blocks it touches, once per process
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,13 @@ class Record:
     size: int
     etag: str
     sha256: str = ""
+    block: int = 0
+    sums: list[int] = field(default_factory=list)
+
+    def fits(self, url: str, size: int, etag: str) -> bool:
+        """It is the record of this version of ``url``, with a checksum of every block."""
+        blocks = -(-size // self.block) if self.block > 0 else -1
+        return (self.url, self.size, self.etag) == (url, size, etag) and len(self.sums) == blocks
 
 
 @dataclass
@@ -92,30 +101,37 @@ class Layout:
         self.root = Path(root)
         self.objects = self.root / OBJECTS
 
-    def create(self) -> None:
+    def create(self) -> bool:
         """Make the folder (and its marker) if it is not there; refuse a folder of another format.
 
+        Returns:
+            bool: whether this process may write it (False: a read-only cache, filled by another user or
+            mounted read-only, which is read but never added to).
+
         Raises:
-            ConfigError: the folder cannot be made or written, or it is a cache of another format.
+            OSError: the folder cannot be made, or is not a cache and cannot be made one.
+            ConfigError: it is a cache of another format.
         """
         marker = self.root / MARKER
-        try:
-            self.objects.mkdir(parents=True, exist_ok=True)
-            if not marker.exists():
-                tmp = marker.with_name(f"{MARKER}.{os.getpid()}.{threading.get_ident()}.tmp")  # threads race here
+        self.objects.mkdir(parents=True, exist_ok=True)
+        if not marker.exists():
+            tmp = marker.with_name(f"{MARKER}.{os.getpid()}.{threading.get_ident()}.tmp")  # threads race here
+            try:
                 tmp.write_text(json.dumps({"format": FORMAT}))
                 os.replace(tmp, marker)
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+        try:
             found = json.loads(marker.read_text()).get("format")
-        except (OSError, ValueError) as e:
-            raise ConfigError(
-                f"cache_dir={str(self.root)!r}: cannot be used as a cache ({e}); give a folder this user may "
-                "write (or unset FASTDATA_CACHE_DIR)"
-            ) from None
+        except ValueError:
+            found = None
         if found != FORMAT:
             raise ConfigError(
                 f"cache_dir={str(self.root)!r}: holds a cache of format {found!r}, this fastdata writes format "
                 f"{FORMAT}; delete the folder or give another one"
             )
+        return os.access(self.objects, os.W_OK)
 
     def path(self, name: str, suffix: str = "") -> str:
         return os.fspath(self.objects / f"{name}{suffix}")
@@ -132,17 +148,15 @@ class Layout:
         """The entry's record, or None when it has none (not complete) or it cannot be read."""
         try:
             with open(self.path(name, ".json")) as f:
-                return Record(**json.load(f))
+                record = Record(**json.load(f))
+            int(record.block), [int(s) for s in record.sums]
+            return record
         except (OSError, ValueError, TypeError):
             return None
 
     def write_record(self, name: str, record: Record) -> None:
         """Write the record last, atomically: an entry is complete once it is there."""
-        final = self.path(name, ".json")
-        tmp = f"{final}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(asdict(record), f)
-        os.replace(tmp, final)
+        _write_atomically(self.path(name, ".json"), json.dumps(asdict(record)))
 
     def remove(self, name: str) -> None:
         """Delete every file of an entry: the record first (so that it is no longer complete), then its
@@ -191,10 +205,21 @@ class Layout:
             return None
 
     def write_usage(self, used: int) -> None:
-        tmp = f"{self.usage_path}.{os.getpid()}.tmp"
+        _write_atomically(self.usage_path, str(max(0, used)))
+
+
+def _write_atomically(final: str, text: str) -> None:
+    """Write ``text`` under a temporary name and rename it into place; on a full disk (or any failure)
+    the temporary file is removed, never left behind."""
+    tmp = f"{final}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
         with open(tmp, "w") as f:
-            f.write(str(max(0, used)))
-        os.replace(tmp, self.usage_path)
+            f.write(text)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def is_cache(path: str | os.PathLike[str]) -> bool:
@@ -202,4 +227,4 @@ def is_cache(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
-__all__ = ["FORMAT", "MARKER", "Layout", "Listed", "Record", "entry_name", "is_cache", "url_digest"]
+__all__ = ["BLOCK", "FORMAT", "MARKER", "Layout", "Listed", "Record", "entry_name", "is_cache", "url_digest"]

@@ -20,36 +20,52 @@ holds (an exclusive lock taken without waiting) are deleted, with the leftovers 
 until the usage is under the limit by a margin (so that small objects do not rescan the folder at every
 download). When every entry is held the download goes ahead over the limit (warned once per process);
 an object larger than the limit is not cached at all (the caller reads it from the store).
+
+Checked, never trusted: an entry's record carries a CRC-32 of each block, and a reader checks each block
+before serving it (see :class:`~fastdata.storage.cache.CachedFile`); a damaged copy is fetched again once,
+under an exclusive lock of its data file (one process fetches, the others wait and read the new copy),
+with a warning that blames the local copy. A record that cannot be read or does not fit its version (a
+damaged record, or one written by an older fastdata without checksums) makes the entry incomplete: it is
+fetched again.
+
+A folder this process may not write (read-only mount, a cache filled by another user) is read: the
+entries there are served (checked as above); what is not there is read from the store, with one
+warning, never added.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import errno
 import os
 import threading
 import warnings
 from typing import Any
 
-from fastdata.core.errors import ConfigError, FastdataError, SourceUnreadable
+from fastdata.core.errors import CacheError, ConfigError
 from fastdata.storage._remote import ObjectChanged, Remote, Version
 from fastdata.storage.cache._checked import current_version
+from fastdata.storage.cache._fetch import fetch_entry
 from fastdata.storage.cache._file import CachedFile
 from fastdata.storage.cache._layout import Layout, Listed, Record, entry_name
-from fastdata.storage.cache._locks import lock, relock
+from fastdata.storage.cache._locks import NOT_WRITABLE, lock, release, relock
 
-COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_remote_bytes", "cache_local_bytes")
+COUNTERS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_evictions",
+    "cache_remote_bytes",
+    "cache_local_bytes",
+    "cache_refetches",
+)
 """What a cache counts: opens served by an entry already there (``cache_hits``, also after waiting for
 another process's download), opens that downloaded (``cache_misses``), entries deleted to make room
-(``cache_evictions``), bytes downloaded from the store into the cache (``cache_remote_bytes``), and bytes
-read out of it by readers (``cache_local_bytes``)."""
+(``cache_evictions``), bytes downloaded from the store into the cache (``cache_remote_bytes``), bytes
+read out of it by readers (``cache_local_bytes``), and entries fetched again because their local copy was
+found damaged (``cache_refetches``, each also warned)."""
 
 MARGIN = 16  # an eviction frees down to limit - limit/MARGIN, so that the next downloads need no rescan
-HASH_CHUNK = 8 << 20
-
-
-class CacheError(FastdataError, OSError):
-    """The cache folder could not hold a download (no space left, not writable)."""
+ENV_DIR = "FASTDATA_CACHE_DIR"
 
 
 class CacheWarning(UserWarning):
@@ -104,6 +120,8 @@ class NodeCache:
         self.limit = limit
         self.counters = _Counters(counters)
         self._created = False
+        self.writable = True  # False: a read-only cache, read but never added to (known once it is ready)
+        self.problem = ""  # why the folder cannot be used, once that is known (the system's words)
 
     def __repr__(self) -> str:
         return f"NodeCache({self.root!r}, limit={self.limit})"
@@ -112,10 +130,44 @@ class NodeCache:
         """Count :data:`COUNTERS` into ``counters`` (a dataset's shared state) from now on."""
         self.counters = _Counters(counters)
 
+    def ways_out(self) -> str:
+        """What a user can do about this folder: another one, or no cache (and the variable, if it named it)."""
+        out = "give cache_dir= a folder this user may write, or cache_dir=False to read from the store"
+        env = os.environ.get(ENV_DIR)
+        if env and os.path.abspath(self.root).startswith(os.path.abspath(env)):
+            out += f" (this folder comes from {ENV_DIR}={env!r}: point it elsewhere, or unset it)"
+        return out
+
+    def prepare(self) -> bool:
+        """Make the folder ready now (it is made on first use otherwise); whether this process may write it.
+
+        Raises:
+            CacheError: it cannot be made, or it is not a cache and cannot be made one (the message names it
+                and the ways out). ConfigError: it is a cache of another format.
+        """
+        self._ready()
+        return self.writable
+
     def _ready(self) -> None:
         if not self._created:
-            self.layout.create()
+            try:
+                self.writable = self.layout.create()
+            except OSError as e:
+                self.problem = f"{e.strerror or e}: {e.filename}" if e.filename else str(e.strerror or e)
+                raise CacheError(
+                    f"cache_dir={self.root!r} cannot be used as a cache ({self.problem}); {self.ways_out()}",
+                    self.root,
+                ) from None
             self._created = True
+            if not self.writable:
+                self.problem = "read-only"
+
+    def _not_cached(self, url: str, why: str) -> None:
+        _warn_once(
+            f"ro:{self.root}",
+            f"cache_dir={self.root!r} {why}: objects not in it (such as {url}) are read from the store, not "
+            f"cached; {self.ways_out()}",
+        )
 
     # -- opening -----------------------------------------------------------------------------------------
     def open(
@@ -164,82 +216,139 @@ class NodeCache:
         name = entry_name(url, version)
         lock_path = self.layout.path(name, ".lock")
         while True:
-            pin = lock(lock_path, shared=True)
-            assert pin is not None
-            if self._complete(name, version):
-                return self._reader(name, url, version, pin, hit=True)
-            if not relock(lock_path, pin, shared=False):  # exclusive: the one downloader
-                os.close(pin)
-                continue
-            hit = self._complete(name, version)  # another process finished it while this one waited
             try:
-                if not hit:
-                    self._download(name, url, version, remote)
+                pin = lock(lock_path, shared=True)
+            except OSError as e:
+                if e.errno not in NOT_WRITABLE:
+                    raise
+                self._not_cached(url, "is read-only here")  # no lock file: the entry is not there
+                return None
+            assert pin is not None
+            record = self._complete(name, url, version)
+            if record is not None:
+                return self._reader(name, url, version, pin, record, remote, hit=True)
+            if not self.writable:
+                release(pin)
+                self._not_cached(url, "is read-only here")
+                return None
+            if not relock(lock_path, pin, shared=False):  # exclusive: the one downloader
+                release(pin)
+                continue
+            record = self._complete(name, url, version)  # another process finished it while this one waited
+            hit = record is not None
+            try:
+                if record is None:
+                    record = self._download(name, url, version, remote)
             except BaseException:
-                os.close(pin)
+                release(pin)
                 raise
-            if relock(lock_path, pin, shared=True) and self._complete(name, version):
-                return self._reader(name, url, version, pin, hit=hit)
-            os.close(pin)  # evicted between the two locks: start over
+            if relock(lock_path, pin, shared=True) and self._complete(name, url, version) is not None:
+                return self._reader(name, url, version, pin, record, remote, hit=hit)
+            release(pin)  # evicted between the two locks: start over
 
-    def _reader(self, name: str, url: str, version: Version, pin: int, *, hit: bool) -> CachedFile:
+    def _reader(
+        self, name: str, url: str, version: Version, pin: int, record: Record, remote: Remote, *, hit: bool
+    ) -> CachedFile:
         path = self.layout.path(name)
         try:
-            os.utime(path)  # least recently used goes first
-            reader = CachedFile(path, url, version, pin, self.counters, hit=hit)
+            with contextlib.suppress(OSError):  # a read-only cache keeps its times
+                os.utime(path)  # least recently used goes first
+            reader = CachedFile(
+                path,
+                url,
+                version,
+                pin,
+                self.counters,
+                hit=hit,
+                record=record,
+                refetch=lambda ino: self._refetch(name, url, version, remote, ino),
+            )
         except BaseException:
-            os.close(pin)
+            release(pin)
             raise
         self.counters.add("cache_hits" if hit else "cache_misses")
         return reader
 
-    def _complete(self, name: str, version: Version) -> bool:
-        """The entry has its record and all of its bytes (the caller holds its lock)."""
+    def _complete(self, name: str, url: str, version: Version) -> Record | None:
+        """The entry's record when it has one that fits ``version`` and all of its bytes (the caller holds
+        its lock); else None. A record that is there but damaged is warned about (the entry is fetched again)."""
         try:
             os.stat(self.layout.path(name, ".json"))
-            return os.stat(self.layout.path(name)).st_size == version.size
         except FileNotFoundError:
-            return False
+            return None
+        record = self.layout.read_record(name)
+        if record is None or not record.fits(url, version.size, version.etag):
+            if record is None or record.block > 0:  # (an older fastdata's record has no checksums: no warning)
+                _warn_once(
+                    f"record:{name}",
+                    f"the cached copy of {url} at {self.layout.path(name)} has a damaged record; fetching it again",
+                )
+            return None
+        try:
+            return record if os.stat(self.layout.path(name)).st_size == version.size else None
+        except FileNotFoundError:
+            return None
+
+    def _refetch(self, name: str, url: str, version: Version, remote: Remote, damaged: int) -> Record:
+        """The copy of ``url`` (inode ``damaged``) did not match its checksums: fetch it again, once for
+        the node (the data file's exclusive lock: whoever gets it second finds the new copy), and return
+        the new copy's record. The caller holds the entry's pin, so nothing evicts it meanwhile."""
+        data = self.layout.path(name)
+        where = f"the cached copy of {url} at {data}"
+        if not self.writable:
+            raise CacheError(
+                f"{where} is damaged and cache_dir={self.root!r} is read-only here; delete that file with "
+                "write access (or fill the cache again), or read with cache_dir=False",
+                url,
+            )
+        held = lock(data, shared=False)
+        assert held is not None
+        try:
+            record = self._complete(name, url, version)
+            if os.fstat(held).st_ino != damaged and record is not None:
+                return record  # another process of the node fetched it again while this one waited
+            try:
+                record = fetch_entry(
+                    self.layout, name, url, version, remote, lambda n: self.counters.add("cache_remote_bytes", n)
+                )
+            except BaseException as e:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.layout.path(name, ".json"))  # incomplete: the next opener fetches it
+                if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                    raise self._full(url, version) from e
+                raise
+            self.counters.add("cache_refetches")
+            warnings.warn(f"fastdata: {where} was damaged; fetched again", CacheWarning, stacklevel=5)
+            return record
+        finally:
+            release(held)
+
+    def _full(self, url: str, version: Version) -> CacheError:
+        return CacheError(
+            f"{url}: no space left in cache_dir={self.root!r} for its {version.size} bytes; free space there, "
+            f"set cache_limit= below the free space, or {self.ways_out()}",
+            url,
+        )
 
     # -- downloading -------------------------------------------------------------------------------------
-    def _download(self, name: str, url: str, version: Version, remote: Remote) -> None:
-        """Fetch ``version`` of ``url`` into the entry ``name`` (the caller holds its lock exclusively)."""
-        part = self.layout.path(name, ".part")
-        stale = _size_of(part) + _size_of(self.layout.path(name))  # what a killed download left
+    def _download(self, name: str, url: str, version: Version, remote: Remote) -> Record:
+        """Fetch ``version`` of ``url`` into the entry ``name`` (the caller holds its lock exclusively).
+        On any failure nothing of the entry is left (no ``.part``, no data, no record) and its space is
+        given back; a full disk is a :class:`CacheError` naming the folder."""
+        stale = _size_of(self.layout.path(name, ".part")) + _size_of(self.layout.path(name))  # a killed download's
         self._reserve(version.size, stale, keep=name)
-        reserved = True
         try:
-            fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                os.ftruncate(fd, version.size)
-                remote.fetch_into(url, version, fd, progress=lambda n: self.counters.add("cache_remote_bytes", n))
-                got = os.fstat(fd).st_size
-                if got != version.size:
-                    raise CacheError(f"{url}: downloaded {got} bytes, the store says {version.size}")
-                if version.sha256 and _sha256(fd, version.size) != version.sha256:
-                    raise SourceUnreadable(
-                        f"{url}: the bytes downloaded do not have the SHA-256 the store lists for the object "
-                        f"({version.sha256[:12]}...); upload it again, or check the store",
-                        url,
-                    )
-            finally:
-                os.close(fd)
-            os.replace(part, self.layout.path(name))
-            self.layout.write_record(name, Record(url, version.size, version.etag, version.sha256))
-            reserved = False
-        except OSError as e:
-            if e.errno == 28:  # ENOSPC
-                raise CacheError(
-                    f"{url}: no space left in cache_dir={self.root!r} for its {version.size} bytes; free space "
-                    "there, or set cache_limit= below the free space"
-                ) from e
+            return fetch_entry(
+                self.layout, name, url, version, remote, lambda n: self.counters.add("cache_remote_bytes", n)
+            )
+        except BaseException as e:
+            for suffix in (".json", "", ".part"):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.layout.path(name, suffix))
+            self._unreserve(version.size)
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                raise self._full(url, version) from e
             raise
-        finally:
-            if reserved:
-                for path in (part, self.layout.path(name)):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
-                self._unreserve(version.size)
 
     # -- space -------------------------------------------------------------------------------------------
     def _reserve(self, need: int, stale: int, keep: str) -> None:
@@ -257,12 +366,20 @@ class NodeCache:
             self.layout.write_usage(used + need)
 
     def _unreserve(self, n: int) -> None:
+        """Give back ``n`` reserved bytes. Never raises: it runs on the way out of a failed download, whose
+        error is the one to report; a usage that cannot be written is deleted (recounted by the next)."""
         if self.limit is None:
             return
-        with _Held(self.layout.lock_path):
-            used = self.layout.read_usage()
-            if used is not None:
-                self.layout.write_usage(used - n)
+        try:
+            with _Held(self.layout.lock_path):
+                used = self.layout.read_usage()
+                if used is not None:
+                    try:
+                        self.layout.write_usage(used - n)
+                    except OSError:
+                        os.unlink(self.layout.usage_path)
+        except OSError:
+            pass
 
     def _evict_for(self, need: int, keep: str) -> int:
         """Delete least recently used entries no reader holds until ``need`` more bytes fit under the limit
@@ -295,7 +412,7 @@ class NodeCache:
         try:
             self.layout.remove(name)
         finally:
-            os.close(held)
+            release(held)
         if count:
             self.counters.add("cache_evictions")
         return True
@@ -319,7 +436,7 @@ class _Held:
 
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
-            os.close(self.fd)
+            release(self.fd)
 
 
 def _size_of(path: str) -> int:
@@ -329,11 +446,4 @@ def _size_of(path: str) -> int:
         return 0
 
 
-def _sha256(fd: int, size: int) -> str:
-    digest = hashlib.sha256()
-    for at in range(0, size, HASH_CHUNK):
-        digest.update(os.pread(fd, min(HASH_CHUNK, size - at), at))
-    return digest.hexdigest()
-
-
-__all__ = ["COUNTERS", "CacheError", "CacheWarning", "NodeCache"]
+__all__ = ["COUNTERS", "CacheWarning", "NodeCache"]
