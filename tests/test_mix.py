@@ -223,6 +223,8 @@ def test_weights_are_numbers_checked_and_shared_out_without_overflow(data: Path)
         fd.Mix(sources, [1, None])  # type: ignore[list-item]
     with pytest.raises(ConfigError, match="give a number per source"):
         fd.Mix(sources, "tar")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="give a number per source"):
+        fd.Mix(sources, 3)  # type: ignore[arg-type]
     # before: 1e308 + 1e308 overflowed to inf, each share became 0, and the mix was refused
     mix = fd.Mix(sources, {"tar": 1e308, "h5": 1e308}, epoch_size=40)
     assert mix.counts.tolist() == [20, 20]

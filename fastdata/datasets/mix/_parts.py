@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -94,7 +94,7 @@ def weights_of(
         if set(by_name) != set(names) or len(by_name) != len(weights):
             raise ConfigError(f"weights name {sorted(by_name)}; the sources are {names}: name each once")
         given = [by_name[n] for n in names]
-    elif isinstance(weights, (str, bytes)):
+    elif isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
         raise ConfigError(f"weights={weights!r}: give a number per source, by name (a dict) or in order (a list)")
     else:
         given = list(weights)
