@@ -3,11 +3,13 @@ already in the page cache (no fresh buffer per read).
 
 A mapped file that shrinks under the reader (``cp new.tar shard.tar`` over a shard in use, ``rsync
 --inplace``, a writer on a full disk) turns a read of its lost pages into SIGBUS, which kills the process
-with no traceback. So before each read the reader asks the kernel (one ``fstat`` of the file it holds
-open, well under a microsecond) whether the file is still the size and version it mapped, and raises
-:class:`~fastdata.core.errors.SourceChanged` naming it when not: a truncation is caught before its pages
-are touched, and a file rewritten in place is never read as the one that was mapped. Only a truncation
-landing during the copy of one read itself is not caught.
+with no traceback. So before each read the reader asks the kernel whether the file is still the size it
+mapped (``mmap.size()``: an ``fstat`` of the descriptor the map holds anyway) and, when its path still
+names the same file, the version (a ``stat`` of the path: size and mtime), and raises
+:class:`~fastdata.core.errors.SourceChanged` naming it when not (a microsecond or two per read call, a
+few hundred calls per epoch): a truncation is caught before its pages are touched, and a file rewritten in
+place is never read as the one that was mapped. A file renamed over (``mv``) leaves the reader the one it
+opened, intact. Only a truncation landing during the copy of one read itself is not caught.
 """
 
 from __future__ import annotations
@@ -64,26 +66,32 @@ class LocalReader:
         except BaseException:
             os.close(fd)
             raise
-        self._fd: int | None = fd  # kept open (and closed with the map) to ask whether the file changed
+        os.close(fd)  # the map keeps its own descriptor of the file
         if self._map is not None and sequential:
             self._map.madvise(mmap.MADV_SEQUENTIAL)
 
     def _check(self) -> mmap.mmap:
         """The map, once the file is known to be the one mapped (see the module doc)."""
-        m, fd = self._map, self._fd
-        if m is None or fd is None:
+        m = self._map
+        if m is None:
             raise ValueError(f"{self.url}: read after close")
-        st = os.fstat(fd)
-        if st.st_size != self.size or st.st_mtime_ns != self.identity[1]:
-            what = "shrank" if st.st_size < self.size else "was rewritten"
-            raise SourceChanged(
-                f"{self.url}: the file {what} while it was being read ({self.size} bytes when opened, "
-                f"{st.st_size} now): something writes over it in place (cp over it, rsync --inplace, a "
-                "writer on a full disk). Replace a file that is in use by writing the new one beside it and "
-                "renaming it over the old (mv, rsync without --inplace): readers keep the file they opened",
-                self.url,
-            )
-        return m
+        now = m.size()  # the mapped file's size now, whatever its path names
+        if now == self.size:
+            try:
+                st = os.stat(self.url)
+            except OSError:  # removed: the mapped file lives on until unmapped
+                return m
+            if st.st_ino != self.identity[2] or (st.st_size, st.st_mtime_ns) == self.identity[:2]:
+                return m  # renamed over (the mapped file is intact), or unchanged
+            now = st.st_size
+        what = "shrank" if now < self.size else "was rewritten"
+        raise SourceChanged(
+            f"{self.url}: the file {what} while it was being read ({self.size} bytes when opened, "
+            f"{now} now): something writes over it in place (cp over it, rsync --inplace, a "
+            "writer on a full disk). Replace a file that is in use by writing the new one beside it and "
+            "renaming it over the old (mv, rsync without --inplace): readers keep the file they opened",
+            self.url,
+        )
 
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (fewer at the end of the file)."""
@@ -117,9 +125,6 @@ class LocalReader:
     def close(self) -> None:
         """Unmap the file. Idempotent."""
         m, self._map = self._map, None
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
         if m is not None:
             try:
                 m.close()
