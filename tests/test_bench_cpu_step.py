@@ -24,23 +24,24 @@ class Cheap(Dataset[torch.Tensor]):
         return torch.full((4,), i)
 
 
-def _step_cpu_share(**step: float) -> float:
-    """The training process's CPU during the steps (every thread) as a share of the steps' time."""
+def _step_cpu_per_batch(**step: float) -> float:
+    """The training process's CPU seconds (every thread) spent in the steps, per batch."""
     result = fd.bench.sweep(
         Cheap(), workers=[0], batch_size=8, seconds=0.6, window=0.2, warmup=0.1, confirm=False, **step
     )
     (point,) = result.points
     assert point.ok, point.error
     w = point.window
-    assert w.step_s > 0
-    return (w.step_cpu_s + w.step_others_s) / w.step_s
+    assert w.step_s > 0 and w.batches > 0
+    return (w.step_cpu_s + w.step_others_s) / w.batches
 
 
 def test_a_cpu_step_computes_in_the_training_process_and_a_wait_does_not() -> None:
-    # the CPU work keeps at least one thread on a core for most of the step (also with another core busy);
-    # a wait leaves it idle
-    assert _step_cpu_share(step_cpu=0.01) >= 0.5
-    assert _step_cpu_share(step_time=0.01) <= 0.2
+    # CPU seconds consumed, not a share of the wall time: other work on the machine stretches a step's wall
+    # time (issue 34: a share of 0.41 under load) but not the CPU its computing takes, nor a wait's
+    computing = _step_cpu_per_batch(step_cpu=0.01)
+    waiting = _step_cpu_per_batch(step_time=0.01)
+    assert computing > 10 * waiting, (computing, waiting)
 
 
 def test_the_cpu_step_leaves_the_users_random_state_alone() -> None:

@@ -34,7 +34,7 @@ def _closure(name: str, extras: dict[str, list[str]]) -> set[str]:
 def test_all_holds_every_extra_the_docs_and_hints_name() -> None:
     extras = _extras()
     files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "fastdata").rglob("*.py")]
-    files += [*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "tools").glob("*")]
+    files += [*(ROOT / "benchmarks").glob("*.py"), *(p for p in (ROOT / "tools").glob("*") if p.is_file())]
     named: dict[str, str] = {}
     for path in files:
         for m in re.finditer(r"fastdata\[([\w,-]+)\]", path.read_text(errors="replace")):

@@ -69,9 +69,23 @@ def test_batches_of_bytes_reuse_the_heap_in_the_main_process(shards: list[str]) 
     assert got["faults_per_batch"] < 10, got
 
 
-def test_the_setting_can_be_left_off(shards: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("keep", "expect"),
+    [("0", "False"), ("false", "False"), ("Off", "False"), ("no", "False"), ("1", "True"), ("TRUE", "True"),
+     ("on", "True"), ("yes", "True"), ("", "True")],
+)  # fmt: skip
+def test_the_setting_takes_the_usual_true_and_false_words(keep: str, expect: str) -> None:
+    # before: anything but "0" turned it on, "false" included
     script = "from fastdata.core.system import _heap; print(_heap.keep_freed_heap())"
-    for keep, expect in (("0", "False"), ("1", "True")):
-        env = {**os.environ, "FASTDATA_KEEP_FREED_HEAP": keep}
-        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
-        assert run.stdout.strip() == expect, run.stderr
+    env = {**os.environ, "FASTDATA_KEEP_FREED_HEAP": keep}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert run.stdout.strip() == expect, run.stderr
+
+
+def test_another_value_of_the_setting_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastdata.core.errors import ConfigError
+    from fastdata.core.system import _heap
+
+    monkeypatch.setenv("FASTDATA_KEEP_FREED_HEAP", "maybe")
+    with pytest.raises(ConfigError, match=r"HEAP='maybe': give one of 1, true, yes, on .* 0, false"):
+        _heap.wanted()

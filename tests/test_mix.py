@@ -177,6 +177,59 @@ def test_bad_samples_are_stood_in_for_from_the_same_source(data: Path) -> None:
     assert mix.source_stats()["tar"]["skipped"] == 4
 
 
+def test_a_bad_sample_of_a_map_style_source_is_counted_once(data: Path) -> None:
+    bad = {"s000003", "s000020"}
+
+    def refuse(sample: dict[str, Any]) -> dict[str, Any]:
+        if sample["__key__"] in bad:
+            raise fd.DecodeFailed(f"{sample['__key__']}: damaged", sample["__key__"])
+        return sample
+
+    sources = make_mix_sources(data)
+    indexed = fd.IndexedTarDataset(sources["tar"].urls, decode=refuse, transform=mix_key_of_tar, on_error="skip")
+    mix = fd.Mix({"tar": indexed, "h5": sources["h5"]}, {"tar": 1, "h5": 1}, epoch_size=2 * len(indexed), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fd.BadSampleWarning)
+        keys = [k for b in epoch(fd.Loader(mix, batch_size=6, num_workers=0), 0) for k in b]
+    assert sum(k.startswith("t:") for k in keys) == len(indexed)  # one pass of the source: each bad read once
+    assert not {f"t:{k}" for k in bad} & set(keys)
+    # before: 4 (the batch's read counted each bad sample, and so did reading it again alone)
+    assert mix.skipped == 2 and mix.counters()["tar/skipped"] == 2
+
+
+def test_a_mix_source_with_no_good_sample_left_is_named_with_its_shards(data: Path) -> None:
+    def refuse(sample: dict[str, Any]) -> dict[str, Any]:
+        raise fd.DecodeFailed(f"{sample['__key__']}: damaged", sample["__key__"])
+
+    sources = make_mix_sources(data)
+    urls = sources["tar"].urls
+    sources["tar"] = fd.TarShardDataset(urls, decode=refuse, transform=mix_key_of_tar, on_error="skip")
+    mix = fd.Mix(sources, {"tar": 1, "h5": 1}, epoch_size=20, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fd.BadSampleWarning)
+        with pytest.raises(fd.TooManyBadSamples) as got:
+            next(iter(fd.Loader(mix, batch_size=6, num_workers=0)))
+    message = str(got.value)
+    # before: no source named, and the samples' keys listed as "files"
+    assert message.startswith("Mix source 'tar': TarShardDataset(")
+    assert f"(files: {', '.join(urls)}; samples: s0000" in message
+
+
+def test_weights_are_numbers_checked_and_shared_out_without_overflow(data: Path) -> None:
+    sources = make_mix_sources(data)
+    with pytest.raises(ConfigError, match=r"weight '0\.7' of source 'tar': weights must be positive and finite"):
+        fd.Mix(sources, {"tar": "0.7", "h5": 1})  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=r"weight None of source 'h5'"):
+        fd.Mix(sources, [1, None])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="give a number per source"):
+        fd.Mix(sources, "tar")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="give a number per source"):
+        fd.Mix(sources, 3)  # type: ignore[arg-type]
+    # before: 1e308 + 1e308 overflowed to inf, each share became 0, and the mix was refused
+    mix = fd.Mix(sources, {"tar": 1e308, "h5": 1e308}, epoch_size=40)
+    assert mix.counts.tolist() == [20, 20]
+
+
 # --- through the Loader's modes, the autotuner, the monitor ---
 
 

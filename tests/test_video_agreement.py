@@ -71,6 +71,9 @@ REFUSED = {
     ("decord", "av1"): r"decord cannot open this av1 video",
     ("opencv", "av1"): r"opencv cannot decode frames 0\.\.0 of this av1 video",
 }
+# the refusals that depend on how the decoder was built: OpenCV's FFmpeg decodes AV1 where it has dav1d or
+# libaom (its wheels differ by version and platform), so there it must return the reference frames instead
+BUILD_DEPENDENT = {("opencv", "av1")}
 
 CLIPS = [  # read in this order from one reader: some continue the read before, some seek
     [0, 1, 2, 3, 4],
@@ -113,9 +116,18 @@ def test_every_decoder_returns_the_reference_frames_or_refuses(files: dict[str, 
     _, stream, (turn, undo) = FILES[name]
     refused = REFUSED.get((decoder, name))
     if refused is not None:
-        with pytest.raises(VideoUnsupported, match=re.escape(Path(path).name) + ".*" + refused + ".*decoder='pyav'"):
-            open_video(path, decoder).get_frames([0])
-        return
+        refusal = re.escape(Path(path).name) + ".*" + refused + ".*decoder='pyav'"
+        if (decoder, name) not in BUILD_DEPENDENT:
+            with pytest.raises(VideoUnsupported, match=refusal):
+                open_video(path, decoder).get_frames([0])
+            return
+        try:
+            with open_video(path, decoder) as probe:
+                probe.get_frames([0])
+        except VideoUnsupported as e:
+            assert re.search(refusal, str(e)), str(e)
+            return
+        # this build decodes it: then every frame must be the reference's, as for any decoder
     stored = reference(path)
     assert [read_stamp(f) for f in stored] == [(stream, i) for i in range(len(stored))]  # the reference is right
     shown = [np.ascontiguousarray(turn(f)) for f in stored]

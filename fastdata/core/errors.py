@@ -81,6 +81,23 @@ class SourceUnreadable(FastdataError, PermissionError):
         self.source = source
 
 
+class SourceChanged(FastdataError, OSError):
+    """A file changed (shrank, or was rewritten in place) while it was being read: its pages may be gone,
+    or hold another file's bytes. Never skipped: what was read of it may already be wrong.
+
+    Args:
+        message (str): names the file, what changed, and the fix.
+        source (str): the file. Defaults to "".
+    """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.source))  # OSError's own would lose the message in a worker
+
+
 class SourceUnavailable(FastdataError, ConnectionError):
     """The store holding a file or object did not answer after every retry: down, unreachable (nothing
     listening, a DNS or TLS failure, timeouts) or throttling. Raised as it is where the data cannot be
@@ -276,6 +293,7 @@ __all__ = [
     "FastdataError",
     "OnError",
     "PlanError",
+    "SourceChanged",
     "SourceNotFound",
     "SourceUnavailable",
     "SourceUnreadable",

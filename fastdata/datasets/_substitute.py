@@ -65,6 +65,7 @@ def find_substitute(
     order: str,
     unit: str = "index",
     sources: Sequence[str] = (),
+    errors_name_samples: bool = False,
 ) -> tuple[int, Any]:
     """The first good candidate and its sample; counted in ``substituted``, the first one warned about.
 
@@ -76,7 +77,10 @@ def find_substitute(
         bad (str): what was bad, for messages (``"every sample of batch 3 (8 samples)"``).
         order (str): the order looked in, for messages (``"index order"``).
         unit (str): what a candidate number is, for messages. Defaults to "index".
-        sources (Sequence[str]): the files of the bad samples, for messages.
+        sources (Sequence[str]): the files of the bad samples, for messages (read when the search fails: a
+            list the reads append to names every file looked in).
+        errors_name_samples (bool): the bad samples' errors name samples (keys), not files: listed apart
+            from ``sources``. Defaults to False.
 
     Raises:
         TooManyBadSamples: none of the first :data:`SUBSTITUTE_TRIES` candidates (or of all there are) is good.
@@ -103,14 +107,19 @@ def find_substitute(
                     )
                 return found
             run = min(2 * run, MAX_RUN)
-    files = list(dict.fromkeys([*sources, *(source_of(e) for e in errors)]))
-    named = ", ".join(files[:NAMED]) + (f" and {len(files) - NAMED} more" if len(files) > NAMED else "")
+    met = [source_of(e) for e in errors]
+    files = list(dict.fromkeys([*sources, *([] if errors_name_samples else met)]))
+    samples = f"; samples: {_named(list(dict.fromkeys(met)))}" if errors_name_samples and met else ""
     looked = f"so were the {tried} sample(s) after it in {order}" if tried else f"no other sample is left in {order}"
     raise TooManyBadSamples(
         f"{owner}: {bad} was bad, and {looked}: the data is mostly bad, so no good sample can stand in for it "
-        f"under on_error='skip' (files: {named or 'unknown'}); check them with 'fastdata inspect', and replace "
-        "them or leave them out"
+        f"under on_error='skip' (files: {_named(files) or 'unknown'}{samples}); check them with 'fastdata "
+        "inspect', and replace them or leave them out"
     )
+
+
+def _named(items: list[str]) -> str:
+    return ", ".join(items[:NAMED]) + (f" and {len(items) - NAMED} more" if len(items) > NAMED else "")
 
 
 __all__ = ["MAX_RUN", "SUBSTITUTE_TRIES", "Read", "after_index", "find_substitute"]

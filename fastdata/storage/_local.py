@@ -1,5 +1,16 @@
 """Local files: read through a read-only memory map, so that reading a member is a slice of pages
-already in the page cache (no system call, no fresh buffer per read)."""
+already in the page cache (no fresh buffer per read).
+
+A mapped file that shrinks under the reader (``cp new.tar shard.tar`` over a shard in use, ``rsync
+--inplace``, a writer on a full disk) turns a read of its lost pages into SIGBUS, which kills the process
+with no traceback. So before each read the reader asks the kernel whether the file is still the size it
+mapped (``mmap.size()``: an ``fstat`` of the descriptor the map holds anyway) and, when its path still
+names the same file, the version (a ``stat`` of the path: size and mtime), and raises
+:class:`~fastdata.core.errors.SourceChanged` naming it when not (a microsecond or two per read call, a
+few hundred calls per epoch): a truncation is caught before its pages are touched, and a file rewritten in
+place is never read as the one that was mapped. A file renamed over (``mv``) leaves the reader the one it
+opened, intact. Only a truncation landing during the copy of one read itself is not caught.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,7 @@ import os
 import stat
 from collections.abc import Sequence
 
-from fastdata.core.errors import SourceNotFound, SourceUnreadable
+from fastdata.core.errors import SourceChanged, SourceNotFound, SourceUnreadable
 
 
 def identity(st: os.stat_result) -> tuple[int, int, int]:
@@ -55,33 +66,53 @@ class LocalReader:
         except BaseException:
             os.close(fd)
             raise
-        os.close(fd)  # the map keeps its own reference to the file
+        os.close(fd)  # the map keeps its own descriptor of the file
         if self._map is not None and sequential:
             self._map.madvise(mmap.MADV_SEQUENTIAL)
 
+    def _check(self) -> mmap.mmap:
+        """The map, once the file is known to be the one mapped (see the module doc)."""
+        m = self._map
+        if m is None:
+            raise ValueError(f"{self.url}: read after close")
+        now = m.size()  # the mapped file's size now, whatever its path names
+        if now == self.size:
+            try:
+                st = os.stat(self.url)
+            except OSError:  # removed: the mapped file lives on until unmapped
+                return m
+            if st.st_ino != self.identity[2] or (st.st_size, st.st_mtime_ns) == self.identity[:2]:
+                return m  # renamed over (the mapped file is intact), or unchanged
+            now = st.st_size
+        what = "shrank" if now < self.size else "was rewritten"
+        raise SourceChanged(
+            f"{self.url}: the file {what} while it was being read ({self.size} bytes when opened, "
+            f"{now} now): something writes over it in place (cp over it, rsync --inplace, a "
+            "writer on a full disk). Replace a file that is in use by writing the new one beside it and "
+            "renaming it over the old (mv, rsync without --inplace): readers keep the file they opened",
+            self.url,
+        )
+
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (fewer at the end of the file)."""
-        if self._map is None:
-            if self.size == 0:
-                return b""
-            raise ValueError(f"{self.url}: read after close")
-        return self._map[offset : offset + length]
+        if self.size == 0 and self._map is None:
+            return b""
+        return self._check()[offset : offset + length]
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(offset, length)`` range, in order."""
-        m = self._map
-        if m is None:
-            return [self.read(o, n) for o, n in ranges]
+        if self.size == 0 and self._map is None:
+            return [b"" for _ in ranges]
+        m = self._check()
         return [m[o : o + n] for o, n in ranges]
 
     def read_views(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview | bytes]:
         """Like :meth:`read_ranges`, but each range a read-only view of the mapped file (no copy, no
         allocation): for a caller that copies the bytes on at once (a batch written into a worker's slot
         reads each byte once instead of twice). A view keeps the mapping alive after :meth:`close`."""
-        m = self._map
-        if m is None:
-            return [self.read(o, n) for o, n in ranges]
-        whole = memoryview(m)
+        if self.size == 0 and self._map is None:
+            return [b"" for _ in ranges]
+        whole = memoryview(self._check())
         try:
             return [whole[o : o + n] for o, n in ranges]
         finally:
@@ -89,7 +120,7 @@ class LocalReader:
 
     def buffer(self) -> memoryview | bytes:
         """The whole file as a buffer (no copy), for parsers that scan it."""
-        return memoryview(self._map) if self._map is not None else b""
+        return memoryview(self._check()) if self._map is not None else b""
 
     def close(self) -> None:
         """Unmap the file. Idempotent."""

@@ -10,8 +10,9 @@ batch 1.0-1.16 ms; with the thresholds below 1 fault a batch, 0.64 ms, and the l
 :func:`keep_freed_heap` sets what glibc's own dynamic rule converges to once a process has freed one
 32 MiB block (its largest mmap threshold, and twice that as trim threshold): blocks under 32 MiB come
 from the heap, and up to 64 MiB freed at its top is kept for the next allocations. Setting them is
-never a lowering: glibc's dynamic thresholds stop at those values. ``FASTDATA_KEEP_FREED_HEAP=0``
-leaves malloc as it is.
+never a lowering: glibc's dynamic thresholds stop at those values. ``FASTDATA_KEEP_FREED_HEAP=0`` (or
+``false``, ``no``, ``off``) leaves malloc as it is; ``1``, ``true``, ``yes``, ``on`` or unset sets them; any
+other value is refused with a :class:`~fastdata.core.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -19,25 +20,47 @@ from __future__ import annotations
 import ctypes
 import os
 
+from fastdata.core.errors import ConfigError
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # what glibc sets beside it when it raises the mmap threshold
 
+VARIABLE = "FASTDATA_KEEP_FREED_HEAP"
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _result: bool | None = None  # once decided in this process (a forked child inherits the thresholds too)
 
 
 def keep_freed_heap() -> bool:
     """Set glibc's mmap and trim thresholds as described in the module doc, once per process; whether
-    they are set (False: not glibc, or turned off by ``FASTDATA_KEEP_FREED_HEAP=0``)."""
+    they are set (False: not glibc, or turned off by ``FASTDATA_KEEP_FREED_HEAP=0``).
+
+    Raises:
+        ConfigError: ``FASTDATA_KEEP_FREED_HEAP`` is none of the words above.
+    """
     global _result
     if _result is None:
         _result = _set_thresholds()
     return _result
 
 
+def wanted() -> bool:
+    """What ``FASTDATA_KEEP_FREED_HEAP`` asks for (unset or empty: on)."""
+    raw = os.environ.get(VARIABLE, "")
+    value = raw.strip().lower()
+    if not value or value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ConfigError(
+        f"{VARIABLE}={raw!r}: give one of {', '.join(_ON)} (keep freed heap, the default) or "
+        f"{', '.join(_OFF)} (leave malloc as it is)"
+    )
+
+
 def _set_thresholds() -> bool:
-    if os.environ.get("FASTDATA_KEEP_FREED_HEAP", "1") == "0" or not _glibc():
+    if not wanted() or not _glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -10,7 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from fastdata.core.epoch import MixSequence, Remainder, apportion, derive_seed, digest, ints_digest, rank_span
-from fastdata.core.errors import ConfigError, check_choice, check_positive
+from fastdata.core.errors import ConfigError, TooManyBadSamples, check_choice, check_positive
 from fastdata.core.process import REPEAT_FLAG
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.mix._ahead import ReadAhead
@@ -300,7 +300,10 @@ class Mix(MapDatasetBase, Dataset[Any]):
         """Source ``s``'s samples of ``draws``, in their order, bad ones stood in for from the same source."""
         name, reader = self.names[s], self._readers[s]
         start = perf_counter()
-        got, stood_in = reader.read(draws)
+        try:
+            got, stood_in = reader.read(draws)
+        except TooManyBadSamples as e:
+            raise TooManyBadSamples(f"Mix source {name!r}: {e}") from e
         if stood_in:
             self._shared.add("substituted", stood_in)
         if self.unit == 1:

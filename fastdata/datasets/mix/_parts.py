@@ -4,7 +4,8 @@ samples collate together, and a ``per_source`` batch with the collate that uses 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -85,22 +86,32 @@ def named(datasets: Mapping[str, Any] | Sequence[Any]) -> tuple[list[str], list[
 def weights_of(
     weights: Mapping[str, float] | Sequence[float] | None, names: list[str], sizes: list[int]
 ) -> list[float]:
+    """Each source's share (summing to 1) of ``weights`` (by name or in order; None: by size), each checked."""
     if weights is None:
-        w = [float(n) for n in sizes]
+        given: list[Any] = list(sizes)
     elif isinstance(weights, Mapping):
         by_name = {str(k): v for k, v in weights.items()}
         if set(by_name) != set(names) or len(by_name) != len(weights):
             raise ConfigError(f"weights name {sorted(by_name)}; the sources are {names}: name each once")
-        w = [float(by_name[n]) for n in names]
+        given = [by_name[n] for n in names]
+    elif isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
+        raise ConfigError(f"weights={weights!r}: give a number per source, by name (a dict) or in order (a list)")
     else:
-        w = [float(x) for x in weights]
-        if len(w) != len(names):
-            raise ConfigError(f"{len(w)} weights for {len(names)} sources: give one weight per source")
-    for name, x in zip(names, w):
-        if not math.isfinite(x) or x <= 0:
-            raise ConfigError(f"weight {x} of source {name!r}: weights must be positive and finite")
-    total = sum(w)
-    return [x / total for x in w]
+        given = list(weights)
+        if len(given) != len(names):
+            raise ConfigError(f"{len(given)} weights for {len(names)} sources: give one weight per source")
+    w = []
+    for name, x in zip(names, given):
+        # a string ("0.7") or None is refused, not parsed: float() would take one and not the other
+        ok = isinstance(x, numbers.Real) and not isinstance(x, bool)
+        value = float(x) if ok else math.nan
+        if not ok or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"weight {x!r} of source {name!r}: weights must be positive and finite numbers")
+        w.append(value)
+    top = max(w)  # scaled first: the sum of weights near the float maximum (1e308 + 1e308) would overflow
+    scaled = [x / top for x in w]
+    total = sum(scaled)
+    return [x / total for x in scaled]
 
 
 def check_alike(first: dict[int, Any], names: list[str]) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from fastdata.core import SKIP, stages
 from fastdata.core.epoch import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at
+from fastdata.core.errors import collecting
 from fastdata.core.process import SharedState
 from fastdata.datasets._substitute import find_substitute
 from fastdata.loading import block_sequence
@@ -120,8 +121,10 @@ class MapReader(SourceReader):
         if len(got) == len(idx):
             return got, 0
         # a bad sample was left out: each read alone, a bad one's ds[i] is its own substitute (the next good
-        # index, counted by the source too), so every sample keeps its place
-        return [self.ds[int(i)] for i in idx], len(idx) - len(got)
+        # index, counted by the source too), so every sample keeps its place. The bad ones were counted as
+        # skipped by the read above: read again, they are collected, not counted twice
+        with collecting():
+            return [self.ds[int(i)] for i in idx], len(idx) - len(got)
 
 
 class TarReader(SourceReader):
@@ -163,9 +166,11 @@ class TarReader(SourceReader):
         reader, shuffled = self._order(q)
         pipeline = self.ds.source.pipeline
         base = q * self.n
+        shards = reader.shards_at(shuffled.at(np.asarray([p], dtype=np.int64)))  # looked in, for a refusal
 
         def good(slots: list[int]) -> list[tuple[int, Any]]:
             where = shuffled.at(np.asarray(slots, dtype=np.int64))
+            shards.extend(s for s in reader.shards_at(where) if s not in shards)
             raw = reader.raw(where)
             for slot, at in zip(slots, where.tolist()):
                 if at in raw:
@@ -184,6 +189,8 @@ class TarReader(SourceReader):
             bad=f"a sample of pass {q}",
             order="the order of its pass",
             unit="draw",
+            sources=shards,
+            errors_name_samples=True,  # a tar sample's error names its key
         )
 
 

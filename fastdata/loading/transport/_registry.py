@@ -165,6 +165,11 @@ def _receive_pipe(batch: Any, bytes_as: BytesAs) -> Any:
     return slot_layout.packed_lists(batch) if bytes_as == "packed" else batch
 
 
+def _tensor_from_pipe(data: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor that came through the pipe as bytes (its worker's shared memory ran short)."""
+    return torch.from_numpy(data).view(dtype).reshape(shape)
+
+
 def stats() -> dict[str, int]:
     """This process's counts: batches received through slots (``"slots"``) and the stock way
     (``"pipe"``), rings and slots mapped, their bytes, and how many of those bytes are pinned."""

@@ -19,6 +19,12 @@ Each control word has one writer at a time (the worker writes a ticket only into
 ``wait_s`` for one, then sends that batch the stock way (:class:`PipeBatch`: correct, only slower), and
 stops waiting until a slot is free again: a consumer that keeps every batch never blocks its workers.
 
+A batch that takes the pipe has its tensors moved to shared memory here, in the worker's own thread, as
+torch would do later in the queue's feeder thread: there a "No space left on device" from a full
+``/dev/shm`` is printed and the batch dropped, and the main process waits for it forever. Where shared
+memory is short, its tensors travel through the pipe as bytes instead (and a warning says how to give the
+worker more ``/dev/shm``).
+
 Steady state: no page is touched for the first time per batch (slots are written over and mapped once)
 and no payload is pickled. Written by hand because torch shares a fresh tensor per batch and no library
 hands a DataLoader reusable shared buffers.
@@ -37,7 +43,7 @@ import torch
 from fastdata.core import process
 from fastdata.core.process import BufferPool
 from fastdata.loading.transport import _layout as slot_layout
-from fastdata.loading.transport._registry import _receive, _receive_pipe
+from fastdata.loading.transport._registry import _receive, _receive_pipe, _tensor_from_pipe
 
 
 def _round_up(n: int, to: int = 64 << 10) -> int:
@@ -77,6 +83,34 @@ def _out_of_shm(error: RuntimeError) -> bool:
     space left on device``, or a mapping it could not make)."""
     text = str(error)
     return "shared memory" in text or "No space left" in text or "Cannot allocate memory" in text
+
+
+_SHM_FIX = (
+    "give it more shared memory (docker run --shm-size=2g; Kubernetes: an emptyDir volume with medium: "
+    "Memory on /dev/shm), or pass transport='stock' to fd.Loader"
+)
+
+
+def _shm_size_text() -> str:
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return SHM_DIR
+    return f"{SHM_DIR} ({st.f_blocks * st.f_frsize / 1e6:.0f} MB, {st.f_bavail * st.f_frsize / 1e6:.0f} MB free)"
+
+
+class _PipedTensor:
+    """A tensor that travels through the pipe as bytes (shared memory ran short): rebuilt as a tensor of
+    the same dtype and shape in the main process."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        t = self.tensor.detach().contiguous()
+        return (_tensor_from_pipe, (t.reshape(-1).view(torch.uint8).numpy(), t.dtype, tuple(t.shape)))
 
 
 class SlotBatch:
@@ -127,6 +161,7 @@ class WorkerRing:
         self._starved = False  # the last wait timed out: do not wait again until a slot is found free
         self._warned_size = False
         self._shm_short = False  # shared memory ran short: make no more slots, use those made
+        self._pipe_tensors = False  # a pipe batch's tensors could not be shared: send them as bytes
         self._expected = 0  # the largest batch packed so far, in bytes: what a reserved slot must hold
         self._arena: list[Any] | None = None  # [position, slot, bytes used] reserved by SlotPool.empty
         global _current
@@ -173,9 +208,8 @@ class WorkerRing:
             warnings.warn(
                 f"fastdata slots: {SHM_DIR} is too small for another {nbytes / 1e6:.1f} MB batch slot "
                 f"({'' if free is None else f'{free / 1e6:.0f} MB free; '}Docker gives containers 64 MB "
-                "unless told otherwise): this worker sends its other batches the stock way (slower). Give "
-                "it more shared memory (docker run --shm-size=2g; Kubernetes: an emptyDir volume with "
-                "medium: Memory on /dev/shm), or pass transport='stock' to fd.Loader",
+                f"unless told otherwise): this worker sends its other batches the stock way (slower); "
+                f"{_SHM_FIX}",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -245,11 +279,11 @@ class WorkerRing:
                 self.state[pos] = 0
         if plan is None:
             plan = slot_layout.plan(batch)
-            if plan.nbytes == 0:
-                return PipeBatch(plan.skeleton, options[0])  # nothing worth a slot (no tensor, array or long bytes)
+            if plan.nbytes == 0:  # nothing worth a slot (no tensor, array or long bytes)
+                return PipeBatch(self._shared(plan.skeleton), options[0])
             got = self.acquire(plan.nbytes, wait_s)
             if got is None:
-                return PipeBatch(slot_layout.materialise(batch), options[0])
+                return PipeBatch(self._shared(slot_layout.materialise(batch)), options[0])
             pos, slot = got
         self._expected = max(self._expected, plan.nbytes)
         slot_layout.write(plan, slot.tensor, slot.array, slot.view)
@@ -261,6 +295,34 @@ class WorkerRing:
         return SlotBatch(
             (self.token, self.pid, control, pos, slot.uid, tensor, self.ticket, plan.nbytes, plan.skeleton, options)
         )
+
+    def _shared(self, batch: Any) -> Any:
+        """``batch`` with its CPU tensors in shared memory (done here so that a full ``/dev/shm`` is met in
+        this thread, not in the queue's feeder thread, which would drop the batch), or, once shared memory
+        has run short, wrapped to travel through the pipe as bytes."""
+
+        def take(leaf: Any) -> Any:
+            if isinstance(leaf, list):
+                return leaf if slot_layout._atoms(leaf) else slot_layout._DESCEND
+            if not isinstance(leaf, torch.Tensor) or leaf.device.type != "cpu" or leaf.layout != torch.strided:
+                return leaf
+            if not self._pipe_tensors and not leaf.is_shared():
+                try:
+                    leaf.share_memory_()
+                except RuntimeError as e:
+                    if not _out_of_shm(e):
+                        raise
+                    self._pipe_tensors = True
+                    warnings.warn(
+                        f"fastdata slots: {_shm_size_text()} cannot hold a {leaf.nbytes / 1e6:.1f} MB tensor of a "
+                        f"batch ({e}): this worker sends its batches' tensors through the pipe as bytes "
+                        f"(slower); {_SHM_FIX}",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
+            return _PipedTensor(leaf) if self._pipe_tensors and not leaf.is_shared() else leaf
+
+        return slot_layout._walk(batch, take)
 
 
 _current: WorkerRing | None = None  # this worker's ring (the latest one made or used in this process)
