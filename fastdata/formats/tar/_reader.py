@@ -27,6 +27,7 @@ import numpy as np
 
 from fastdata.core.errors import BadSample, CorruptShard, UnsafeMember
 from fastdata.formats.tar._compressed import MAGIC
+from fastdata.formats.tar._group import group_keys, has_split_keys
 from fastdata.formats.tar._headers import (
     BLOCK,
     EXTENDED,
@@ -41,7 +42,6 @@ from fastdata.formats.tar._headers import (
     text,
     ustar_name,
 )
-from fastdata.formats.tar._group import group_keys, has_split_keys
 from fastdata.formats.tar._index import Member, ShardIndex
 from fastdata.storage import Reader
 
