@@ -132,6 +132,13 @@ def convert(
         if engine != "local":
             raise ConfigError("engine='ray' converts to tar shards; use format='tar', or engine='local' for HDF5")
         corpus = _scan_checked(src, skip_bad, source_options, progress)
+        samples, fields = corpus.sample_fields()
+        if samples < len(corpus.items):  # a row holds one file: a caption would be cut from its image
+            raise ConfigError(
+                f"{src}: {len(corpus.items) - samples} file(s) share their key with another (KEY.jpg, KEY.json: "
+                f"{samples} samples of fields {', '.join(fields)}), and an HDF5 row holds one file; convert to "
+                "tar shards (format='tar'), which keep each sample's files together"
+            )
         try:
             from fastdata.convert._hdf5 import convert_hdf5  # imported on use: it needs h5py
         except ModuleNotFoundError as e:

@@ -290,6 +290,7 @@ def build_manifest(plan: Plan, records: list[dict[str, Any]], corpus: Corpus, pr
         "format": "tar",
         "version": 1,
         "samples": sum(r["samples"] for r in records),
+        "fields": dict(sorted(sum((Counter(r.get("fields", {})) for r in records), Counter()).items())),
         "bytes": sum(r["bytes"] for r in records),
         "classes": corpus.classes,
         "class_counts": {c: labels.get(i, 0) for i, c in enumerate(corpus.classes)},
