@@ -112,3 +112,19 @@ def test_hdf5_refuses_a_corpus_of_multi_file_samples(tmp_path: Path) -> None:
     _webdataset_folder(tmp_path)
     with pytest.raises(ConfigError, match=f"{N} samples of fields cls, jpg, json.*format='tar'"):
         convert(tmp_path / "folder", tmp_path / "h5", format="hdf5", progress=False, fsync=False)
+
+
+def test_a_sample_with_a_vanished_file_is_left_out_whole_under_skip_bad(tmp_path: Path) -> None:
+    from fastdata.convert._tar import convert_tar
+
+    want = _webdataset_folder(tmp_path)
+    corpus = scan_corpus(tmp_path / "folder")
+    (tmp_path / "folder" / "s000007.json").unlink()  # listed, then gone before it is written
+    with pytest.raises(fd.SourceNotFound, match=r"s000007\.json"):
+        convert_tar(corpus, str(tmp_path / "out"), shard_count=2, progress=False, fsync=False)
+    manifest = convert_tar(
+        corpus, str(tmp_path / "out"), shard_count=2, skip_bad=True, restart=True, progress=False, fsync=False
+    )
+    assert manifest["samples"] == N - 1 and "s000007" in " ".join(manifest["problems"])
+    keys = sorted(str(s["__key__"]) for s in _read(tmp_path / "out"))
+    assert keys == sorted(k for k in want if k != "s000007")  # no partial s000007 without its caption
