@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fastdata.core.errors import ConfigError, SourceNotFound
-from fastdata.formats._decode import IMAGE_EXTS
+from fastdata.formats import IMAGE_EXTS
 
 
 class Item(NamedTuple):

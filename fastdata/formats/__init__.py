@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING
 from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
-    from fastdata.formats._decode import DecodeMode, Decoder, ImageBackend, make_decoder
-    from fastdata.formats._fields import FieldSpec, Fields, MissingField, with_fields
+    from fastdata.formats._decode import IMAGE_EXTS, DecodeMode, Decoder, ImageBackend, make_decoder
+    from fastdata.formats._fields import Fields, FieldSpec, MissingField, with_fields
     from fastdata.formats._images import ResizeMethod
     from fastdata.formats._manifest import MANIFEST, missing_local, read_manifest, resolve_sources, shard_listing
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "IMAGE_EXTS": "._decode",
         "DecodeMode": "._decode",
         "Decoder": "._decode",
         "ImageBackend": "._decode",
@@ -35,6 +36,7 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 __all__ = [
+    "IMAGE_EXTS",
     "MANIFEST",
     "DecodeMode",
     "Decoder",

@@ -16,9 +16,9 @@ from fastdata.core.process import HandleCache
 from fastdata.datasets.tar._cached_shards import CachedShards
 from fastdata.formats import resolve_sources, shard_listing
 from fastdata.formats.tar import (
+    SPLIT_KEYS_FIX,
     CompressedShard,
     Compression,
-    SPLIT_KEYS_FIX,
     ShardIndex,
     SidecarMismatch,
     check_on_read,

@@ -15,8 +15,8 @@ from fastdata.core import lazy_exports
 if TYPE_CHECKING:
     from fastdata.formats._source_files import write_atomic
     from fastdata.formats.tar._checks import check_index, check_on_read, check_once
-    from fastdata.formats.tar._group import SPLIT_KEYS_FIX
     from fastdata.formats.tar._compressed import UNDO, CompressedShard, Compression, compression_of, refusal
+    from fastdata.formats.tar._group import SPLIT_KEYS_FIX
     from fastdata.formats.tar._index import ShardIndex, SidecarMismatch
     from fastdata.formats.tar._reader import index_url, read_samples, scan, split_key
     from fastdata.formats.tar._writer import FileMember, ShardResult, TarShardWriter

@@ -18,7 +18,9 @@ from __future__ import annotations
 from fastdata.core.errors import BadSample, CorruptShard
 from fastdata.formats.tar._index import Member, ShardIndex
 
-SPLIT_KEYS_FIX = "rebuild it with each sample's members together ('tar --sort=name', or 'fastdata convert' of the files)"
+SPLIT_KEYS_FIX = (
+    "rebuild it with each sample's members together ('tar --sort=name', or 'fastdata convert' of the files)"
+)
 
 
 def has_split_keys(keys: list[str]) -> bool:
