@@ -41,6 +41,7 @@ def test_a_converted_folder_matches_its_manifest(converted: Path, capsys: pytest
         "extensions": {"cls": 12, "jpg": 12},
         "bad": 0,
         "incomplete": 0,
+        "split": 0,
     }
     (summary,) = report["manifests"].values()
     assert summary["samples"] == 12 and summary["shards"] == 3 and summary["problems"] == []

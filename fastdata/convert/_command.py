@@ -153,6 +153,8 @@ def summary(manifest: dict[str, Any], out: str) -> None:
     """Print what was written and how to read it."""
     shards = manifest.get("shards", [])
     line = f"fastdata convert: {manifest.get('samples', '?')} samples"
+    if manifest.get("fields"):  # members per sample, by extension: a caption cut from its image shows here
+        line += " (" + ", ".join(f"{n} {ext}" for ext, n in manifest["fields"].items()) + ")"
     if shards:
         line += f" in {len(shards)} shard(s), {manifest.get('bytes', 0) / 1e6:.1f} MB"
     if manifest.get("skipped"):

@@ -6,6 +6,12 @@ Problems are collected, not raised one at a time, so the user sees all of them a
 files, broken links, links that would convert a file twice, empty class folders. The converter decides
 whether they stop it.
 
+Samples: files sharing a key form one sample (:func:`sample_names`), webdataset's rule: the key is the
+path up to the first dot of the file name, so ``s01.jpg``, ``s01.json`` and ``s01.cls`` are one sample with
+members ``jpg``, ``json`` and ``cls`` (a folder written by webdataset's tools, or prepared for it). A file
+alone under its key is a sample of its own (``a.v2.jpg``: key ``a_v2``, member ``jpg``), and so is each
+file of a key holding two images (``a.jpg`` and ``a.png``: two pictures) or one member twice.
+
 Symbolic links: every real file is converted once. A link whose target lies inside the corpus (a file,
 a class folder, or a folder above the link: a loop) is not followed, whichever way it points: its
 target is converted where it lies, under its own label, and the link is listed as a problem. A link
@@ -16,12 +22,15 @@ two links leading to one real file convert it once, and the second is listed as 
 from __future__ import annotations
 
 import os
+import re
 import stat
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from fastdata.core.errors import ConfigError, SourceNotFound
+from fastdata.formats import IMAGE_EXTS
 
 
 class Item(NamedTuple):
@@ -65,6 +74,12 @@ class Corpus:
     @property
     def total_bytes(self) -> int:
         return sum(i.size for i in self.items)
+
+    def sample_fields(self) -> tuple[int, dict[str, int]]:
+        """How many samples the files make (files sharing a key are one, see :func:`sample_names`), and
+        how many samples hold each member (field), by extension."""
+        names = sample_names(self.items)
+        return len({key for key, _ in names}), dict(sorted(Counter(ext for _, ext in names).items()))
 
     def class_counts(self) -> dict[str, int]:
         counts = dict.fromkeys(self.classes, 0)
@@ -211,3 +226,114 @@ class _Walker:
                 self.walk(entry.path, label, child_rel)
             else:
                 problems.append(f"{entry.path}: not a regular file; skipped")
+
+
+DEFAULT_EXT = "bin"  # the member of a file without an extension
+
+
+def wds_key(relpath: str) -> tuple[str, str]:
+    """``("dir/key", "ext")``: webdataset's rule, the key ends at the first dot of the file name and the
+    member is the rest, lower-cased (``("dir/name", "")`` for a name without a dot)."""
+    at = relpath.rfind("/") + 1
+    dot = relpath.find(".", at)
+    return (relpath[:dot], relpath[dot + 1 :].lower()) if dot > at else (relpath, "")
+
+
+def sample_names(items: list[Item]) -> list[tuple[str, str]]:
+    """``(key, member)`` for each item: the files that share a webdataset key (:func:`wds_key`) with
+    different members are one sample under that key; any other file is a sample of its own, keyed by its
+    path without its last extension. Keys hold no dot (a dot would end them when read back: ``.`` becomes
+    ``_``) and are unique to their sample (two samples that would get one key each get their member
+    appended, ``a_jpg`` and ``a_png``, then a number if that is still taken).
+
+    Files of one sample need not be next to each other in ``items``; :func:`by_sample` orders them so.
+    """
+    # split_ext and the dot replacement inlined: this runs once per file before any shard is written
+    # (0.15 s of a 20,000-file conversion's serial start as separate calls)
+    base, exts = [], []
+    for item in items:
+        rel = item.relpath
+        name_at = rel.rfind("/") + 1
+        dot = rel.rfind(".")
+        if dot > name_at and dot < len(rel) - 1:
+            base.append(rel[:dot].replace(".", "_"))
+            exts.append(rel[dot + 1 :].lower())
+        else:
+            base.append(rel.replace(".", "_"))
+            exts.append(DEFAULT_EXT)
+    groups = _groups(items)
+    unit = list(range(len(items)))  # the sample of each item: itself, or the first item of its group
+    for members in groups:
+        key = wds_key(items[members[0]].relpath)[0].replace(".", "_")
+        for i in members:
+            unit[i] = members[0]
+            base[i], exts[i] = key, wds_key(items[i].relpath)[1]
+    if not groups and len(set(base)) == len(base):  # the usual case: every key is unique as it is
+        return list(zip(base, exts))
+    samples_of = Counter(base[i] for i in range(len(items)) if unit[i] == i)  # samples per key
+    taken = {b for b, n in samples_of.items() if n == 1}
+    out: list[tuple[str, str]] = []
+    renamed: dict[int, str] = {}
+    for i, (b, ext) in enumerate(zip(base, exts)):
+        if samples_of[b] == 1:
+            out.append((b, ext))
+            continue
+        if unit[i] != i:  # a later file of a group: the group's key
+            out.append((renamed[unit[i]], ext))
+            continue
+        suffix = re.sub(r"[^0-9A-Za-z_-]", "_", ext)
+        key, n = f"{b}_{suffix}", 1
+        while key in taken:
+            key, n = f"{b}_{suffix}_{n}", n + 1
+        taken.add(key)
+        renamed[i] = key
+        out.append((key, ext))
+    return out
+
+
+def by_sample(items: list[Item]) -> list[Item]:
+    """``items`` with the files of each sample (:func:`sample_names`) next to each other, at the place of
+    the sample's first file; the order is kept otherwise."""
+    groups = _groups(items)
+    if not groups:
+        return items
+    later = {i for members in groups for i in members[1:]}
+    rest = {members[0]: members[1:] for members in groups}
+    out = []
+    for i, item in enumerate(items):
+        if i in later:
+            continue
+        out.append(item)
+        out.extend(items[j] for j in rest.get(i, ()))
+    return out
+
+
+def _groups(items: list[Item]) -> list[list[int]]:
+    """The items of each multi-file sample: every webdataset key with two files or more whose members
+    differ (``a.jpg`` and ``a.JPG`` would be one member twice) and hold one image at most (``a.jpg`` and
+    ``a.png`` are two pictures): the files of any other key stay samples of their own."""
+    # the usual case, one file per key, told in one pass (a name without a dot gives a key one character
+    # short here: at worst a false alarm, which the exact pass below settles)
+    rels = [item.relpath for item in items]
+    if len({r[: r.find(".", r.rfind("/") + 1)] for r in rels}) == len(rels):
+        return []
+    by_key: dict[str, list[int]] = {}
+    for i, rel in enumerate(rels):
+        key = _key_of(rel)
+        if key is not None:
+            by_key.setdefault(key, []).append(i)
+    groups = []
+    for members in by_key.values():
+        if len(members) > 1:
+            exts = [wds_key(items[i].relpath)[1] for i in members]
+            # two whole images under one key (a.jpg and a.png) are two pictures, not one sample's fields
+            if len(set(exts)) == len(exts) and all(exts) and sum(e in IMAGE_EXTS for e in exts) < 2:
+                groups.append(members)
+    return groups
+
+
+def _key_of(rel: str) -> str | None:
+    """:func:`wds_key`'s key, or None for a name without an extension (the key of no group)."""
+    at = rel.rfind("/") + 1
+    dot = rel.find(".", at)
+    return rel[:dot] if dot > at else None

@@ -2,12 +2,12 @@
 options alone, so that an interrupted conversion rerun with the same command writes the same shards
 (and a parallel one the same shards as a serial one).
 
-Sample keys: one sample per source file. WebDataset ends a key at the first dot of a member's name,
-so ``a.v2.jpg`` cannot keep ``a.v2`` as its key, and ``a.jpg`` and ``a.png`` in one folder would merge
-into one sample. A key is the file's path below the corpus root without its extension, every ``.``
-replaced by ``_`` (``cat/a.v2.jpg`` -> ``cat/a_v2``, member ``cat/a_v2.jpg``); when two files would
-get the same key, each of them gets its extension appended (``a_jpg``, ``a_png``), then a number if
-that is still taken. Keys never depend on the shard plan, so ``--shuffle`` changes the order only.
+Sample keys (``sample_names`` of the corpus listing): files sharing a webdataset key (the path
+up to the first dot of the file name: ``s01.jpg``, ``s01.json``, ``s01.cls``) are one sample, its files
+next to each other in a shard, never split between shards or by ``--shuffle``; any other file is a sample
+of its own, keyed by its path without its extension, every ``.`` replaced by ``_`` (``cat/a.v2.jpg`` ->
+``cat/a_v2``, member ``cat/a_v2.jpg``). Keys never depend on the shard plan, so ``--shuffle`` changes the
+order only.
 
 Image extensions: a corpus mixing ``.jpg``, ``.jpeg`` and ``.png`` (or any two of the image extensions
 readers decode) would give samples with different member names, which cannot be batched together
@@ -23,18 +23,17 @@ import hashlib
 import itertools
 import json
 import random
-import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from fastdata.convert._corpus import Corpus, Item
+from fastdata.convert._corpus import DEFAULT_EXT, Corpus, by_sample, sample_names
 from fastdata.core.errors import ConfigError
 from fastdata.formats import IMAGE_EXTS
 from fastdata.formats.tar import BLOCK
 
-DEFAULT_EXT = "bin"  # for files without an extension
 LABEL_EXT = "cls"
+T = TypeVar("T")
 
 
 def split_ext(relpath: str) -> tuple[str, str]:
@@ -43,40 +42,6 @@ def split_ext(relpath: str) -> tuple[str, str]:
     dot = name.rfind(".")
     stem, ext = (name[:dot], name[dot + 1 :].lower()) if dot > 0 and dot < len(name) - 1 else (name, DEFAULT_EXT)
     return (f"{folder}/{stem}" if folder else stem), ext
-
-
-def sample_names(items: list[Item]) -> list[tuple[str, str]]:
-    """``(key, ext)`` for each item: unique keys without dots (see the module's docstring)."""
-    # split_ext and the dot replacement inlined: this runs once per file before any shard is written
-    # (0.15 s of a 20,000-file conversion's serial start as separate calls)
-    base, exts = [], []
-    for item in items:
-        rel = item.relpath
-        name_at = rel.rfind("/") + 1
-        dot = rel.rfind(".")
-        if dot > name_at and dot < len(rel) - 1:
-            base.append(rel[:dot].replace(".", "_"))
-            exts.append(rel[dot + 1 :].lower())
-        else:
-            base.append(rel.replace(".", "_"))
-            exts.append(DEFAULT_EXT)
-    if len(set(base)) == len(base):  # the usual case: every key is unique as it is
-        return list(zip(base, exts))
-    parts = list(zip(base, exts))
-    counts = Counter(base)
-    taken = {b for b in base if counts[b] == 1}
-    out = []
-    for b, ext in parts:
-        if counts[b] == 1:
-            out.append((b, ext))
-            continue
-        suffix = re.sub(r"[^0-9A-Za-z_-]", "_", ext)
-        key, n = f"{b}_{suffix}", 1
-        while key in taken:
-            key, n = f"{b}_{suffix}_{n}", n + 1
-        taken.add(key)
-        out.append((key, ext))
-    return out
 
 
 def tar_bytes(size: int, labelled: bool) -> int:
@@ -108,7 +73,7 @@ def image_ext(exts: list[str]) -> str | None:
     return min(counts, key=lambda e: (-counts[e], e))
 
 
-def cut(entries: list[Entry], cost: list[int], *, shard_size: int | None, shard_count: int | None) -> list[list[Entry]]:
+def cut(entries: list[T], cost: list[int], *, shard_size: int | None, shard_count: int | None) -> list[list[T]]:
     """Cut ``entries`` (in order) into shards: before one would exceed ``shard_size`` (summing ``cost``,
     a single larger entry gets a shard of its own), or into ``shard_count`` of equal counts."""
     if (shard_size is None) == (shard_count is None):
@@ -122,8 +87,8 @@ def cut(entries: list[Entry], cost: list[int], *, shard_size: int | None, shard_
             cuts.append(cuts[-1] + base + (i < extra))
         return [entries[a:b] for a, b in itertools.pairwise(cuts)]
     assert shard_size is not None
-    shards: list[list[Entry]] = []
-    current: list[Entry] = []
+    shards: list[list[T]] = []
+    current: list[T] = []
     used = 0
     for e, n in zip(entries, cost):
         if current and used + n > shard_size:
@@ -195,10 +160,12 @@ def plan_shards(
         raise ConfigError("give exactly one of shard_size and shard_count")
     labelled = bool(corpus.classes)
     entries, problems = plan_entries(corpus)
+    units = _samples(entries)  # the files of one sample are shuffled and cut together
     if shuffle:
-        random.Random(seed).shuffle(entries)  # Python's shuffle: the same order in every version
-    cost = [tar_bytes(e.size, labelled) for e in entries] if shard_size is not None else []
-    shards = cut(entries, cost, shard_size=shard_size, shard_count=shard_count)
+        random.Random(seed).shuffle(units)  # Python's shuffle: the same order in every version
+    cost = [sum(tar_bytes(e.size, labelled) for e in u) - 2 * BLOCK * labelled * (len(u) - 1) for u in units]
+    cuts = cut(units, cost if shard_size is not None else [], shard_size=shard_size, shard_count=shard_count)
+    shards = [[e for u in shard for e in u] for shard in cuts]
     options: dict[str, object] = {
         "format": "tar",
         "shard_size": shard_size,
@@ -210,26 +177,39 @@ def plan_shards(
     return Plan(shard_names(prefix, len(shards), "tar"), shards, options, problems)
 
 
+def _samples(entries: list[Entry]) -> list[list[Entry]]:
+    """``entries`` (a sample's files next to each other) as one list per sample."""
+    out: list[list[Entry]] = []
+    for e in entries:
+        if out and out[-1][0].key == e.key:
+            out[-1].append(e)
+        else:
+            out.append([e])
+    return out
+
+
 def plan_entries(corpus: Corpus) -> tuple[list[Entry], list[str]]:
     """One entry per usable file of ``corpus`` (in corpus order), and the files that cannot be used."""
     labelled = bool(corpus.classes)
-    names = sample_names(corpus.items)
+    items = by_sample(corpus.items)
+    names = sample_names(items)
     target = image_ext([ext for _, ext in names])
     if target is None and not (labelled and any(ext == LABEL_EXT for _, ext in names)):  # the usual case
         return [
             Entry(item.path, item.relpath, key, ext, item.label, item.size, item.mtime, ext)
-            for item, (key, ext) in zip(corpus.items, names)
+            for item, (key, ext) in zip(items, names)
         ], []
     entries: list[Entry] = []
     problems: list[str] = []
-    for item, (key, ext) in zip(corpus.items, names):
+    images = Counter(key for key, ext in names if ext in IMAGE_EXTS)  # a sample of two images keeps both names
+    for item, (key, ext) in zip(items, names):
         if labelled and ext == LABEL_EXT:
             problems.append(
                 f"{item.path}: a '.{LABEL_EXT}' file in a labelled corpus would clash with the "
                 f"label member '{key}.{LABEL_EXT}'; rename it"
             )
             continue
-        member = target if target is not None and ext in IMAGE_EXTS else ext
+        member = target if target is not None and ext in IMAGE_EXTS and images[key] == 1 else ext
         entries.append(Entry(item.path, item.relpath, key, member, item.label, item.size, item.mtime, ext))
     return entries, problems
 

@@ -95,6 +95,14 @@ def run(plan: ConversionPlan, corpus: Corpus | None = None) -> dict[str, Any]:
         folder = staging_folder(plan.out, plan.staging)
         remote = RemoteOutput(plan.out, folder, workers=plan.workers, storage_options=plan.storage_options)
     corpus = scan(plan) if corpus is None else corpus
+    if hdf5 is not None:
+        samples, fields = corpus.sample_fields()
+        if samples < len(corpus.items):  # a row holds one file: a caption would be cut from its image
+            raise ConfigError(
+                f"{plan.src}: {len(corpus.items) - samples} file(s) share their key with another (KEY.jpg, "
+                f"KEY.json: {samples} samples of fields {', '.join(fields)}), and an HDF5 row holds one file; "
+                "convert to tar shards (format='tar'), which keep each sample's files together"
+            )
     if hdf5 is not None and corpus.problems:
         if not plan.skip_bad:
             raise CorpusProblems(corpus.root, corpus.problems)
@@ -233,6 +241,7 @@ def base_manifest(shards: Plan, records: list[dict[str, Any]], corpus: Corpus, p
         "format": shards.options.get("format", "tar"),
         "version": 1,
         "samples": sum(r["samples"] for r in records),
+        "fields": dict(sorted(sum((Counter(r.get("fields", {})) for r in records), Counter()).items())),
         "bytes": sum(r["bytes"] for r in records),
         "classes": list(corpus.classes),
         "class_counts": {c: labels.get(i, 0) for i, c in enumerate(corpus.classes)},

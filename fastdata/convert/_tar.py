@@ -146,10 +146,13 @@ class TarTask:
             else:
                 bad = self._add_s3(writer, entries, skipped, progress)
             kept = [e for k, e in enumerate(entries) if k not in bad]
-            if self.labelled:
-                labels.update(e.label for e in kept)
+            if self.labelled:  # one label per sample (the files of one sample are next to each other)
+                labels.update(e.label for k, e in enumerate(kept) if k == 0 or kept[k - 1].key != e.key)
             renamed = {e.key: e.src_ext for e in kept if e.src_ext != e.ext}
-            then = _Record(self, name, labels, skipped, renamed)
+            fields = Counter(e.ext for e in kept)  # samples holding each member
+            if self.labelled:
+                fields[LABEL_EXT] = sum(labels.values())
+            then = _Record(self, name, labels, skipped, renamed, dict(sorted(fields.items())))
             if finisher is None:
                 done: Future[dict[str, Any]] = Future()
                 done.set_result(then(writer.close()))
@@ -165,8 +168,13 @@ class TarTask:
     ) -> set[int]:
         bad: set[int] = set()
         label_bytes = _label_bytes(entries) if self.labelled else []
-        for lo in range(0, len(entries), BATCH):
-            batch = entries[lo : lo + BATCH]
+        for lo, hi in _runs(entries):
+            if hi - lo > 1 and entries[lo].key == entries[hi - 1].key:  # one sample of several files
+                self._add_sample(writer, entries, lo, hi, label_bytes, skipped, bad)
+                if progress is not None:
+                    progress(hi - lo, sum(e.size for e in entries[lo:hi]))
+                continue
+            batch = entries[lo:hi]
             files = [FileMember(e.key, e.ext, e.path, e.size, e.mtime) for e in batch]
             extras = [((LABEL_EXT, label_bytes[e.label]),) for e in batch] if self.labelled else None
 
@@ -180,6 +188,34 @@ class TarTask:
             if progress is not None:
                 progress(len(batch), sum(e.size for e in batch))
         return bad
+
+    def _add_sample(
+        self,
+        writer: TarShardWriter,
+        entries: list[Entry],
+        lo: int,
+        hi: int,
+        label_bytes: list[bytes],
+        skipped: list[str],
+        bad: set[int],
+    ) -> None:
+        """Add the sample made of files ``entries[lo:hi]`` (one key), whole or not at all: every file is read
+        before any is added, so an unreadable one leaves the sample out (under ``skip_bad``) instead of
+        writing the rest of it."""
+        from fastdata.convert._hdf5 import _read
+
+        try:
+            data = [_read(e) for e in entries[lo:hi]]
+        except FastdataError as error:
+            if not self.skip_bad:
+                raise
+            skipped.append(f"{error} (sample {entries[lo].key!r} left out whole)")
+            bad.update(range(lo, hi))
+            return
+        for e, b in zip(entries[lo:hi], data):
+            writer.add_bytes(e.key, e.ext, b, mtime=e.mtime)
+        if self.labelled:
+            writer.add_bytes(entries[lo].key, LABEL_EXT, label_bytes[entries[lo].label])
 
     def _add_s3(
         self, writer: TarShardWriter, entries: list[Entry], skipped: list[str], progress: Progress | None
@@ -214,8 +250,8 @@ class TarTask:
                         bad.add(k)
                         continue
                     writer.add_bytes(e.key, e.ext, data, mtime=e.mtime)
-                    if self.labelled:
-                        writer.add_bytes(e.key, LABEL_EXT, label_bytes[e.label])
+                    if self.labelled and (k + 1 == len(entries) or entries[k + 1].key != e.key):
+                        writer.add_bytes(e.key, LABEL_EXT, label_bytes[e.label])  # once per sample, at its end
                     files, nbytes = files + 1, nbytes + e.size
                     if progress is not None and files == 64:
                         progress(files, nbytes)
@@ -260,6 +296,7 @@ class _Record:
     labels: Counter[int]
     skipped: list[str]
     renamed: dict[str, str]
+    fields: dict[str, int]
 
     def __call__(self, result: ShardResult) -> dict[str, Any]:
         index = result.index_bytes  # the bytes the writer stored as the sidecar: an upload checks them
@@ -272,12 +309,37 @@ class _Record:
             "idx_sha256": hashlib.sha256(index).hexdigest(),
             "labels": {str(k): v for k, v in sorted(self.labels.items())},
             "skipped": self.skipped,
+            "fields": self.fields,
         }
         if self.renamed:
             record["renamed"] = self.renamed
         if self.task.save_records and self.task.upload is None:
             ConversionState(os.path.dirname(result.path), self.task.fsync).save_record(record)
         return record
+
+
+def _runs(entries: list[Entry]) -> list[tuple[int, int]]:
+    """``(lo, hi)`` ranges of ``entries`` to add together: each sample of several files alone, the
+    one-file samples between them in batches of up to ``BATCH``."""
+    out: list[tuple[int, int]] = []
+    lo, n = 0, len(entries)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and entries[j].key == entries[i].key:
+            j += 1
+        if j - i > 1:  # a sample of several files
+            if lo < i:
+                out.append((lo, i))
+            out.append((i, j))
+            lo = j
+        elif j - lo >= BATCH:
+            out.append((lo, j))
+            lo = j
+        i = j
+    if lo < n:
+        out.append((lo, n))
+    return out
 
 
 def _label_bytes(entries: list[Entry]) -> list[bytes]:

@@ -10,6 +10,7 @@ from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
     from fastdata.formats._decode import IMAGE_EXTS, DecodeMode, Decoder, ImageBackend, make_decoder
+    from fastdata.formats._fields import Fields, FieldSpec, MissingField, with_fields
     from fastdata.formats._images import ResizeMethod
     from fastdata.formats._manifest import MANIFEST, missing_local, read_manifest, resolve_sources, shard_listing
 
@@ -17,6 +18,10 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "IMAGE_EXTS": "._decode",
+        "FieldSpec": "._fields",
+        "Fields": "._fields",
+        "MissingField": "._fields",
+        "with_fields": "._fields",
         "DecodeMode": "._decode",
         "Decoder": "._decode",
         "ImageBackend": "._decode",
@@ -35,11 +40,15 @@ __all__ = [
     "MANIFEST",
     "DecodeMode",
     "Decoder",
+    "FieldSpec",
+    "Fields",
     "ImageBackend",
+    "MissingField",
     "ResizeMethod",
     "make_decoder",
     "missing_local",
     "read_manifest",
     "resolve_sources",
     "shard_listing",
+    "with_fields",
 ]

@@ -99,7 +99,8 @@ def print_report(report: dict[str, Any], out: Any = None) -> None:
     exts = " ".join(f"{e}:{n}" for e, n in t["extensions"].items())
     print(
         f"total: {t['files']} file(s), {t['samples']} samples, {_mb(t['bytes'])}, {exts}; "
-        f"{t['bad']} bad, {t['incomplete']} incomplete",
+        f"{t['bad']} bad, {t['incomplete']} incomplete"
+        + (f", {t['split']} with keys split across the shard (see the notes)" if t.get("split") else ""),
         file=out,
     )
     for prefix, p in report.get("prefixes", {}).items():

@@ -115,6 +115,7 @@ def inspect_paths(path: str, *, checksum: bool = False, progress: bool = False) 
         "extensions": dict(sorted(exts.items())),
         "bad": sum(len(r.bad) for r in reports),
         "incomplete": sum(not r.complete for r in reports),
+        "split": sum(bool(r.details.get("split_keys")) for r in reports),
     }
     folders = {posixpath.dirname(r.url) for r in reports}
     if is_prefix(path):
@@ -172,6 +173,9 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
     """Write ``manifest.json`` and ``.idx`` sidecars for the tar shards named by ``path``, one manifest
     per folder. Returns the manifests written.
 
+    The manifest counts samples as readers do, every member of one key in one sample wherever it lies;
+    a shard whose keys are split across it (``tar cf`` of a folder) gets no sidecar: readers scan it.
+
     Raises:
         ConfigError: a folder already has a manifest (unless ``force``), or the shards are not local.
     """
@@ -194,9 +198,13 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
             reader = open_reader(url)
             try:
                 index = scan(reader)
-                if index.complete and not index.bad:
+                if index.complete and not index.bad and not index.split:
                     # a damaged shard's index would not pass the readers' check of the sidecar: they scan it
                     write_atomic(index_url(url), index.to_bytes(), fsync=False)
+                elif index.split and os.path.isfile(index_url(url)):
+                    # a sidecar lists members in file order, which a key gathered from all over the shard
+                    # breaks: readers scan such a shard (and group its keys); an older sidecar would split them
+                    os.remove(index_url(url))
                 shards.append(
                     {
                         "name": os.path.basename(url),

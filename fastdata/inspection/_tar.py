@@ -35,6 +35,16 @@ def inspect_tar(url: str, checksum: bool = False) -> FileReport:
         report.complete = index.complete
         if index.tail_error is not None and str(index.tail_error) not in report.bad:
             report.bad.append(str(index.tail_error))
+        if index.split:
+            from fastdata.formats.tar import SPLIT_KEYS_FIX
+
+            report.details["split_keys"] = index.split
+            named = ", ".join(repr(k) for k in index.split_examples)
+            report.notes.append(
+                f"keys split across the shard: {index.split} key(s) ({named}, ...) have members that are not "
+                "next to each other (tar of a folder stores directory order); fastdata reads each as one "
+                f"sample, webdataset and other readers return them as partial samples: {SPLIT_KEYS_FIX}"
+            )
         if index.ignored:
             report.notes.append(
                 f"{index.ignored} member(s) without an extension (a README?) belong to no sample: readers "

@@ -9,6 +9,10 @@ compares anyway), and raise the :class:`~fastdata.core.errors.CannotBatch` it re
 samples and their shapes, and the three fixes (resize as images are decoded, ``transform=``,
 ``collate_fn=``).
 
+Samples with different members (shards storing some images as ``.jpg`` and others as ``.png``) stop
+``default_collate`` with a bare ``KeyError: 'jpg'``: :func:`explain` names the two samples, their members,
+their shards and the fix (the datasets' ``fields=`` alternatives).
+
 A second, smaller nuisance lives here too: arrays that numpy marks read-only (what ``np.asarray`` of a
 PIL image gives, so every ``decode="numpy"`` image) make ``torch.as_tensor`` warn that writing to the
 tensor is undefined, once per process, from inside ``default_collate``. The collate functions only read
@@ -129,6 +133,29 @@ def _find(samples: Sequence[Any], path: tuple[Any, ...]) -> tuple[str, tuple[Any
     return None
 
 
+def _members_differ(samples: Sequence[Any]) -> CannotBatch | None:
+    """Samples (dicts) that do not all have the same members: the shards store some images as ``.jpg``
+    and others as ``.png``, say. torch's collate stops with a bare ``KeyError: 'jpg'``."""
+    if not all(isinstance(s, Mapping) for s in samples):
+        return None
+    first = {k for k in samples[0] if not str(k).startswith("__")}
+    for j, s in enumerate(samples):
+        other = {k for k in s if not str(k).startswith("__")}
+        if other != first:
+            only = sorted(map(str, first - other))
+            extra = sorted(map(str, other - first))
+            alts = ";".join(dict.fromkeys(only + extra)) or "jpg;png"
+            return CannotBatch(
+                f"cannot batch the samples: sample {_name(samples[0], 0)} has members {sorted(map(str, first))} and "
+                f"sample {_name(samples[j], j)} {sorted(map(str, other))}{_source(samples, 0, j)}; samples with "
+                "different members do not collate into one batch. Pick each field from its alternatives "
+                f"with the dataset's fields= option (fields={{'image': '{alts}', ...}}, as webdataset's "
+                "'jpg;png'), leave the odd samples out in transform=, or batch them your own way with "
+                "collate_fn= (collate_fn=list keeps each batch a list of samples)"
+            )
+    return None
+
+
 def _where(path: tuple[Any, ...]) -> str:
     """``key 'jpg'``, or ``sample['a'][0]`` for a value deeper in the sample."""
     if not path:
@@ -143,6 +170,9 @@ def explain(samples: Sequence[Any]) -> CannotBatch | None:
     or None when it is nothing this module recognises (the caller then re-raises the original error)."""
     if not samples:
         return None
+    members = _members_differ(samples)
+    if members is not None:
+        return members
     try:
         found = _find(samples, ())
     except Exception:  # noqa: BLE001 - explaining must never hide the original error

@@ -10,7 +10,8 @@ sample by sample, batched by the DataLoader), ``decode`` ("raw", "pil", "numpy",
 so), ``size`` (``HxW``, e.g. ``224x224``, or one int: images resized as they are decoded), ``indexed``
 (true: the map-style :class:`~fastdata.IndexedTarDataset` with random access, batched by the DataLoader;
 default false: the streaming :class:`~fastdata.TarShardDataset`), ``shuffle`` (default true),
-``shuffle_window``, ``on_error``.
+``shuffle_window``, ``on_error``, ``fields`` (each field from alternatives, for shards storing some images as
+``.jpg`` and others as ``.png``: ``-o 'fields={"image": "jpg;jpeg;png;webp", "label": "cls"}'``).
 
 Images of different sizes (a folder of real photos) do not batch as they are stored: before the sweep,
 :func:`prepare` looks at a few images' headers and, when their sizes differ and neither ``decode`` nor
@@ -46,7 +47,18 @@ DEMO_SHARDS = 4
 DEMO_PER_SHARD = 1000
 DEMO_SIZE = (128, 128)
 
-_OPTIONS = {"decode", "size", "indexed", "shuffle", "shuffle_window", "on_error", "max_open", "seed", "batch_size"}
+_OPTIONS = {
+    "decode",
+    "size",
+    "fields",
+    "indexed",
+    "shuffle",
+    "shuffle_window",
+    "on_error",
+    "max_open",
+    "seed",
+    "batch_size",
+}
 
 
 def _first(spec: str) -> str:

@@ -15,7 +15,7 @@ from fastdata.core.epoch import data_digest
 from fastdata.core.errors import OnError
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
-from fastdata.formats import DecodeMode, Decoder, make_decoder
+from fastdata.formats import DecodeMode, Decoder, FieldSpec, make_decoder, with_fields
 from fastdata.loading.transport import slot_sample, slot_samples
 from fastdata.storage.cache import CacheCheck, CacheDir
 
@@ -38,6 +38,11 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
             through the ``manifest.json`` that ``fastdata convert`` wrote in it (a local folder without
             one: its ``.tar`` files).
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
+        fields (dict | str | None): keep these fields, each the first of its alternatives the sample has,
+            under a name of its own: ``{"image": "jpg;jpeg;png;webp", "label": "cls"}`` (webdataset's
+            ``"jpg;png"``), so that samples storing different extensions batch together; applied after
+            ``decode``, before ``transform``. A sample with none of a field's alternatives is a bad sample
+            (``on_error``). Defaults to None: every member, under its extension.
         transform (Callable | None): applied to each decoded sample dict.
         on_error ("raise" | "skip"): Defaults to "raise".
         seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
@@ -66,6 +71,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         *,
         decode: DecodeMode | Decoder | Callable[[Sample], Sample] = "raw",
         transform: Callable[[Sample], Any] | None = None,
+        fields: FieldSpec | None = None,
         on_error: OnError = "raise",
         seed: int = 0,
         rank: int | None = None,
@@ -90,7 +96,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         self.source = TarSource(
             shard_urls,
             policy=self._policy,
-            decoder=make_decoder(decode),
+            decoder=with_fields(fields, make_decoder(decode)),
             transform=transform,
             max_open=max_open,
             storage_options=storage_options,

@@ -42,7 +42,7 @@ from fastdata.datasets.tar._epoch_reader import (
 )
 from fastdata.datasets.tar._resume import TarResume
 from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
-from fastdata.formats import DecodeMode, Decoder, make_decoder
+from fastdata.formats import DecodeMode, Decoder, FieldSpec, make_decoder, with_fields
 from fastdata.loading.transport import batch_default_collate, slot_samples, stacking
 from fastdata.storage import scheme
 from fastdata.storage.cache import CacheCheck, CacheDir
@@ -89,6 +89,11 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             that in a worker whose batches go through reused slots it stacks straight into the slot).
         drop_last (bool): with ``batch_size``, drop the rank's last, smaller batch. Defaults to False.
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
+        fields (dict | str | None): keep these fields, each the first of its alternatives the sample has,
+            under a name of its own: ``{"image": "jpg;jpeg;png;webp", "label": "cls"}`` (webdataset's
+            ``"jpg;png"``), so that samples storing different extensions batch together; applied after
+            ``decode``, before ``transform``. A sample with none of a field's alternatives is a bad sample
+            (``on_error``). Defaults to None: every member, under its extension.
         transform (Callable | None): applied to each decoded sample dict.
         on_error ("raise" | "skip"): bad-input policy. Defaults to "raise".
         remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
@@ -125,6 +130,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         drop_last: bool = False,
         decode: DecodeMode | Decoder | Callable[[Sample], Sample] = "raw",
         transform: Callable[[Sample], Any] | None = None,
+        fields: FieldSpec | None = None,
         on_error: OnError = "raise",
         remainder: Remainder = "drop",
         rank: int | None = None,
@@ -166,7 +172,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         self.source = TarSource(
             shard_urls,
             policy=self._policy,
-            decoder=make_decoder(decode),
+            decoder=with_fields(fields, make_decoder(decode)),
             transform=transform,
             max_open=max_open,
             storage_options=options,

@@ -23,6 +23,7 @@ from fastdata.core.process import HandleCache
 from fastdata.datasets.tar._cached_shards import CachedShards
 from fastdata.formats import resolve_sources, shard_listing
 from fastdata.formats.tar import (
+    SPLIT_KEYS_FIX,
     CompressedShard,
     Compression,
     ShardIndex,
@@ -430,6 +431,15 @@ class TarSource:
                 f"fastdata: {url}: {index.ignored} member(s) without an extension (a README?) belong to no "
                 "sample and are left out (WebDataset names are KEY.EXT); 'fastdata inspect' counts them in "
                 "every shard",
+                stacklevel=3,
+            )
+        if index.split and "split" not in self._noted:
+            self._noted.add("split")
+            named = ", ".join(repr(k) for k in index.split_examples)
+            warnings.warn(
+                f"fastdata: {url}: {index.split} key(s) ({named}, ...) have members scattered over the shard (a tar "
+                "of a folder stores directory order); each is read as one sample, but webdataset and other "
+                f"readers split them and no sidecar index can be used: {SPLIT_KEYS_FIX}",
                 stacklevel=3,
             )
         planned = getattr(self, "_planned", {}).get(url)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fastdata.formats._source_files import write_atomic
     from fastdata.formats.tar._checks import check_index, check_on_read, check_once
     from fastdata.formats.tar._compressed import UNDO, CompressedShard, Compression, compression_of, refusal
+    from fastdata.formats.tar._group import SPLIT_KEYS_FIX
     from fastdata.formats.tar._index import ShardIndex, SidecarMismatch
     from fastdata.formats.tar._reader import BLOCK, index_url, read_samples, scan, split_key
     from fastdata.formats.tar._writer import RECORD, FileMember, ShardResult, TarShardWriter
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "SPLIT_KEYS_FIX": "._group",
         "BLOCK": "._reader",
         "RECORD": "._writer",
         "check_index": "._checks",
@@ -48,6 +50,7 @@ __getattr__, __dir__ = lazy_exports(
 __all__ = [
     "BLOCK",
     "RECORD",
+    "SPLIT_KEYS_FIX",
     "UNDO",
     "CompressedShard",
     "Compression",

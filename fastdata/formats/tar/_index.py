@@ -76,6 +76,9 @@ class ShardIndex:
             not yet checked against the shard: :func:`~fastdata.formats.tar._reader.read_samples` reads through
             it, so every member is checked before its bytes are returned. None once all are checked, and
             for scanned or fully checked indexes.
+        split (int): keys whose members were not next to each other in the shard (``tar cf`` of a folder
+            stores directory order): the scan gathered each into one sample; other readers split them.
+        split_examples (list[str]): the first few such keys, to name in messages.
     """
 
     url: str
@@ -89,6 +92,8 @@ class ShardIndex:
     ignored: int = 0
     identity: tuple[int, ...] | None = None
     pending: PendingCheck | None = None
+    split: int = 0
+    split_examples: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.keys)

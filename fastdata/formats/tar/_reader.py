@@ -15,7 +15,8 @@ PAX headers, and no data after links, devices and folders. Nothing is ever extra
 :class:`~fastdata.core.errors.UnsafeMember`; a truncated or damaged shard as
 :class:`~fastdata.core.errors.CorruptShard`. Both are bad samples, subject to the dataset's ``on_error``.
 A member without an extension (a ``README``) belongs to no sample: it is left out and counted in
-:attr:`ShardIndex.ignored`.
+:attr:`ShardIndex.ignored`. A key whose members are not next to each other (``tar cf`` of a folder) is
+still one sample: the scan gathers its members (``_group``) and counts such keys in :attr:`ShardIndex.split`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from fastdata.core.errors import BadSample, CorruptShard, UnsafeMember
 from fastdata.formats.tar._compressed import MAGIC
+from fastdata.formats.tar._group import group_keys, has_split_keys
 from fastdata.formats.tar._headers import (
     BLOCK,
     EXTENDED,
@@ -214,6 +216,8 @@ def scan(reader: Reader) -> ShardIndex:
         spans.append((cur_start, at))
     cut = _verify_headers(index, buf, reader, header_at, damage)
     index.ignored = len(ignored) if cut is None else sum(1 for a in ignored if a < cut)
+    if has_split_keys(keys):  # members of one key scattered over the shard (tar of a folder): gather them
+        group_keys(index)
     return index
 
 

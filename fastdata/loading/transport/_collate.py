@@ -128,7 +128,7 @@ def _checked(samples: list[Any], collate_fn_map: dict[Any, Any]) -> Any:
     images), a :class:`~fastdata.core.errors.CannotBatch` naming the key, the samples and the fixes."""
     try:
         return collate(samples, collate_fn_map=collate_fn_map)
-    except (Unequal, RuntimeError, TypeError) as e:
+    except (Unequal, RuntimeError, TypeError, KeyError) as e:
         why = explain(samples)
         if why is None:
             raise
