@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 from pathlib import Path
@@ -31,12 +32,14 @@ from fastdata.formats.video import (
     VIDEO_EXTENSIONS,
     DecoderName,
     DecodeTimeout,
+    DecoderFallbackWarning,
     ReaderPool,
     Size,
     VideoIndex,
     VideoMeta,
     VideoReader,
     VideoTooShort,
+    VideoUnsupported,
     default_index_file,
     reader_class,
 )
@@ -124,6 +127,12 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             sizes). Defaults to None.
         decoder ("pyav" | "decord" | "opencv" | "torchcodec" | VideoReader subclass): see
             :mod:`fastdata.formats.video`. Defaults to "pyav" (the fastest here; see docs/video.md).
+        fallback ("pyav" | "decord" | "opencv" | "torchcodec" | None): the decoder that reads a video
+            ``decoder`` cannot read exactly (it refuses it as
+            :class:`~fastdata.formats.video.VideoUnsupported`: decord on open-GOP HEVC, OpenCV on a file
+            whose chosen stream is not the first...), instead of dropping the video; such videos are
+            counted in ``counters()["fallbacks"]``, listed in :attr:`fallback_videos` and warned about
+            once. None: refuse them (an error under ``on_error="raise"``). Defaults to "pyav".
         stagger ((float, float)): each worker process waits a delay drawn from [low, high) seconds,
             seeded by (seed, rank, worker), before its first read, so workers do not all open files at
             the same instant. Only when there is more than one reader (workers x ranks). Defaults to
@@ -154,6 +163,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         clip_sampling: ClipSampling = "random",
         size: Size | None = None,
         decoder: DecoderName | type[VideoReader] = "pyav",
+        fallback: DecoderName | None = "pyav",
         stagger: tuple[float, float] = (0.0, 0.05),
         stagger_each_open: bool = False,
         max_open: int | None = 8,
@@ -178,7 +188,10 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             decode_threads,
             decode_timeout,
         )
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=("timeouts", "reads"))
+        if fallback is not None:
+            check_choice("fallback", fallback, DecoderName)
+        counters = ("timeouts", "reads", "fallbacks")
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=counters)
         # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
         self.pipeline = SamplePipeline(None, transform, self._policy)
         self.paths = expand_video_paths(paths)
@@ -190,8 +203,10 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         self._clip_starts = ClipStarts(seed, clips_per_video, self.clip_step, clip_sampling)
         self.stagger = stagger
         decoder_key = decoder if isinstance(decoder, str) else f"{decoder.__module__}.{decoder.__qualname__}"
+        if fallback is not None and fallback != decoder:
+            decoder_key += f", fallback {fallback}"  # an index entry may name the fallback as its decoder
         reader_class(decoder)  # an unknown name or a missing library fails now, not in a worker
-        self.decoder = decoder
+        self.decoder, self.fallback = decoder, fallback
         self.pool = ReaderPool(
             decoder,
             threads=decode_threads,
@@ -199,6 +214,8 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             max_open=max_open,
             timeout=decode_timeout,
             before_open=_OpenStagger(seed, self.rank, *stagger) if stagger_each_open and stagger[1] > 0 else None,
+            fallback=fallback,
+            on_fallback=self._fell_back,
         )
         self.metas = self._index(index_cache, decoder_key)
         self._starts = [0, *accumulate(self._clip_count(m) for m in self.metas)]
@@ -248,7 +265,33 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             self._policy.handle(outcome)  # raises under "raise"; counts one skip per video under "skip"
             metas.append(None)
         self.pool.metas = {p: m for p, m in zip(self.paths, metas) if m is not None}
+        fallen = [p for p, m in self.pool.metas.items() if "decoder" in m.extra]
+        if fallen:
+            self._shared.add("fallbacks", len(fallen))
+            why = self.pool.metas[fallen[0]].extra.get("refused", "")
+            warnings.warn(
+                f"{len(fallen)} of {len(self.paths)} videos are read with decoder={self.fallback!r} (the fallback): "
+                f"decoder={self.decoder!r} cannot read them exactly (first: {why}); pass fallback=None to leave "
+                "them out instead",
+                DecoderFallbackWarning,
+                stacklevel=3,
+            )
         return metas
+
+    @property
+    def fallback_videos(self) -> list[str]:
+        """Videos read by the fallback decoder, as this process knows them (all those found at
+        construction; a read that moves a file there in a worker is counted in ``counters()["fallbacks"]``)."""
+        return [p for p, m in self.pool.metas.items() if "decoder" in m.extra]
+
+    def _fell_back(self, path: str, refusal: VideoUnsupported) -> None:
+        """A read moved ``path`` to the fallback decoder (in this process): count it, and say so once."""
+        self._shared.add("fallbacks")
+        warnings.warn(
+            f"{path}: read with decoder={self.fallback!r} (the fallback) from now on in this process: {refusal}",
+            DecoderFallbackWarning,
+            stacklevel=2,
+        )
 
     def _clip_count(self, meta: VideoMeta | None) -> int:
         if meta is None or meta.frames < self.span:
@@ -409,7 +452,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
     def __repr__(self) -> str:
         return (
             f"VideoClipDataset({len(self.paths)} videos, {len(self)} clips of {self.clip_len} frames, "
-            f"stride {self.frame_stride}, decoder={self.decoder!r})"
+            f"stride {self.frame_stride}, decoder={self.decoder!r}, fallback={self.fallback!r})"
         )
 
 
