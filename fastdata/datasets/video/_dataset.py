@@ -190,6 +190,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         )
         if fallback is not None:
             check_choice("fallback", fallback, DecoderName)
+        reader_class(decoder)  # an unknown name or a library that cannot load fails now, not in a worker
         counters = ("timeouts", "reads", "fallbacks")
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=counters)
         # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
@@ -205,7 +206,6 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         decoder_key = decoder if isinstance(decoder, str) else f"{decoder.__module__}.{decoder.__qualname__}"
         if fallback is not None and fallback != decoder:
             decoder_key += f", fallback {fallback}"  # an index entry may name the fallback as its decoder
-        reader_class(decoder)  # an unknown name or a missing library fails now, not in a worker
         self.decoder, self.fallback = decoder, fallback
         self.pool = ReaderPool(
             decoder,
@@ -452,7 +452,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
     def __repr__(self) -> str:
         return (
             f"VideoClipDataset({len(self.paths)} videos, {len(self)} clips of {self.clip_len} frames, "
-            f"stride {self.frame_stride}, decoder={self.decoder!r}, fallback={self.fallback!r})"
+            f"stride {self.frame_stride}, decoder={self.decoder!r})"
         )
 
 
