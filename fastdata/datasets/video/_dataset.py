@@ -132,7 +132,9 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             :class:`~fastdata.formats.video.VideoUnsupported`: decord on open-GOP HEVC, OpenCV on a file
             whose chosen stream is not the first...), instead of dropping the video; such videos are
             counted in ``counters()["fallbacks"]``, listed in :attr:`fallback_videos` and warned about
-            once. None: refuse them (an error under ``on_error="raise"``). Defaults to "pyav".
+            once; a clip refused so mid-epoch is read by the fallback, counted in
+            ``counters()["fallback_reads"]``. None: refuse them (an error under ``on_error="raise"``).
+            Defaults to "pyav".
         stagger ((float, float)): each worker process waits a delay drawn from [low, high) seconds,
             seeded by (seed, rank, worker), before its first read, so workers do not all open files at
             the same instant. Only when there is more than one reader (workers x ranks). Defaults to
@@ -191,7 +193,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         if fallback is not None:
             check_choice("fallback", fallback, DecoderName)
         reader_class(decoder)  # an unknown name or a library that cannot load fails now, not in a worker
-        counters = ("timeouts", "reads", "fallbacks")
+        counters = ("timeouts", "reads", "fallbacks", "fallback_reads")
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=counters)
         # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
         self.pipeline = SamplePipeline(None, transform, self._policy)
@@ -280,15 +282,15 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
 
     @property
     def fallback_videos(self) -> list[str]:
-        """Videos read by the fallback decoder, as this process knows them (all those found at
-        construction; a read that moves a file there in a worker is counted in ``counters()["fallbacks"]``)."""
+        """Videos read by the fallback decoder, found when they were probed (at construction)."""
         return [p for p, m in self.pool.metas.items() if "decoder" in m.extra]
 
     def _fell_back(self, path: str, refusal: VideoUnsupported) -> None:
-        """A read moved ``path`` to the fallback decoder (in this process): count it, and say so once."""
-        self._shared.add("fallbacks")
+        """A clip of ``path`` that the decoder refused is read by the fallback: count it, and say so."""
+        if not is_collecting():  # a substitute search's reads are not part of the epoch: not counted
+            self._shared.add("fallback_reads")
         warnings.warn(
-            f"{path}: read with decoder={self.fallback!r} (the fallback) from now on in this process: {refusal}",
+            f"{path}: a clip is read with decoder={self.fallback!r} (the fallback): {refusal}",
             DecoderFallbackWarning,
             stacklevel=2,
         )

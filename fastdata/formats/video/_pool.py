@@ -15,7 +15,8 @@ file descriptors) are open per process. Forks get three guards:
 A file the chosen decoder cannot read exactly (:class:`~fastdata.formats.video.VideoUnsupported`: decord
 on open-GOP HEVC, OpenCV on a second video stream...) is read by the ``fallback`` decoder instead of being
 dropped: found when the file is probed (the meta then says which decoder reads it, ``extra["decoder"]``,
-and the video index keeps that), or, rarer, by a read that fails where PyAV decodes the frames.
+and the video index keeps that); a read refused that way later (frames the chosen decoder cannot decode
+where PyAV can, as on a damaged file) is read again by the fallback, that clip alone.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def _get_frames(reader: VideoReader, frames: Sequence[int], pause: bool) -> np.n
             reader.pause()
 
 
+def _read_once(cls: type[VideoReader], path: str, frames: Sequence[int], meta: VideoMeta | None) -> np.ndarray:
+    with cls(path, meta=meta) as reader:
+        return reader.get_frames(frames)
+
+
 _pools: weakref.WeakSet[ReaderPool] = weakref.WeakSet()
 
 
@@ -88,7 +94,7 @@ class ReaderPool:
         fallback (str | None): the decoder that reads a file ``decoder`` cannot read exactly; None: such
             a file is refused (:class:`VideoUnsupported`).
         on_fallback (Callable[[str, VideoUnsupported], object] | None): called in the reading process when
-            a read (not a probe) moves a file to the fallback decoder.
+            a read (not a probe) is refused as unsupported and the fallback reads that clip instead.
     """
 
     def __init__(
@@ -195,14 +201,14 @@ class ReaderPool:
             except VideoUnsupported as e:
                 if self.fallback is None or self.decoder_of(path) == self.fallback:
                     raise
-                self._fallback_class(e)
-                meta = self.metas.get(path)
-                if meta is None:
-                    raise
-                self.metas[path] = self._fallen_back(path, meta, e)
-                if self.on_fallback is not None:
-                    self.on_fallback(path, e)
-            return self._read(path, frames, pause)
+                cls = self._fallback_class(e)
+                refusal = e
+            # this clip alone, from a fresh fallback reader: whether a clip is read by the fallback then
+            # depends on the clip, not on what this process read before (so not on num_workers)
+            if self.on_fallback is not None:
+                self.on_fallback(path, refusal)
+            what = f"decoding frames {min(frames)}..{max(frames)}"
+            return self.watchdog.call(_read_once, cls, path, frames, self.metas.get(path), source=path, what=what)
 
     def _read(self, path: str, frames: Sequence[int], pause: bool) -> np.ndarray:
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
