@@ -112,3 +112,17 @@ def test_size_gives_the_same_pixels_from_every_decoder(stored: dict[str, str], d
         # the decoders' own RGB conversions differ by a level or two at native size; before the one
         # resize, OpenCV's frames differed from PyAV's by up to 150 levels here, decord's by 54
         assert np.abs(got - want).max() <= 4, f"{decoder} at {size} on {Path(path).name}"
+
+
+def test_batching_clips_of_different_sizes_names_size_not_decode(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    from fastdata.core.errors import CannotBatch
+    from fastdata.loading.transport._collate import checked_default_collate
+
+    small = write_h264(tmp_path / "a.mp4", frames_for(0, 20))
+    large = write_h264(tmp_path / "b.mp4", frames_for(1, 20, size=(128, 80)))
+    ds = fd.VideoClipDataset([small, large], clip_len=4, index_cache=False)
+    with pytest.raises(CannotBatch, match=r"videos of different sizes.*pass size=\(112, 112\).*VideoClipDataset") as e:
+        next(iter(DataLoader(ds, batch_size=2, collate_fn=checked_default_collate)))
+    assert "decode=" not in str(e.value)

@@ -187,7 +187,11 @@ def _pandas_layouts(f: Any) -> dict[str, str]:
 def _pandas_label(group: str, kind: str, name: str) -> bool:
     """Whether dataset ``name`` holds the column names of a pandas format='fixed' frame in ``group``."""
     leaf = name[len(group) + 1 :] if name.startswith(f"{group}/") else None
-    return kind == "frame" and leaf is not None and (leaf == "axis0" or (leaf.startswith("block") and leaf.endswith("_items")))
+    return (
+        kind == "frame"
+        and leaf is not None
+        and (leaf == "axis0" or (leaf.startswith("block") and leaf.endswith("_items")))
+    )
 
 
 def _pandas_note(group: str, kind: str, rows: list[str]) -> str:

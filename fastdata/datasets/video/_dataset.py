@@ -30,9 +30,9 @@ from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.video._plan import ClipSampling, ClipStarts
 from fastdata.formats.video import (
     VIDEO_EXTENSIONS,
+    DecoderFallbackWarning,
     DecoderName,
     DecodeTimeout,
-    DecoderFallbackWarning,
     ReaderPool,
     Size,
     VideoIndex,

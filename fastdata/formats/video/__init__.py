@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Literal, get_args
 from fastdata.core import lazy_exports
 from fastdata.core.errors import ConfigError
 from fastdata.formats.video._base import (
-    DecodeTimeout,
     DecoderFallbackWarning,
     DecoderUnavailable,
+    DecodeTimeout,
     FramesMissing,
     Size,
     TooManyOpenFiles,
@@ -70,7 +70,7 @@ def reader_class(decoder: str | type[VideoReader]) -> type[VideoReader]:
     library = {"pyav": "av", "opencv": "cv2", "torchcodec": "torchcodec.decoders"}.get(decoder, decoder)
     try:
         importlib.import_module(library)
-    except Exception as e:  # noqa: BLE001 - not only ImportError: torchcodec raises RuntimeError or OSError
+    except Exception as e:
         first = str(e).strip().splitlines()[0][:200].rstrip(":") if str(e).strip() else ""
         install = f"pip install 'fastdata[{extra}]'"
         if decoder == "torchcodec":
