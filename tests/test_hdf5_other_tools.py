@@ -119,3 +119,41 @@ def test_a_flipped_bit_in_an_object_header_is_corrupt_hdf5_naming_the_file(tmp_p
         skipped = fd.HDF5Dataset([path, path], ("image", "label"), on_error="skip")
     assert len(skipped) == 0 and skipped.skipped == 2
     assert any(str(path) in str(w.message) for w in seen)
+
+
+def _pandas_like(path: Path, layout: str) -> str:
+    """The HDF5 layout pandas' ``DataFrame.to_hdf(path, key="obs", format=layout)`` writes through
+    PyTables, written with PyTables itself (the attributes and names pandas uses)."""
+    import tables
+
+    with tables.open_file(str(path), "w") as f:
+        group = f.create_group("/", "obs")
+        if layout == "table":
+            group._v_attrs.pandas_type = "frame_table"
+            rows = np.zeros(ROWS, dtype=[("index", "<i8"), ("values_block_0", "<f8", (2,))])
+            rows["index"] = np.arange(ROWS)
+            rows["values_block_0"] = np.arange(2 * ROWS, dtype=np.float64).reshape(ROWS, 2)
+            f.create_table(group, "table", rows)
+        else:
+            group._v_attrs.pandas_type = "frame"
+            f.create_array(group, "axis0", np.array([b"a", b"b"]))  # the column names
+            f.create_array(group, "axis1", np.arange(ROWS))  # the index
+            f.create_array(group, "block0_items", np.array([b"a", b"b"]))
+            f.create_array(group, "block0_values", np.arange(2 * ROWS, dtype=np.float64).reshape(ROWS, 2))
+    return str(path)
+
+
+@pytest.mark.parametrize("layout", ["fixed", "table"])
+def test_inspect_reads_pandas_layouts_and_names_the_fields(tmp_path: Path, layout: str) -> None:
+    import subprocess
+    import sys
+
+    path = _pandas_like(tmp_path / f"{layout}.h5", layout)
+    run = subprocess.run([sys.executable, "-m", "fastdata", "inspect", path], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{ROWS} samples" in run.stdout and "0 bad" in run.stdout
+    assert f"pandas frame saved with format='{layout}'" in run.stdout
+    fields = ("obs/table",) if layout == "table" else ("obs/axis1", "obs/block0_values")
+    assert f"HDF5Dataset(fields={fields!r})" in run.stdout
+    ds = fd.HDF5Dataset(path, fields=fields)
+    assert len(ds) == ROWS

@@ -178,3 +178,26 @@ def damage(path: str | os.PathLike[str], out: str | os.PathLike[str], *, start: 
     data[lo:hi] = bytes(hi - lo)
     Path(out).write_bytes(bytes(data))
     return os.fspath(out)
+
+
+def write_scene_cuts(path: str | os.PathLike[str], n: int = 60, *, cuts: tuple[int, ...] = (20, 40)) -> str:
+    """H.264 from x264 with scene-cut detection on (as its presets other than ultrafast have it) and no
+    B-frames: the texture (not the stamps, video 0) changes at each frame of ``cuts``, where x264 puts an
+    I-frame that is not always an IDR frame (decord's keyframe list leaves such frames out)."""
+    import av
+
+    scenes = [frames_for(0, n), frames_for(0, n, seed=5)]
+    frames = scenes[0].copy()
+    for k, start in enumerate(cuts):
+        stop = cuts[k + 1] if k + 1 < len(cuts) else n
+        frames[start:stop] = scenes[(k + 1) % 2][start:stop]
+    with av.open(os.fspath(path), "w") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.height, stream.width = frames.shape[1:3]
+        stream.pix_fmt = "yuv420p"
+        params = f"keyint={4 * n}:min-keyint={n}:scenecut=40:bframes=0"  # cuts closer than min-keyint: not IDR
+        stream.codec_context.options = {"preset": "veryfast", "crf": "18", "x264-params": params}
+        for frame in frames:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+        container.mux(stream.encode())
+    return os.fspath(path)

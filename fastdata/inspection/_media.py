@@ -141,8 +141,11 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
             if why:
                 refused[name] = why
         attrs = _attrs(f)
-    lengths = {name: d["length"] for name, d in fields.items() if d["length"] is not None}
-    scalars = sorted(set(fields) - set(lengths))
+        pandas = _pandas_layouts(f)
+    # pandas' format='fixed' keeps column names beside the columns (axis0, blockN_items): not rows
+    labels = {name for group, kind in pandas.items() for name in fields if _pandas_label(group, kind, name)}
+    lengths = {name: d["length"] for name, d in fields.items() if d["length"] is not None and name not in labels}
+    scalars = sorted(set(fields) - set(lengths) - labels)
     if len(set(lengths.values())) > 1:
         listed = ", ".join(f"{name!r}: {n}" for name, n in lengths.items())
         report.bad.append(
@@ -153,6 +156,8 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
         report.notes.append("no dataset with rows: nothing HDF5Dataset can read")
     if scalars:
         report.notes.append(f"scalar or null-dataspace datasets (not fields): {', '.join(map(repr, scalars))}")
+    for group, kind in pandas.items():
+        report.notes.append(_pandas_note(group, kind, sorted(n for n in lengths if n.startswith(f"{group}/"))))
     for name, why in refused.items():
         report.notes.append(f"field {name!r} cannot be read by HDF5Dataset: {why}")
     for line in broken:
@@ -163,6 +168,51 @@ def inspect_hdf5(url: str, checksum: bool = False) -> FileReport:
     if checksum:
         report.sha256 = sha256_of(url)
     return report
+
+
+def _pandas_layouts(f: Any) -> dict[str, str]:
+    """Groups written by pandas' ``to_hdf`` (through PyTables), by name: their ``pandas_type``
+    (``"frame"``/``"series"``: format='fixed'; ``"frame_table"``/``"series_table"``: format='table')."""
+    out: dict[str, str] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        kind = obj.attrs.get("pandas_type") if hasattr(obj, "keys") else None
+        if kind is not None:
+            out[name] = kind.decode() if isinstance(kind, bytes) else str(kind)
+
+    f.visititems(visit)
+    return out
+
+
+def _pandas_label(group: str, kind: str, name: str) -> bool:
+    """Whether dataset ``name`` holds the column names of a pandas format='fixed' frame in ``group``."""
+    leaf = name[len(group) + 1 :] if name.startswith(f"{group}/") else None
+    return (
+        kind == "frame"
+        and leaf is not None
+        and (leaf == "axis0" or (leaf.startswith("block") and leaf.endswith("_items")))
+    )
+
+
+def _pandas_note(group: str, kind: str, rows: list[str]) -> str:
+    """What ``fastdata inspect`` says about a pandas group: its layout and the fields that read it."""
+    if kind.endswith("_table"):
+        return (
+            f"{group}: a pandas {kind.split('_')[0]} saved with format='table' (PyTables): one row per sample, "
+            f"read it with HDF5Dataset(fields=({group + '/table'!r},)) (a record of every column)"
+        )
+    if kind in ("frame", "series"):
+        listed = ", ".join(map(repr, rows)) + ("," if len(rows) == 1 else "")
+        return (
+            f"{group}: a pandas {kind} saved with format='fixed' (to_hdf's default): its rows are "
+            f"{listed} (columns grouped by dtype; the column names are in {group}/axis0, "
+            f"{group}/blockN_items): read them with HDF5Dataset(fields=({listed})), or save with "
+            "format='table' for one record per row"
+        )
+    return (
+        f"{group}: a pandas object of layout {kind!r}, which HDF5Dataset does not read: save the data with "
+        "to_hdf(..., format='table')"
+    )
 
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".he5")

@@ -38,6 +38,13 @@ FIXES = (
     "them your own way with collate_fn= (collate_fn=list keeps each batch a list of samples)"
 )
 
+# a VideoClipDataset's clips (its samples carry "clip", "frames" and "fps"): it takes size=, not decode=
+VIDEO_FIXES = (
+    "pass size=(112, 112) (height, width) to VideoClipDataset, which resizes every frame alike whichever "
+    "decoder reads it; or resize or crop the clips in transform=; or batch them your own way with "
+    "collate_fn= (collate_fn=list keeps each batch a list of samples)"
+)
+
 
 class Unequal(Exception):
     """Raised by a stacking step (``_stack_later``) that found tensors of different shapes: turned into
@@ -195,11 +202,13 @@ def explain(samples: Sequence[Any]) -> CannotBatch | None:
         return s
 
     a, b = leaf(samples[0]), leaf(samples[j])
+    clips = path == ("clip",) and isinstance(samples[0], Mapping) and {"frames", "fps"} <= samples[0].keys()
     return CannotBatch(
         f"cannot batch {where}: sample {_name(samples[0], 0)} has shape {list(a.shape)} and sample "
-        f"{_name(samples[j], j)} {list(b.shape)}{_source(samples, 0, j)}; images of different sizes do not "
-        f"stack into one tensor. To batch them, {FIXES}"
+        f"{_name(samples[j], j)} {list(b.shape)}{_source(samples, 0, j)}; "
+        + (f"videos of different sizes do not stack into one tensor. To batch them, {VIDEO_FIXES}" if clips else "")
+        + ("" if clips else f"images of different sizes do not stack into one tensor. To batch them, {FIXES}")
     )
 
 
-__all__ = ["FIXES", "Unequal", "as_tensors", "check_shapes", "explain"]
+__all__ = ["FIXES", "VIDEO_FIXES", "Unequal", "as_tensors", "check_shapes", "explain"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 from pathlib import Path
@@ -29,6 +30,7 @@ from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.video._plan import ClipSampling, ClipStarts
 from fastdata.formats.video import (
     VIDEO_EXTENSIONS,
+    DecoderFallbackWarning,
     DecoderName,
     DecodeTimeout,
     ReaderPool,
@@ -37,6 +39,7 @@ from fastdata.formats.video import (
     VideoMeta,
     VideoReader,
     VideoTooShort,
+    VideoUnsupported,
     default_index_file,
     reader_class,
 )
@@ -124,6 +127,14 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             sizes). Defaults to None.
         decoder ("pyav" | "decord" | "opencv" | "torchcodec" | VideoReader subclass): see
             :mod:`fastdata.formats.video`. Defaults to "pyav" (the fastest here; see docs/video.md).
+        fallback ("pyav" | "decord" | "opencv" | "torchcodec" | None): the decoder that reads a video
+            ``decoder`` cannot read exactly (it refuses it as
+            :class:`~fastdata.formats.video.VideoUnsupported`: decord on open-GOP HEVC, OpenCV on a file
+            whose chosen stream is not the first...), instead of dropping the video; such videos are
+            counted in ``counters()["fallbacks"]``, listed in :attr:`fallback_videos` and warned about
+            once; a clip refused so mid-epoch is read by the fallback, counted in
+            ``counters()["fallback_reads"]``. None: refuse them (an error under ``on_error="raise"``).
+            Defaults to "pyav".
         stagger ((float, float)): each worker process waits a delay drawn from [low, high) seconds,
             seeded by (seed, rank, worker), before its first read, so workers do not all open files at
             the same instant. Only when there is more than one reader (workers x ranks). Defaults to
@@ -154,6 +165,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         clip_sampling: ClipSampling = "random",
         size: Size | None = None,
         decoder: DecoderName | type[VideoReader] = "pyav",
+        fallback: DecoderName | None = "pyav",
         stagger: tuple[float, float] = (0.0, 0.05),
         stagger_each_open: bool = False,
         max_open: int | None = 8,
@@ -178,7 +190,11 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             decode_threads,
             decode_timeout,
         )
-        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=("timeouts", "reads"))
+        if fallback is not None:
+            check_choice("fallback", fallback, DecoderName)
+        reader_class(decoder)  # an unknown name or a library that cannot load fails now, not in a worker
+        counters = ("timeouts", "reads", "fallbacks", "fallback_reads")
+        self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=counters)
         # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
         self.pipeline = SamplePipeline(None, transform, self._policy)
         self.paths = expand_video_paths(paths)
@@ -190,8 +206,9 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         self._clip_starts = ClipStarts(seed, clips_per_video, self.clip_step, clip_sampling)
         self.stagger = stagger
         decoder_key = decoder if isinstance(decoder, str) else f"{decoder.__module__}.{decoder.__qualname__}"
-        reader_class(decoder)  # an unknown name or a missing library fails now, not in a worker
-        self.decoder = decoder
+        if fallback is not None and fallback != decoder:
+            decoder_key += f", fallback {fallback}"  # an index entry may name the fallback as its decoder
+        self.decoder, self.fallback = decoder, fallback
         self.pool = ReaderPool(
             decoder,
             threads=decode_threads,
@@ -199,6 +216,8 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             max_open=max_open,
             timeout=decode_timeout,
             before_open=_OpenStagger(seed, self.rank, *stagger) if stagger_each_open and stagger[1] > 0 else None,
+            fallback=fallback,
+            on_fallback=self._fell_back,
         )
         self.metas = self._index(index_cache, decoder_key)
         self._starts = [0, *accumulate(self._clip_count(m) for m in self.metas)]
@@ -248,7 +267,33 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             self._policy.handle(outcome)  # raises under "raise"; counts one skip per video under "skip"
             metas.append(None)
         self.pool.metas = {p: m for p, m in zip(self.paths, metas) if m is not None}
+        fallen = [p for p, m in self.pool.metas.items() if "decoder" in m.extra]
+        if fallen:
+            self._shared.add("fallbacks", len(fallen))
+            why = self.pool.metas[fallen[0]].extra.get("refused", "")
+            warnings.warn(
+                f"{len(fallen)} of {len(self.paths)} videos are read with decoder={self.fallback!r} (the fallback): "
+                f"decoder={self.decoder!r} cannot read them exactly (first: {why}); pass fallback=None to leave "
+                "them out instead",
+                DecoderFallbackWarning,
+                stacklevel=3,
+            )
         return metas
+
+    @property
+    def fallback_videos(self) -> list[str]:
+        """Videos read by the fallback decoder, found when they were probed (at construction)."""
+        return [p for p, m in self.pool.metas.items() if "decoder" in m.extra]
+
+    def _fell_back(self, path: str, refusal: VideoUnsupported) -> None:
+        """A clip of ``path`` that the decoder refused is read by the fallback: count it, and say so."""
+        if not is_collecting():  # a substitute search's reads are not part of the epoch: not counted
+            self._shared.add("fallback_reads")
+        warnings.warn(
+            f"{path}: a clip is read with decoder={self.fallback!r} (the fallback): {refusal}",
+            DecoderFallbackWarning,
+            stacklevel=2,
+        )
 
     def _clip_count(self, meta: VideoMeta | None) -> int:
         if meta is None or meta.frames < self.span:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Literal, get_args
 from fastdata.core import lazy_exports
 from fastdata.core.errors import ConfigError
 from fastdata.formats.video._base import (
+    DecoderFallbackWarning,
+    DecoderUnavailable,
     DecodeTimeout,
     FramesMissing,
     Size,
@@ -55,7 +57,7 @@ def reader_class(decoder: str | type[VideoReader]) -> type[VideoReader]:
 
     Raises:
         ConfigError: an unknown name (the message lists the known ones).
-        ImportError: the decoder's library is not installed.
+        DecoderUnavailable: the decoder's library is not installed or cannot load (an ImportError).
     """
     if isinstance(decoder, type):
         if not issubclass(decoder, VideoReader):
@@ -64,15 +66,23 @@ def reader_class(decoder: str | type[VideoReader]) -> type[VideoReader]:
     if decoder not in _DECODERS:
         raise ConfigError(f"decoder={decoder!r} is not one of {', '.join(map(repr, get_args(DecoderName)))}")
     module, name, extra = _DECODERS[decoder]
-    cls: type[VideoReader] = getattr(importlib.import_module(module), name)
-    library = {"pyav": "av", "opencv": "cv2"}.get(decoder, decoder)
+    # the library itself, loaded now: torchcodec's native libraries load with torchcodec.decoders
+    library = {"pyav": "av", "opencv": "cv2", "torchcodec": "torchcodec.decoders"}.get(decoder, decoder)
     try:
         importlib.import_module(library)
-    except ImportError as e:
-        hint = " and Debian's ffmpeg package (apt-get install ffmpeg)" if decoder == "torchcodec" else ""
-        raise ImportError(
-            f"decoder={decoder!r} needs {library} ({e}); install it with pip install 'fastdata[{extra}]'{hint}"
+    except Exception as e:
+        first = str(e).strip().splitlines()[0][:200].rstrip(":") if str(e).strip() else ""
+        install = f"pip install 'fastdata[{extra}]'"
+        if decoder == "torchcodec":
+            install = (
+                f"{install}, which pins torchcodec 0.13.0 (later wheels link CUDA libraries and do not load "
+                "on a CPU-only machine), and the system's FFmpeg (apt-get install ffmpeg)"
+            )
+        fallback = "; or use decoder='pyav' (the default)" if decoder != "pyav" else ""
+        raise DecoderUnavailable(
+            f"decoder={decoder!r} cannot load {library} here ({type(e).__name__}: {first}): {install}{fallback}"
         ) from e
+    cls: type[VideoReader] = getattr(importlib.import_module(module), name)
     return cls
 
 
@@ -106,7 +116,9 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "DecodeTimeout",
+    "DecoderFallbackWarning",
     "DecoderName",
+    "DecoderUnavailable",
     "FramesMissing",
     "ReaderPool",
     "Size",

@@ -2,7 +2,9 @@
 
 A :class:`VideoReader` opens one file, knows its frame count, frame rate and size, and returns any set
 of frames as one ``uint8`` array ``[T, H, W, 3]`` (RGB) in the order asked. Backends implement
-``_read`` for sorted, distinct frame numbers; the base class validates, deduplicates and reorders.
+``_read`` for sorted, distinct frame numbers at the size displayed; the base class validates,
+deduplicates, reorders, and resizes (:func:`resize_into`, the one resize for every decoder: each
+decoder's own scaler gave other pixels, up to 142 levels apart at 112x112).
 
 No decoder object made in one process is ever finalised in a process forked from it: decord's
 destructor deadlocks in a forked child (its decoder thread does not exist there), and the garbage
@@ -42,6 +44,15 @@ class VideoUnreadable(DecodeFailed):
 class VideoUnsupported(VideoUnreadable):
     """A sound video that the chosen decoder cannot read exactly: a codec its build lacks, a stream it
     cannot choose, frames it numbers wrongly after a seek. The message names the decoder that can."""
+
+
+class DecoderUnavailable(FastdataError, ImportError):
+    """The decoder's library is missing, or is installed but cannot load here (torchcodec wheels that
+    link CUDA libraries on a CPU-only machine). The message names the install and the decoder to use."""
+
+
+class DecoderFallbackWarning(UserWarning):
+    """Some videos are read by the fallback decoder, because the chosen one cannot read them exactly."""
 
 
 class FramesMissing(DecodeFailed):
@@ -200,7 +211,12 @@ class VideoReader(ABC):
     @property
     def out_size(self) -> Size:
         """``(height, width)`` of the frames :meth:`get_frames` returns."""
-        return self.size or (self.meta.height, self.meta.width)
+        return self.size or self.shown_size
+
+    @property
+    def shown_size(self) -> Size:
+        """``(height, width)`` of the frames as displayed, before any resize: what ``_read`` returns."""
+        return (self.meta.height, self.meta.width)
 
     def get_frames(self, indices: Sequence[int]) -> np.ndarray:
         """Frames ``indices`` (any order, repeats allowed) as ``uint8 [T, H, W, 3]`` RGB.
@@ -218,6 +234,8 @@ class VideoReader(ABC):
         if wanted[0] < 0 or wanted[-1] >= n:
             raise IndexError(f"{self.path}: frames {wanted[0]}..{wanted[-1]} requested, the video has {n}")
         frames = self._read(wanted)
+        if self.size is not None and frames.shape[1:3] != self.size:
+            frames = resize(frames, self.size)
         if len(wanted) == len(indices) and all(a == b for a, b in zip(wanted, indices)):
             return frames
         where = {f: k for k, f in enumerate(wanted)}
@@ -225,7 +243,8 @@ class VideoReader(ABC):
 
     @abstractmethod
     def _read(self, wanted: list[int]) -> np.ndarray:
-        """Frames ``wanted`` (sorted, distinct, in range) as ``uint8 [len(wanted), H, W, 3]``."""
+        """Frames ``wanted`` (sorted, distinct, in range) as ``uint8 [len(wanted), H, W, 3]``, at
+        :attr:`shown_size` (the base class resizes)."""
 
     def pause(self) -> None:
         """The caller will not read from this reader for a while: stop any work the decoder does in
@@ -265,8 +284,21 @@ class VideoReader(ABC):
         return f"{type(self).__name__}({self.path!r})"
 
 
+def resize(frames: np.ndarray, size: Size) -> np.ndarray:
+    """Frames ``[T, H, W, 3]`` resized to ``size`` (height, width) by :func:`resize_into`."""
+    out = np.empty((len(frames), *size, 3), np.uint8)
+    for k in range(len(frames)):
+        resize_into(frames[k], out[k])
+    return out
+
+
 def resize_into(frame: np.ndarray, out: np.ndarray) -> None:
-    """Resize an ``[H, W, 3]`` frame into ``out`` (area averaging when shrinking, bilinear otherwise)."""
+    """Resize an ``[H, W, 3]`` RGB frame into ``out`` (area averaging when shrinking, bilinear otherwise).
+
+    The one resize of every decoder's frames (``size=``), after decode, so that the same clip comes out
+    of every decoder: the decoders' own scalers (FFmpeg's swscale in PyAV and decord, with other filters
+    and from YUV) differed from this by up to 142 levels of 255. OpenCV's is used: it comes with every
+    decoder in the ``video`` extra."""
     import cv2
 
     h, w = out.shape[:2]

@@ -51,11 +51,16 @@ def unsupported(
 
 def check_points(reader: Any) -> list[int]:
     """Frames a probe reads: the first, and one that needs a seek (the frame after the second keyframe,
-    which B-frames may precede in decode order; the last frame of a one-keyframe video)."""
+    which B-frames may precede in decode order; the last frame of a one-keyframe video); and where the
+    decoder lists fewer keyframes than the stream holds (decord, on x264's scene-cut I-frames), the
+    first keyframe it leaves out and the frame after it, reached by a seek to an earlier one."""
     table = reader.info.table
     later = [k for k in table.keys if k > table.keys[0]]
     after_seek = later[0] + 1 if later and later[0] + 1 < table.n else table.n - 1
-    return [0, after_seek] if after_seek > 0 else [0]
+    points = [0, after_seek]
+    for key in getattr(reader, "unlisted_keys", [])[:1]:
+        points += [min(key + 1, table.n - 1), key]  # the second one after the first: a seek back
+    return [0, *(p for p in points[1:] if p > 0)]
 
 
 def checked_probe(cls: type[VideoReader], path: str, threads: int = 1) -> VideoMeta:

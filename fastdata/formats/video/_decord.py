@@ -36,7 +36,6 @@ from fastdata.formats.video._base import (
     VideoMeta,
     VideoUnsupported,
     native,
-    resize_into,
     unreadable,
 )
 from fastdata.formats.video._crosscheck import checked_probe, unsupported
@@ -56,13 +55,12 @@ class DecordReader(ProbedReader):
         info = self._probe(meta)
         vr: Any = None
         try:
-            # decord resizes in its own filter graph when given a size (after turning the frames for
-            # display): cheaper than resizing after
-            h, w = size or (-1, -1)
+            # at the stream's size: decord's own resize (its filter graph) gave other pixels than the other
+            # decoders; the base class resizes every decoder's frames alike
             # registered before its constructor runs: one that fails after making its native handle
             # leaves the half-built object to the garbage collector (see base.native)
             vr = native(decord.VideoReader.__new__(decord.VideoReader))
-            vr.__init__(path, ctx=decord.cpu(0), width=w, height=h, num_threads=threads)
+            vr.__init__(path, ctx=decord.cpu(0), num_threads=threads)
             frames = len(vr)
             keys = [int(k) for k in vr.get_key_indices()]
         except Exception as e:
@@ -72,6 +70,7 @@ class DecordReader(ProbedReader):
             raise unsupported(self, info.codec, "open", error) or unreadable(path, "decord", e) from e
         self._vr, vr = vr, None  # the reader alone holds it: close() frees it
         self._keys = keys
+        self.unlisted_keys: list[int] = []
         problem = self._disagrees(frames, keys)
         if problem is None and meta is None:
             try:
@@ -81,8 +80,9 @@ class DecordReader(ProbedReader):
                 self.close()  # now, in this process: never left to the garbage collector
                 raise
             shape = first.shape[1:3]
-            if shape != self.out_size:
-                problem = f"its frames are {shape[0]}x{shape[1]}, the stream's {self.out_size[0]}x{self.out_size[1]}"
+            if shape != self.shown_size:
+                height, width = self.shown_size
+                problem = f"its frames are {shape[0]}x{shape[1]}, the stream's {height}x{width}"
         if problem is not None:
             self.close()  # now, in this process: never left to the garbage collector
             raise VideoUnsupported(
@@ -103,11 +103,15 @@ class DecordReader(ProbedReader):
         if frames != table.n:
             other = f" (it reads another of the {info.streams} video streams)" if info.streams > 1 else ""
             return f"decord counts {frames} frames, video stream {info.index} holds {table.n}{other}"
-        if keys != table.keys:
+        if keys != table.keys and not (keys and keys[0] == table.keys[0] and set(keys) <= set(table.keys)):
             return (
                 f"its keyframes are frames {keys[:6]}, the stream's {table.keys[:6]}: it would return other "
                 "frames than asked after a seek, as on open-GOP HEVC"
             )
+        # decord lists only some of the stream's keyframes (x264's scene-cut I-frames that are not IDR):
+        # it seeks to an earlier keyframe than it could and decodes forward, which is exact where the
+        # frames after an unlisted keyframe decode as PyAV's do: the probe checks that (check_points)
+        self.unlisted_keys = sorted(set(table.keys) - set(keys))
         return None
 
     def _get(self, indices: list[int]) -> np.ndarray:
@@ -145,11 +149,6 @@ class DecordReader(ProbedReader):
             frames = self._get(wanted)
         if frames.shape[0] != len(wanted):
             raise self.missing(wanted, None)
-        if self.size is not None and frames.shape[1:3] != self.size:
-            out = np.empty((len(wanted), *self.size, 3), np.uint8)
-            for k in range(len(wanted)):
-                resize_into(frames[k], out[k])
-            return out
         return frames
 
     def close(self) -> None:

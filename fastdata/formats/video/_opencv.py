@@ -26,7 +26,6 @@ from fastdata.formats.video._base import (
     VideoMeta,
     VideoUnsupported,
     native,
-    resize_into,
     unreadable,
 )
 from fastdata.formats.video._crosscheck import checked_probe, unsupported
@@ -88,9 +87,8 @@ class OpenCVReader(ProbedReader):
         first = wanted[0]
         if not self._pos <= first < self._pos + GRAB_AHEAD:
             self._seek(first)
-        h, w = self.out_size
+        h, w = self.shown_size  # OpenCV turns frames by the matrix's angle itself; the base class resizes
         out = np.empty((len(wanted), h, w, 3), np.uint8)
-        resize = (h, w) != (self._meta.height, self._meta.width)
         retries = 0
         k = 0
         while k < len(wanted):
@@ -123,10 +121,7 @@ class OpenCVReader(ProbedReader):
             if not ok:
                 self._pos = 1 << 62
                 raise self._failed(wanted[k:], "retrieve() failed")
-            if resize:
-                resize_into(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), out[k])
-            else:
-                cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=out[k])
+            cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=out[k])
             k += 1
         return self.info.display.after_rotation(out)
 

@@ -11,10 +11,17 @@ file descriptors) are open per process. Forks get three guards:
   abandons it: never uses it, never closes it (decord hangs in a forked child that does either);
 * a reader held by anything else (one that failed, whose exception's traceback holds it; one in a
   reference cycle) is never finalised in the child either (:func:`fastdata.formats.video._base.native`).
+
+A file the chosen decoder cannot read exactly (:class:`~fastdata.formats.video.VideoUnsupported`: decord
+on open-GOP HEVC, OpenCV on a second video stream...) is read by the ``fallback`` decoder instead of being
+dropped: found when the file is probed (the meta then says which decoder reads it, ``extra["decoder"]``,
+and the video index keeps that); a read refused that way later (frames the chosen decoder cannot decode
+where PyAV can, as on a damaged file) is read again by the fallback, that clip alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -26,7 +33,7 @@ from fastdata.core import process, stages
 from fastdata.core.errors import BadSample
 from fastdata.core.process import HandleCache
 from fastdata.formats.video import reader_class
-from fastdata.formats.video._base import DecodeTimeout, Size, VideoMeta, VideoReader
+from fastdata.formats.video._base import DecodeTimeout, Size, VideoMeta, VideoReader, VideoUnsupported
 from fastdata.formats.video._watchdog import Watchdog
 
 _STUCK_ATTR = "_fastdata_stuck"
@@ -48,6 +55,11 @@ def _get_frames(reader: VideoReader, frames: Sequence[int], pause: bool) -> np.n
     finally:
         if pause:
             reader.pause()
+
+
+def _read_once(cls: type[VideoReader], path: str, frames: Sequence[int], meta: VideoMeta | None) -> np.ndarray:
+    with cls(path, meta=meta) as reader:
+        return reader.get_frames(frames)
 
 
 _pools: weakref.WeakSet[ReaderPool] = weakref.WeakSet()
@@ -79,6 +91,10 @@ class ReaderPool:
         timeout (float | None): watchdog limit per open or read, seconds; None: no watchdog.
         metas (dict[str, VideoMeta]): what the probe found per path, handed to the readers.
         before_open (Callable[[], object] | None): called before each reader is opened (stagger).
+        fallback (str | None): the decoder that reads a file ``decoder`` cannot read exactly; None: such
+            a file is refused (:class:`VideoUnsupported`).
+        on_fallback (Callable[[str, VideoUnsupported], object] | None): called in the reading process when
+            a read (not a probe) is refused as unsupported and the fallback reads that clip instead.
     """
 
     def __init__(
@@ -91,8 +107,12 @@ class ReaderPool:
         timeout: float | None,
         metas: dict[str, VideoMeta] | None = None,
         before_open: Callable[[], object] | None = None,
+        fallback: str | None = None,
+        on_fallback: Callable[[str, VideoUnsupported], object] | None = None,
     ) -> None:
         self.decoder = decoder
+        self.fallback = fallback if fallback != decoder else None
+        self.on_fallback = on_fallback
         self.threads, self.size, self.timeout = threads, size, timeout
         self.metas = metas or {}
         self.before_open = before_open
@@ -118,8 +138,13 @@ class ReaderPool:
         """Readers open now in this process."""
         return len(self._readers)
 
+    def decoder_of(self, path: str) -> str | type[VideoReader]:
+        """The decoder that reads ``path``: the fallback where the probe or a read moved it there."""
+        meta = self.metas.get(path)
+        return meta.extra.get("decoder", self.decoder) if meta is not None else self.decoder
+
     def _open(self, path: str) -> VideoReader:
-        cls = reader_class(self.decoder)
+        cls = reader_class(self.decoder_of(path))
         if self.before_open is not None:
             self.before_open()
         return self.watchdog.call(
@@ -133,10 +158,31 @@ class ReaderPool:
         )
 
     def probe(self, path: str) -> VideoMeta:
-        """The file's :class:`VideoMeta`, found by opening it under the watchdog (then closing it)."""
-        cls = reader_class(self.decoder)
+        """The file's :class:`VideoMeta`, found by opening it under the watchdog (then closing it); a file
+        the decoder refuses as unsupported is probed with the fallback, and its meta says so."""
         with self._busy:
-            return self.watchdog.call(cls.probe, path, threads=self.threads, what="probing the video", source=path)
+            try:
+                return self._probe(self.decoder, path)
+            except VideoUnsupported as e:
+                if self.fallback is None:
+                    raise
+                return self._fallen_back(path, self._probe(self._fallback_class(e), path), e)
+
+    def _probe(self, decoder: str | type[VideoReader], path: str) -> VideoMeta:
+        cls = reader_class(decoder)
+        return self.watchdog.call(cls.probe, path, threads=self.threads, what="probing the video", source=path)
+
+    def _fallback_class(self, refusal: VideoUnsupported) -> type[VideoReader]:
+        assert self.fallback is not None
+        try:
+            return reader_class(self.fallback)
+        except ImportError as e:  # the fallback is not installed: the refusal stands, and says why
+            raise refusal from e
+
+    def _fallen_back(self, path: str, meta: VideoMeta, refusal: VideoUnsupported) -> VideoMeta:
+        assert self.fallback is not None
+        extra = {**meta.extra, "decoder": self.fallback, "refused": str(refusal)[:500]}
+        return dataclasses.replace(meta, extra=extra)
 
     def read(self, path: str, frames: Sequence[int], *, pause: bool = True) -> np.ndarray:
         """Frames ``frames`` of ``path`` as ``uint8 [T, H, W, 3]``.
@@ -150,27 +196,42 @@ class ReaderPool:
                 for the dataset's error policy.
         """
         with self._busy:
-            t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
-            reader = self._readers.get(path)
-            t = stages.lap("fetch", t)  # opening the file and its container, when not open yet
             try:
-                clip = self.watchdog.call(
-                    _get_frames,
-                    reader,
-                    frames,
-                    pause,
-                    source=path,
-                    what=f"decoding frames {min(frames)}..{max(frames)}",
-                )
-                stages.lap("decode", t)  # demuxing and decoding (the packets' bytes come from a local file)
-                return clip
-            except DecodeTimeout:
-                setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it
-                self._readers.discard(path)
-                raise
-            except BadSample:
-                self._readers.discard(path)  # reopen fresh next time: decoder state after an error is unknown
-                raise
+                return self._read(path, frames, pause)
+            except VideoUnsupported as e:
+                if self.fallback is None or self.decoder_of(path) == self.fallback:
+                    raise
+                cls = self._fallback_class(e)
+                refusal = e
+            # this clip alone, from a fresh fallback reader: whether a clip is read by the fallback then
+            # depends on the clip, not on what this process read before (so not on num_workers)
+            if self.on_fallback is not None:
+                self.on_fallback(path, refusal)
+            what = f"decoding frames {min(frames)}..{max(frames)}"
+            return self.watchdog.call(_read_once, cls, path, frames, self.metas.get(path), source=path, what=what)
+
+    def _read(self, path: str, frames: Sequence[int], pause: bool) -> np.ndarray:
+        t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
+        reader = self._readers.get(path)
+        t = stages.lap("fetch", t)  # opening the file and its container, when not open yet
+        try:
+            clip = self.watchdog.call(
+                _get_frames,
+                reader,
+                frames,
+                pause,
+                source=path,
+                what=f"decoding frames {min(frames)}..{max(frames)}",
+            )
+            stages.lap("decode", t)  # demuxing and decoding (the packets' bytes come from a local file)
+            return clip
+        except DecodeTimeout:
+            setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it
+            self._readers.discard(path)
+            raise
+        except BadSample:
+            self._readers.discard(path)  # reopen fresh next time: decoder state after an error is unknown
+            raise
 
     def close_idle(self) -> None:
         """:meth:`close`, unless a read is in progress in another thread (then leave everything)."""

@@ -112,7 +112,7 @@ class PyAVReader(VideoReader):
     def _read(self, wanted: list[int]) -> np.ndarray:
         first = wanted[0]
         key = self._table.keyframe_before(first)
-        h, w = self.out_size
+        h, w = self.shown_size
         out = np.empty((len(wanted), h, w, 3), np.uint8)
         slot = {f: k for k, f in enumerate(wanted)}
         if not (self._frames is not None and key <= self._next <= first):

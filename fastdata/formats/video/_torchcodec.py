@@ -29,7 +29,6 @@ from fastdata.formats.video._base import (
     VideoMeta,
     VideoUnsupported,
     native,
-    resize_into,
     unreadable,
 )
 from fastdata.formats.video._crosscheck import checked_probe, unsupported
@@ -109,13 +108,7 @@ class TorchCodecReader(ProbedReader):
                 self.path,
             ) from e
         self._check_times(wanted, batch.pts_seconds.numpy())
-        frames = self.info.display.after_rotation(frames)
-        if self.size is not None and frames.shape[1:3] != self.size:
-            out = np.empty((len(wanted), *self.size, 3), np.uint8)
-            for k in range(len(wanted)):
-                resize_into(frames[k], out[k])
-            return out
-        return frames  # type: ignore[no-any-return]
+        return self.info.display.after_rotation(frames)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         # torchcodec has no close(); the last reference going away frees the decoder and the file
