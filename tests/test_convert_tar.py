@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 import fastdata as fd
 from fastdata.convert import CorpusProblems, convert
-from fastdata.convert._plan import sample_names
+from fastdata.convert._corpus import sample_names
 from fastdata.convert._resume import STATE_DIR
 from fastdata.core.errors import ConfigError
 from fastdata.formats.tar._index import ShardIndex

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastdata.core._lazy import lazy_exports
+from fastdata.core import lazy_exports
 
 if TYPE_CHECKING:
     from fastdata.bench._advise import Recommendation, recommend

@@ -389,7 +389,7 @@ def run_spec(args: argparse.Namespace) -> int:
     from fastdata.bench import backends
     from fastdata.bench._options import grid_size, progress_bar, sweep_args
     from fastdata.bench.backends import public_options
-    from fastdata.formats._manifest import missing_local
+    from fastdata.formats import missing_local
     from fastdata.loading import as_is
 
     kwargs = sweep_args(args, batch_size=64, seconds=1.0 if args.quick else 6.0)

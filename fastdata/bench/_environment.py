@@ -8,8 +8,8 @@ import os
 import platform
 from typing import Any
 
-from fastdata.core.system import _procfs
-from fastdata.core.system._machine import affinity_cpus, cpu_quota, usable_cores, usable_memory, usable_physical_cores
+from fastdata.core.system import affinity_cpus, cpu_quota, usable_cores, usable_memory, usable_physical_cores
+from fastdata.core.system import cpu_model as procfs_cpu_model
 
 LIBRARIES = (
     "fastdata",
@@ -39,7 +39,7 @@ def versions() -> dict[str, str]:
 
 
 def cpu_model() -> str:
-    return _procfs.cpu_model() or platform.processor() or platform.machine()
+    return procfs_cpu_model() or platform.processor() or platform.machine()
 
 
 def start_method() -> str:

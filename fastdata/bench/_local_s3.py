@@ -155,7 +155,7 @@ class MotoServer:
         )
 
     def options(self) -> dict[str, Any]:
-        """Explicit client options for this server (:class:`~fastdata.storage.s3._client.S3Config` fields)."""
+        """Explicit client options for this server (:class:`~fastdata.storage.s3.S3Config` fields)."""
         return {"endpoint_url": self.endpoint_url, "region_name": REGION, **CREDENTIALS}
 
     def env(self, endpoint_url: str | None = None) -> dict[str, str]:

@@ -32,11 +32,9 @@ from torch.utils.data import DataLoader
 from fastdata.bench._probes import ProbedCollate
 from fastdata.bench._result import Config, Point
 from fastdata.core.errors import ConfigError, check_positive
-from fastdata.core.system._procfs import delay_accounting, rss
-from fastdata.loading._builder import build_dataloader
-from fastdata.loading._dataloader import FastDataLoader
-from fastdata.loading._plan import ReadPlan
-from fastdata.loading._protocol import Dataset as FastdataDataset
+from fastdata.core.system import delay_accounting, rss
+from fastdata.loading import Dataset as FastdataDataset
+from fastdata.loading import FastDataLoader, ReadPlan, build_dataloader
 from fastdata.loading.observe.measure import (
     BatchCounter,
     Probe,
@@ -47,7 +45,7 @@ from fastdata.loading.observe.measure import (
     batch_samples,
     start_split,
 )
-from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
+from fastdata.loading.threads import ThreadLoader, thread_loader_for
 
 StepFn = Callable[[Any], object]
 
@@ -89,8 +87,8 @@ def make_loader(
     table: StageTable | None = None,
 ) -> DataLoader[Any] | ThreadLoader:
     """The loader of one configuration, built as :class:`fastdata.Loader` builds it
-    (:func:`~fastdata.loading._builder.build_dataloader`, or in thread mode
-    :func:`~fastdata.loading.threads._loader.thread_loader_for`), and probed when ``table`` is given: the
+    (:func:`~fastdata.loading.build_dataloader`, or in thread mode
+    :func:`~fastdata.loading.threads.thread_loader_for`), and probed when ``table`` is given: the
     probes wrap the collate function and ``worker_init_fn`` the builder chooses (loader threads have no
     ``worker_init_fn``: the main process's row of the table counts for all of them)."""
     hooks: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """What the ``fastdata bench`` command line turns into: the sweep's arguments, and its progress bar.
 
-Shared by ``fastdata bench SPEC`` (:mod:`fastdata.bench._command`) and ``--demo`` (:mod:`fastdata.bench._demo`).
+Shared by ``fastdata bench SPEC`` (:mod:`fastdata.bench`) and ``--demo`` (:mod:`fastdata.bench`).
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def record(
         ConfigError: py-spy is missing, or may not attach (ptrace), with the fix.
     """
     from fastdata.bench._loop import make_loader
-    from fastdata.loading._protocol import Dataset as FastdataDataset
+    from fastdata.loading import Dataset as FastdataDataset
 
     exe = py_spy or py_spy_path()
     if exe is None or not Path(exe).exists():

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fastdata.loading._builder import Transport
+from fastdata.loading import Transport
 from fastdata.loading.observe.measure import Window
 
 Mode = Literal["processes", "threads", "hybrid"]
@@ -40,7 +40,7 @@ class Config:
         mode (Mode): "processes", "threads" or "hybrid". Defaults to "processes".
         threads_per_worker (int): threads in each worker process (hybrid); 1 otherwise.
         transport ("stock" | "slots"): how worker processes hand batches over
-            (:data:`fastdata.loading._builder.Transport`). Defaults to "stock", the DataLoader's own way.
+            (:data:`fastdata.loading.Transport`). Defaults to "stock", the DataLoader's own way.
     """
 
     num_workers: int

@@ -2,7 +2,7 @@
 
 For each configuration (:func:`grid`): start the workers and time the first batch; warm up; then
 measure windows of about ``window`` seconds until the last ``min_windows`` agree within ``max_spread``
-(or ``seconds`` of measurement are spent); see :mod:`fastdata.bench._loop`. With ``step_time``, the loop
+(or ``seconds`` of measurement are spent); see :mod:`fastdata.bench`. With ``step_time``, the loop
 also runs the training step (a sleep, or the user's function) after every batch, and the fraction of
 time spent waiting for data is the stall. With ``rounds`` > 1 the grid is measured several times, in
 turn, and each configuration's windows are pooled.
@@ -24,9 +24,9 @@ from fastdata.bench._result import MODES, Config, Mode, Point, SweepResult
 from fastdata.bench._step import CPUStep
 from fastdata.bench._wider import wider
 from fastdata.core.errors import ConfigError, check_choice, check_positive
-from fastdata.core.system._machine import usable_cores
-from fastdata.loading._builder import Transport
-from fastdata.loading._protocol import Dataset as FastdataDataset
+from fastdata.core.system import usable_cores
+from fastdata.loading import Dataset as FastdataDataset
+from fastdata.loading import Transport
 
 Progress = Callable[[int, int, Point], object]
 
@@ -58,7 +58,7 @@ def grid(
 ) -> list[Config]:
     """Every configuration, without repeats (prefetch and persistence mean nothing with 0 workers).
 
-    ``modes`` says who reads (:data:`~fastdata.bench._result.Mode`): worker processes (``workers``, each
+    ``modes`` says who reads (``Mode``): worker processes (``workers``, each
     ``transport``), loader threads (``threads``, defaulting to the worker counts above 0), and the
     hybrid (the worker counts above 0, each with ``threads_per_worker`` threads).
     """
@@ -151,9 +151,9 @@ def sweep(
         dataset_or_factory: a dataset (map-style or iterable), or a function that builds one; a
             function is called afresh for every point, so no point inherits another's caches.
         workers (list[int] | None): worker counts. Defaults to 0, 1, 2, 4 ... up to the usable cores
-            (CPU affinity and cgroup quota respected; see :func:`fastdata.core.system._machine.usable_cores`), and,
+            (CPU affinity and cgroup quota respected; see :func:`fastdata.core.system.usable_cores`), and,
             where the workers wait off the CPU and throughput still rises at the largest, twice as many, and
-            so on (up to 16, or twice the cores; :mod:`fastdata.bench._wider`; ``settings["widened"]``).
+            so on (up to 16, or twice the cores; :mod:`fastdata.bench`; ``settings["widened"]``).
         modes (list["processes" | "threads" | "hybrid"]): who reads the batches: DataLoader worker
             processes (``workers``), threads of this process (``threads``; ``fd.Loader(...,
             workers="threads")``), or ``workers`` processes of ``threads_per_worker`` threads each (the
@@ -164,7 +164,7 @@ def sweep(
             above 0.
         threads_per_worker (int): threads in each worker process in hybrid mode. Defaults to 2.
         transport (list["stock" | "slots"]): how worker processes hand batches over
-            (:data:`fastdata.loading._builder.Transport`), each measured for every worker count. Defaults
+            (:data:`fastdata.loading.Transport`), each measured for every worker count. Defaults
             to ("stock",), the DataLoader's own way (``fd.Loader`` defaults to "slots").
         batch_size (int | None): samples per batch. None when the dataset yields batches itself.
             Defaults to 64.
@@ -178,7 +178,7 @@ def sweep(
             batch. Defaults to 0 (no step: the loader's maximum throughput).
         step_cpu (float): seconds of CPU work in the training step (a model trained on the CPU, host-side
             augmentation: torch operators on the training process's threads, taking cores from the workers
-            as a real CPU step does; see :class:`fastdata.bench._step.CPUStep`), before the wait of
+            as a real CPU step does; see ``CPUStep``), before the wait of
             ``step_time``. Defaults to 0.
         seconds (float): most seconds of steady state measured per point. Defaults to 6.
         window (float): seconds per measurement window. Defaults to 1.
@@ -203,7 +203,7 @@ def sweep(
             (points done, points in all, the point).
 
     Returns:
-        SweepResult: one :class:`~fastdata.bench._result.Point` per configuration.
+        SweepResult: one :class:`~fastdata.bench.Point` per configuration.
     """
     check_positive("rounds", rounds)
     timing = Timing(seconds, window, warmup, min_windows, max_spread)
@@ -380,7 +380,7 @@ def dataset_name(ds: Any) -> str:
 
 def persistent_candidates(result: SweepResult) -> list[Config]:
     """The persistent variants of the recommended and the best points, where starting their workers
-    costs :data:`~fastdata.bench._diagnose.STARTUP_NOTE` of an epoch or more (so that the advice to keep
+    costs ``STARTUP_NOTE`` of an epoch or more (so that the advice to keep
     workers alive is a measurement, not a guess)."""
     from fastdata.bench._advise import fair_points, pick
     from fastdata.bench._diagnose import STARTUP_NOTE, startup_share

@@ -28,8 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from fastdata.core import stages
-from fastdata.core.process import _pid as process
+from fastdata.core import process, stages
 
 
 class IOWaitDataset(Dataset[Any]):

@@ -1,6 +1,6 @@
 """Finding the files of a small-file corpus: an ImageFolder tree (one folder per class) or a flat
 folder. Shared by every conversion target (tar shards, HDF5). A corpus in object storage
-(``s3://bucket/prefix/``) is listed by :mod:`fastdata.convert._s3_corpus` into the same :class:`Corpus`.
+(``s3://bucket/prefix/``) is listed by :mod:`fastdata.convert` into the same :class:`Corpus`.
 
 Problems are collected, not raised one at a time, so the user sees all of them at once: unreadable
 files, broken links, links that would convert a file twice, empty class folders. The converter decides

@@ -116,7 +116,7 @@ def _first_shape(entries: list[Entry], skip_bad: bool) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Hdf5Task:
-    """How to write the parts of one HDF5 conversion (picklable, like :class:`~fastdata.convert._tar.TarTask`).
+    """How to write the parts of one HDF5 conversion (picklable, like ``TarTask``).
 
     Attributes:
         out (str): the output folder.

@@ -35,7 +35,7 @@ _POLL_S = 0.25  # how often the parent looks at progress and at dead workers whi
 
 
 class ShardTask(Protocol):
-    """What writes one shard (:class:`~fastdata.convert._tar.TarTask`, the HDF5 one ...)."""
+    """What writes one shard (``TarTask``, the HDF5 one ...)."""
 
     def write(
         self, name: str, entries: list[Entry], progress: Progress | None = None, finisher: Any = None

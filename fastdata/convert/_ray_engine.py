@@ -2,7 +2,7 @@
 
 The driver (the process running ``fastdata convert``) lists the corpus, makes the same deterministic
 plan as a local conversion, and submits one Ray task per shard still to do, a bounded number at a time
-(twice the cluster's CPUs). Each task runs :class:`~fastdata.convert._tar.TarTask` on whichever node
+(twice the cluster's CPUs). Each task runs ``TarTask`` on whichever node
 Ray picks: it reads the shard's files (a shared filesystem, or ``s3://`` objects), writes the shard and
 its sidecar under a temporary name, and publishes them:
 

@@ -2,7 +2,7 @@
 
 Shards are written exactly as for a local output (same plan, same bytes, same resume records), into a
 local *staging folder*, and each finished shard and its ``.idx`` are uploaded from the main process
-while the next shards are written (:class:`~fastdata.convert._upload.ShardUploader`: multipart for
+while the next shards are written (:class:`~fastdata.convert.ShardUploader`: multipart for
 large files, size and sha256 checked by a HEAD afterwards). A shard's local copy is deleted once its
 upload is verified, so the staging folder holds only the shards between "written" and "uploaded": at
 most ``2 x workers + 2`` of them (writing pauses while that many wait for their upload). The manifest
@@ -93,7 +93,7 @@ class RemoteOutput:
         out (str): ``s3://bucket/prefix``.
         staging (str): the staging folder (see :func:`staging_folder`).
         workers (int): shard-writing processes (sizes the staging bound).
-        storage_options (dict | None): :class:`~fastdata.storage.s3._client.S3Config` fields (endpoint,
+        storage_options (dict | None): :class:`~fastdata.storage.s3.S3Config` fields (endpoint,
             credentials, retries ...); the rest comes from the standard AWS chain.
     """
 
@@ -150,7 +150,7 @@ class RemoteOutput:
 
     def remove_stale_manifest(self) -> None:
         """Delete the manifest of an earlier conversion to this prefix before any new shard lands (what
-        :class:`~fastdata.convert._upload.ShardUploader` does on its first upload)."""
+        :class:`~fastdata.convert.ShardUploader` does on its first upload)."""
         bucket, key = parse_url(self.url + MANIFEST)
         call(self.config, self.stats, self.url + MANIFEST, lambda s3: s3.delete_object(Bucket=bucket, Key=key))
 

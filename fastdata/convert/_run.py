@@ -1,13 +1,13 @@
-"""Running a conversion (:class:`~fastdata.convert._options.ConversionPlan`), whatever its format and engine.
+"""Running a conversion (:class:`~fastdata.convert.ConversionPlan`), whatever its format and engine.
 
-The corpus is listed, then the work is planned (:mod:`fastdata.convert._plan`: which file goes into which
-shard under which key; HDF5 parts: :func:`~fastdata.convert._hdf5.plan_parts`), then each shard is written
-whole by one task (:class:`~fastdata.convert._tar.TarTask`, :class:`~fastdata.convert._hdf5.Hdf5Task`) on
-an engine (:mod:`fastdata.convert._pool`: this process or worker processes; :mod:`fastdata.convert._ray_engine`:
-a Ray cluster) and recorded as finished (:mod:`fastdata.convert._resume`). The manifest is written last,
+The corpus is listed, then the work is planned (:mod:`fastdata.convert`: which file goes into which
+shard under which key; HDF5 parts: ``plan_parts``), then each shard is written
+whole by one task (``TarTask``, ``Hdf5Task``) on
+an engine (:mod:`fastdata.convert`: this process or worker processes; :mod:`fastdata.convert`:
+a Ray cluster) and recorded as finished (:mod:`fastdata.convert`). The manifest is written last,
 from the records. For an ``s3://`` output the shards are written into a local staging folder and the
 main process uploads each one as it is reported finished, the manifest last
-(:mod:`fastdata.convert._remote`); Ray tasks upload their shards themselves.
+(:mod:`fastdata.convert`); Ray tasks upload their shards themselves.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def _convert_in(
 
 
 def base_manifest(shards: Plan, records: list[dict[str, Any]], corpus: Corpus, problems: list[str]) -> dict[str, Any]:
-    """What every format's manifest holds (layout in :mod:`fastdata.formats._manifest`)."""
+    """What every format's manifest holds (layout in :mod:`fastdata.formats`)."""
     labels: Counter[int] = Counter()
     skips: list[str] = []
     for r in records:

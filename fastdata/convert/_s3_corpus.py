@@ -1,15 +1,15 @@
 """A corpus in object storage: ``fastdata convert s3://bucket/prefix/ OUT``.
 
 The prefix is listed once (paginated, with a progress bar once it needs more than one page; the
-process's pooled client, botocore's retries; :func:`fastdata.storage.s3._list.list_prefix`), into the
-same :class:`~fastdata.convert._corpus.Corpus` a local folder gives: keys below the prefix play the
+process's pooled client, botocore's retries; :func:`fastdata.storage.s3.list_prefix`), into the
+same :class:`~fastdata.convert.Corpus` a local folder gives: keys below the prefix play the
 relative paths, so ``s3://b/train/cat/1.jpg`` under ``s3://b/train/`` is class ``cat``. The layout rules
 are the local ones: every key under a "folder" is an ImageFolder tree (the first part of the key is the
 class), no key under one is a flat corpus, a mix is refused. Keys with a part starting with ``.`` are
 left out, like hidden files. Objects carry no file mtime worth keeping (only the upload's time), so
 members get mtime 0: the shards depend on the objects' bytes and names only.
 
-The shard tasks then read the objects themselves (:class:`~fastdata.convert._tar.TarTask`), each
+The shard tasks then read the objects themselves (``TarTask``), each
 GET checked against the listed size (an object replaced since the listing is an error, or a skip).
 """
 
@@ -28,7 +28,7 @@ def scan_s3(
 
     Args:
         url (str): the prefix (a trailing ``/`` is implied: ``s3://b/train`` does not take ``train2/``).
-        storage_options (dict | None): :class:`~fastdata.storage.s3._client.S3Config` fields (endpoint,
+        storage_options (dict | None): :class:`~fastdata.storage.s3.S3Config` fields (endpoint,
             credentials, retries ...). Defaults to the standard AWS chain.
         page_size (int): keys per LIST request (S3 returns at most 1000). Defaults to 1000.
         progress (bool | None): show the listing's progress; None shows it past the first page.

@@ -61,7 +61,7 @@ class SamplePipeline:
 
     Args:
         decoder (Callable[[dict], dict] | None): turns a raw sample into a decoded one (a
-            :class:`~fastdata.formats._decode.Decoder`, a dataset's own, or the user's); raises
+            :class:`~fastdata.formats.Decoder`, a dataset's own, or the user's); raises
             :class:`~fastdata.core.errors.BadSample` for bytes it rejects. None: samples stay raw.
         transform (Callable[[dict], Any] | None): the user's function, applied after decoding.
         policy (ErrorPolicy): what to do with a bad sample (raise, or count, warn and skip).

@@ -26,7 +26,7 @@ process): every distinct file, shard or key skipped is named in a warning of its
 A missing, unreadable or unreachable source (:class:`SourceNotFound`, :class:`SourceUnreadable`,
 :class:`SourceUnavailable`, when it is one object of the data) is skipped too under ``"skip"``, and counted.
 A batch whose samples are all bad, and ``ds[i]`` of a bad sample, get a substitute sample instead of
-nothing (the rule is in :mod:`fastdata.datasets._substitute`); :class:`TooManyBadSamples` is raised only when
+nothing (the rule is in :mod:`fastdata.datasets`); :class:`TooManyBadSamples` is raised only when
 no good sample stands near enough to take their place.
 
 Every one of these errors carries ``source`` (str): the file, shard or key it is about ("" when unknown).
@@ -227,7 +227,7 @@ def source_of(error: BaseException) -> str:
 class ErrorPolicy:
     """What a dataset does with a bad sample: raise it, or skip it and count it.
 
-    The counters live in the dataset's shared state (:class:`fastdata.core.process._shared.SharedState`), so the
+    The counters live in the dataset's shared state (:class:`fastdata.core.process.SharedState`), so the
     counts from every worker process are visible in the main process while and after it iterates.
 
     Args:
@@ -278,7 +278,7 @@ class BadSampleWarning(UserWarning):
 
 class SubstituteWarning(BadSampleWarning):
     """Warned once per dataset when a substitute sample first stands in for bad ones (a batch of only bad
-    samples, or ``ds[i]`` of a bad one, under ``on_error="skip"``; see :mod:`fastdata.datasets._substitute`)."""
+    samples, or ``ds[i]`` of a bad one, under ``on_error="skip"``; see :mod:`fastdata.datasets`)."""
 
 
 __all__ = [

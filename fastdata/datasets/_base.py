@@ -1,6 +1,6 @@
 """What every fastdata dataset has: the rank read at construction and checked where it reads, the epoch
 and skip counters shared with its workers, the bad-input policy (with the substitute rule of
-:mod:`fastdata.datasets._substitute`), and ``close``."""
+:mod:`fastdata.datasets`), and ``close``."""
 
 from __future__ import annotations
 
@@ -68,18 +68,18 @@ class DatasetBase(SharedEpoch, RankFollower):
     @property
     def substituted(self) -> int:
         """Substitute samples given for bad ones under ``on_error="skip"`` (an all-bad batch, ``ds[i]`` of a
-        bad sample), summed over every process; see :mod:`fastdata.datasets._substitute`."""
+        bad sample), summed over every process; see :mod:`fastdata.datasets`."""
         return self._shared.total("substituted")
 
     def counters(self) -> dict[str, int]:
         """Every shared counter: ``skipped`` (bad samples left out), ``substituted`` (samples that stood in for
-        bad ones, see :mod:`fastdata.datasets._substitute`), and backend-specific ones like retries."""
+        bad ones, see :mod:`fastdata.datasets`), and backend-specific ones like retries."""
         return self._shared.totals()
 
     def _stand_in(self, bad: Sequence[int], read: Read, sources: Sequence[str] = ()) -> tuple[int, Any]:
         """Map-style: ``(index, sample)`` of the substitute for the bad samples ``bad`` (a batch's indices, or
         ``[i]`` for ``ds[i]``): the next good index after the last of them in index order, wrapping to 0
-        (see :mod:`fastdata.datasets._substitute`). ``read`` reads candidate indices."""
+        (see :mod:`fastdata.datasets`). ``read`` reads candidate indices."""
         what = f"sample {bad[0]}" if len(bad) == 1 else f"every sample of a batch of {len(bad)}"
         return find_substitute(
             read,
@@ -99,7 +99,7 @@ class DatasetBase(SharedEpoch, RankFollower):
         return World(self.rank, self.world_size, worker, num_workers, self.seed, self.epoch)
 
     def follow_epoch(self) -> None:
-        """Reseed this process's random streams (:func:`fastdata.core.epoch._seeding.on_epoch`) when the shared epoch
+        """Reseed this process's random streams (:func:`fastdata.core.epoch.on_epoch`) when the shared epoch
         has moved since it last looked: map-style datasets call it on every read, so persistent workers
         get new streams each epoch even without ``worker_init_fn``. Keyed by pid too: a worker forked
         from a parent that already read (``ds[0]`` before training) still seeds its own streams. The first
@@ -193,7 +193,7 @@ class MapDatasetBase(DatasetBase):
         Args:
             shuffle (bool): a new order every epoch (from the dataset's seed). Defaults to True.
             remainder ("drop" | "pad" | "uneven"): an epoch that does not split evenly over the ranks, see
-                :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
+                :data:`fastdata.core.epoch.Remainder`. Defaults to "drop".
         """
         return EpochSampler(
             len(self),  # type: ignore[arg-type]

@@ -81,22 +81,22 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
     The objects are fixed at construction: a prefix is listed once (paginated, with a progress bar for
     large prefixes; ``cache=`` keeps the listing in a file), or taken from a list of URLs or a manifest
     file. Each worker process builds its own client on first use. A batch's objects are fetched
-    concurrently (``concurrency`` threads per process, see :class:`~fastdata.storage.s3._reader.S3Config`) and
+    concurrently (``concurrency`` threads per process, see :class:`~fastdata.storage.s3.S3Config`) and
     decoded as they arrive; with ``lookahead``, while a batch is decoded and handed over, the objects of
     the batches this worker will be given next are already being fetched: :meth:`sampler` publishes each
-    epoch's order once, in shared memory (:class:`~fastdata.core.process._shared.SharedPlan`), and a worker looks
+    epoch's order once, in shared memory (:class:`~fastdata.core.process.SharedPlan`), and a worker looks
     up where the batch it was given sits in it.
 
     Use :meth:`sampler` for a rank-aware, resumable order. Under ``on_missing="skip"`` / ``on_error="skip"``
     a missing or unreadable object is left out of its batch and counted in :attr:`skipped`; a batch of
     only such objects becomes a batch of one substitute, and ``ds[i]`` of one returns it (never None): the
     next good object after the batch's last index (after ``i``) in index order, wrapping to 0, counted in
-    :attr:`substituted` (see :mod:`fastdata.datasets._substitute`). :meth:`counters` also reports requests,
+    :attr:`substituted` (see :mod:`fastdata.datasets`). :meth:`counters` also reports requests,
     retries, throttles, errors and resumed reads, summed over every worker.
 
     Args:
         source (str | list[str]): ``"s3://bucket/prefix/"``, a list of ``s3://bucket/key`` URLs, or a
-            manifest file (local or ``s3://``, ``.json`` or ``.txt``; see :mod:`fastdata.storage.s3._list`).
+            manifest file (local or ``s3://``, ``.json`` or ``.txt``; see :mod:`fastdata.storage.s3`).
         endpoint_url (str | None): the S3 endpoint. Defaults to the AWS chain's (``AWS_ENDPOINT_URL`` ...).
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable | None): by extension, like the tar
             datasets. Defaults to None (bytes).
@@ -203,7 +203,7 @@ class S3Dataset(MapDatasetBase, Dataset[Any]):
     # -- fetching --------------------------------------------------------------------------------------
     def fetch(self, i: int) -> bytes:
         """The bytes of object ``i`` (retried, resumed, length checked against the listing), read through
-        an :class:`~fastdata.storage.s3._reader.S3Reader`: one GET when the listing gave the size or the object is
+        an :class:`~fastdata.storage.s3.S3Reader`: one GET when the listing gave the size or the object is
         under 256 KiB (an empty one takes a GET and a HEAD: S3 has no byte range of nothing)."""
         url, listed = self.urls[i], int(self.sizes[i])
         if self.cache is not None:

@@ -9,7 +9,7 @@ a str and ``npy`` an array. Anything else stays bytes. A decoder that rejects th
 
 Every image comes out in one colour layout, ``color="rgb"`` (3 channels, uint8) unless told otherwise, so
 that a batch of real photos (grayscale, palette, CMYK, 16-bit, alpha) stacks; the layouts and how each
-backend reaches them are in :mod:`fastdata.formats._images`.
+backend reaches them are in :mod:`fastdata.formats`.
 
 ``size=`` resizes images as they are decoded, and a JPEG larger than twice the target is decoded at
 1/2, 1/4 or 1/8 scale first (libjpeg's DCT scaling, through PIL's ``Image.draft`` or OpenCV's

@@ -1,7 +1,7 @@
 """An output file fed from reused buffers, with its running digest (:func:`fastdata.core.new_digest`):
 hashed and written at once, or by a background thread while the caller fills the next buffer.
 
-:class:`~fastdata.formats.tar._writer.TarShardWriter` fills a buffer and hands it over here. Which way
+:class:`~fastdata.formats.tar.TarShardWriter` fills a buffer and hands it over here. Which way
 pays depends on whether a core is free for the thread (``hashlib`` and ``os.write`` release the GIL):
 
 * ``background=True``: one thread hashes then writes each buffer while the caller reads the next files;

@@ -25,7 +25,7 @@ pixels as stored.
 
 With a target size, a JPEG larger than twice the target is decoded at 1/2, 1/4 or 1/8 scale first
 (libjpeg's DCT scaling, through PIL's ``Image.draft`` or OpenCV's ``IMREAD_REDUCED_*``); see
-:class:`fastdata.formats._decode.Decoder` for what that costs in pixels.
+:class:`fastdata.formats.Decoder` for what that costs in pixels.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which inspector reads which file: by its content (magic bytes, :mod:`fastdata.inspection._sniff`) for
+"""Which inspector reads which file: by its content (magic bytes, :mod:`fastdata.inspection`) for
 a local file, else by suffix. Add one with :func:`register_inspector`."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ NOT_SNIFFED = (
 
 
 def register_inspector(suffix: str, inspector: Inspector) -> None:
-    """Make :func:`~fastdata.inspection._paths.inspect_paths` use ``inspector`` for files ending in ``suffix``
+    """Make :func:`~fastdata.inspection.inspect_paths` use ``inspector`` for files ending in ``suffix``
     (before any look at their content)."""
     INSPECTORS[suffix] = inspector
     _REGISTERED.add(suffix)

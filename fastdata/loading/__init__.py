@@ -16,32 +16,33 @@ if TYPE_CHECKING:
     from fastdata.loading._builder import Transport, build_dataloader
     from fastdata.loading._checks import Workers
     from fastdata.loading._chunk_sampler import ChunkBatchSampler, block_sequence
+    from fastdata.loading._dataloader import FastDataLoader
     from fastdata.loading._loader import DEFAULT_TRANSPORT, Loader
     from fastdata.loading._plan import ReadPlan
     from fastdata.loading._protocol import BatchingDataset, Collating, Dataset, MapDataset
     from fastdata.loading._sampler import EpochSampler
     from fastdata.loading._video_sampler import ClipBatchSampler
-    from fastdata.loading.transport._collate import batch_as_is as as_is
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "explain": "._batching",
-        "ReadPlan": "._plan",
         "Transport": "._builder",
         "build_dataloader": "._builder",
         "Workers": "._checks",
         "ChunkBatchSampler": "._chunk_sampler",
         "block_sequence": "._chunk_sampler",
+        "FastDataLoader": "._dataloader",
         "DEFAULT_TRANSPORT": "._loader",
         "Loader": "._loader",
-        "as_is": ".transport._collate:batch_as_is",
+        "ReadPlan": "._plan",
         "BatchingDataset": "._protocol",
         "Collating": "._protocol",
         "Dataset": "._protocol",
         "MapDataset": "._protocol",
         "EpochSampler": "._sampler",
         "ClipBatchSampler": "._video_sampler",
+        "as_is": ".transport._collate:batch_as_is",
     },
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "Collating",
     "Dataset",
     "EpochSampler",
+    "FastDataLoader",
     "Loader",
     "MapDataset",
     "ReadPlan",

@@ -3,7 +3,7 @@
 torch's ``default_collate`` stops a batch of real photos (every one its own size) with ``stack expects
 each tensor to be equal size``, and a batch of PIL images with ``default_collate: batch must contain
 tensors ...``: raised from inside a worker or a slot, naming no key, no sample and no fix. The collate
-functions of :mod:`fastdata.loading.transport._collate` call :func:`explain` when collating fails (never
+functions of :mod:`fastdata.loading.transport` call :func:`explain` when collating fails (never
 on a batch that collates: nothing is checked on the way to a good batch but the shapes ``torch.stack``
 compares anyway), and raise the :class:`~fastdata.core.errors.CannotBatch` it returns: the key, the two
 samples and their shapes, and the three fixes (resize as images are decoded, ``transform=``,

@@ -52,7 +52,7 @@ def fastdata_worker_init(worker_init_fn: WorkerInitFn | None = None) -> WorkerIn
 
 Transport = Literal["slots", "stock"]
 """How worker processes hand batches to the main process: ``"slots"``, through reused shared-memory
-slots (:mod:`fastdata.loading.transport._collate`), or ``"stock"``, the DataLoader's own way (a fresh shared tensor
+slots (:mod:`fastdata.loading.transport`), or ``"stock"``, the DataLoader's own way (a fresh shared tensor
 per batch, everything else pickled)."""
 
 
@@ -83,7 +83,7 @@ def build_dataloader(
         transport ("slots" | "stock"): how workers hand batches over (:data:`Transport`); ignored without
             workers. Defaults to "stock".
         threads_per_worker (int): threads in each worker process that fetch and decode (the hybrid, see
-            :mod:`fastdata.loading.threads._hybrid`); 1: the worker reads by itself. Needs workers when above 1.
+            :mod:`fastdata.loading.threads`); 1: the worker reads by itself. Needs workers when above 1.
             Defaults to 1.
         wrap_collate (Callable | None): ``wrap_collate(collate, batched)`` returns the collate function
             to use instead of the chosen one (``batched``: the DataLoader batches, rather than the
@@ -91,7 +91,7 @@ def build_dataloader(
             returns (so the probes time the collate function, and what they return travels in a slot).
         wrap_worker_init (Callable | None): likewise for the composed ``worker_init_fn``.
         dataloader_class (type[DataLoader]): ``DataLoader`` or a subclass (torchdata's
-            ``StatefulDataLoader``). Defaults to :class:`~fastdata.loading._dataloader.FastDataLoader`
+            ``StatefulDataLoader``). Defaults to :class:`~fastdata.loading.FastDataLoader`
             (a ``DataLoader`` without the profiler's marker per batch while no profiler runs).
         **dataloader_kwargs: passed on (``pin_memory``, ``prefetch_factor``, ``persistent_workers`` ...).
 

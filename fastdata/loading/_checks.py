@@ -13,7 +13,7 @@ from fastdata.loading.observe.tune import Requested
 
 Workers = Literal["processes", "threads"]
 """Who reads: ``"processes"``, DataLoader worker processes (each with ``threads_per_worker`` threads), or
-``"threads"``, threads of the training process (:mod:`fastdata.loading.threads._gang`)."""
+``"threads"``, threads of the training process (:mod:`fastdata.loading.threads`)."""
 
 
 def check_mode(

@@ -8,7 +8,7 @@ resulting sequence is cut into batches, each sorted (a batch is a set to the mod
 read as runs). A batch therefore touches one or a few chunks; the order still changes every epoch and
 every index appears exactly once.
 
-Ranks take equal, contiguous parts of the epoch sequence (:func:`fastdata.core.epoch._sharding.rank_span` and its
+Ranks take equal, contiguous parts of the epoch sequence (:func:`fastdata.core.epoch.rank_span` and its
 remainder policy), so each rank's batches also stay within chunks. The DataLoader hands whole batches
 to its workers round-robin, so the batches a rank sees do not depend on ``num_workers``.
 
@@ -77,7 +77,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         shuffle (bool): a new block order (and order inside blocks) every epoch. Defaults to True.
         seed (int): Defaults to 0.
         drop_last (bool): drop the rank's last, smaller batch. Defaults to False.
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch.Remainder`. Defaults to "drop".
         mix (int): consecutive blocks whose indices are shuffled together before batching: more
             randomness per batch, less locality. Defaults to 1.
         rank, world_size (int | None): Default to the detected ones.
@@ -192,7 +192,7 @@ class ChunkBatchSampler(SharedEpoch, Sampler[list[int]]):
         }
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """The position to resume from: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting
+        """The position to resume from: a :class:`~fastdata.core.epoch.ResumeState` (as a dict) counting
         the samples of the current epoch already consumed, in whole batches.
 
         Args:

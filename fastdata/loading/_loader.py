@@ -1,25 +1,25 @@
 """``Loader``: the DataLoader a fastdata dataset needs, which can stop mid-epoch and resume exactly.
 
-It builds the ``torch.utils.data.DataLoader`` with :func:`fastdata.loading._builder.build_dataloader` (an
+It builds the ``torch.utils.data.DataLoader`` with :func:`fastdata.loading.build_dataloader` (an
 iterable dataset batches itself, so ``batch_size=None``; a map-style one is read through its rank-aware
 ``.sampler()``, or through a resumable batch sampler such as ``HDF5Dataset.chunk_sampler()``), sets the
-epoch, counts the batches handed out, and saves that count as a :class:`~fastdata.core.epoch._resume.ResumeState`.
+epoch, counts the batches handed out, and saves that count as a :class:`~fastdata.core.epoch.ResumeState`.
 
 Why a count of batches is enough: for both kinds the rank's sequence of batches depends only on
-(seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.core.epoch._sharding`), and
+(seed, epoch, rank, world size, batch size), never on ``num_workers`` (see :mod:`fastdata.core.epoch`), and
 the DataLoader hands batches out in that order. So ``(epoch, batches consumed)`` names the exact point to
 resume from, in a new process, with any number of workers. The state is the same on every rank (all
 ranks consume the same number of batches per step), so saving rank 0's is enough.
 
 A state saved on another number of ranks, or with another batch size, resumes too: the samples of that
 epoch no rank had consumed are read exactly once across this run's ranks, the same number of batches on
-each (:mod:`fastdata.core.epoch._elastic`; map-style: :mod:`fastdata.loading._tail`); the epochs after it are read
+each (:mod:`fastdata.core.epoch`; map-style: :mod:`fastdata.loading`); the epochs after it are read
 as a run of this size reads them.
 
 Who reads: worker processes (``num_workers``; batches handed over through reused shared-memory slots by
-default, ``transport="slots"``, see :mod:`fastdata.loading.transport._collate`; ``threads_per_worker`` threads in
-each, :mod:`fastdata.loading.threads._hybrid`), or ``workers="threads"``: threads of this process, each standing
-for one worker (:mod:`fastdata.loading.threads._loader`). The batches, their order and the resume state are
+default, ``transport="slots"``, see :mod:`fastdata.loading.transport`; ``threads_per_worker`` threads in
+each, :mod:`fastdata.loading.threads`), or ``workers="threads"``: threads of this process, each standing
+for one worker (:mod:`fastdata.loading.threads`). The batches, their order and the resume state are
 the same in every mode, so a state saved in one resumes in another.
 
 We write this small wrapper because ``torchdata``'s ``StatefulDataLoader`` (which fastdata's datasets
@@ -72,7 +72,7 @@ class Loader:
                 checkpoint = {"loader": loader.state_dict(), ...}
 
     Args:
-        dataset: a fastdata dataset (:class:`fastdata.loading._protocol.Dataset`). Iterable ones
+        dataset: a fastdata dataset (:class:`fastdata.loading.Dataset`). Iterable ones
             (``TarShardDataset``) must be built with ``batch_size``; map-style ones need a ``sampler()``
             method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
         batch_size (int | None): samples per batch. Required for map-style datasets (unless
@@ -86,14 +86,14 @@ class Loader:
             this process, for work that releases the GIL (file and S3 reads, PIL/OpenCV/PyAV decode). The
             batches, their order and resuming are the same either way. Defaults to "processes".
         threads_per_worker (int): with worker processes: threads in each that fetch and decode (the
-            hybrid, :mod:`fastdata.loading.threads._hybrid`). Defaults to 1.
+            hybrid, :mod:`fastdata.loading.threads`). Defaults to 1.
         transport ("slots" | "stock" | None): how worker processes hand batches over
-            (:data:`~fastdata.loading._builder.Transport`): reused shared-memory slots, or the DataLoader's
+            (:data:`~fastdata.loading.Transport`): reused shared-memory slots, or the DataLoader's
             own way. Defaults to None: :data:`DEFAULT_TRANSPORT`.
         shuffle (bool | None): map-style only: a new order every epoch. Defaults to True. For an iterable
             dataset, set it on the dataset (it must agree if given here).
         remainder ("drop" | "pad" | "uneven" | None): how an epoch that does not split evenly over ranks
-            is handled, see :data:`fastdata.core.epoch._sharding.Remainder`. Map-style: passed to ``sampler()``,
+            is handled, see :data:`fastdata.core.epoch.Remainder`. Map-style: passed to ``sampler()``,
             defaults to "drop". Iterable: set it on the dataset (it must agree if given here).
         drop_last (bool | None): drop the rank's last, smaller batch. Map-style: defaults to False.
             Iterable: set it on the dataset (it must agree if given here).
@@ -101,7 +101,7 @@ class Loader:
             (an :class:`~fastdata.loading.EpochSampler`) to use instead of ``dataset.sampler()``.
         batch_sampler: map-style only: a resumable sampler of whole batches,
             ``HDF5Dataset.chunk_sampler(batch_size, ...)`` (a
-            :class:`~fastdata.loading._chunk_sampler.ChunkBatchSampler`); it sets the batch size, the order
+            :class:`~fastdata.loading.ChunkBatchSampler`); it sets the batch size, the order
             and ``drop_last``.
         worker_init_fn (Callable | None): run in each worker process after :data:`fastdata.worker_init_fn`,
             which the Loader always installs. Not with threads. Defaults to None.
@@ -156,7 +156,7 @@ class Loader:
         if not isinstance(dataset, Dataset):
             raise ConfigError(
                 f"Loader needs a fastdata dataset (rank, world_size, seed, epoch, set_epoch, worker_world, "
-                f"close: see fastdata.loading._protocol.Dataset), not {type(dataset)}"
+                f"close: see fastdata.loading.Dataset), not {type(dataset)}"
             )
         self.dataset: Any = dataset  # a Dataset, and a MapDataset or a BatchingDataset (checked below)
         # --- monitor and autotune (fastdata.loading.observe._session): the session (None without either) and the
@@ -269,7 +269,7 @@ class Loader:
 
     @property
     def thread_loader(self) -> ThreadLoader:
-        """With ``workers="threads"``: the :class:`~fastdata.loading.threads._loader.ThreadLoader` underneath.
+        """With ``workers="threads"``: the :class:`~fastdata.loading.threads.ThreadLoader` underneath.
 
         Raises:
             ConfigError: with worker processes, which read through :attr:`dataloader`.
@@ -485,7 +485,7 @@ class Loader:
         return plan
 
     def state_dict(self) -> dict[str, Any]:
-        """Where to resume: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting the batches of
+        """Where to resume: a :class:`~fastdata.core.epoch.ResumeState` (as a dict) counting the batches of
         the current epoch handed out, with the plan they were consumed under.
 
         The batch count is the batches handed out by this Loader in the current epoch, so save the state
@@ -504,7 +504,7 @@ class Loader:
         A state saved on another number of ranks or with another batch size (this run's ``world_size`` and
         ``batch_size`` differ from its plan's) finishes its epoch here: the samples of that epoch no rank had
         consumed are read exactly once across this run's ranks, in the same number of batches on each (see
-        :mod:`fastdata.core.epoch._elastic` for the order, and the one case where a sample is read twice). Load
+        :mod:`fastdata.core.epoch` for the order, and the one case where a sample is read twice). Load
         the same state on every rank.
 
         The state must have been saved under this Loader's plan (what its order and split depend on: the

@@ -1,6 +1,6 @@
 """What a fastdata dataset, and a resumable sampler, offer: the protocols the loading layer works through.
 
-:class:`fastdata.Loader`, :func:`fastdata.loading._builder.build_dataloader` and the benchmark harness take
+:class:`fastdata.Loader`, :func:`fastdata.loading.build_dataloader` and the benchmark harness take
 any object that has these members (``isinstance`` works on each: they are ``runtime_checkable``), so a
 dataset written outside fastdata can join by offering them. Split by what really differs:
 
@@ -10,10 +10,10 @@ dataset written outside fastdata can join by offering them. Split by what really
 - :class:`BatchingDataset`: an iterable one that deals whole batches and resumes (``TarShardDataset``);
 - :class:`Collating`: a dataset with its own faster ``collate`` (``HDF5Dataset``);
 - :class:`Resumable`, :class:`ResumableSampler`, :class:`ResumableBatchSampler`: what can save and load
-  a :class:`~fastdata.core.epoch._resume.ResumeState`; :class:`Planned`: a dataset whose resume states name its
+  a :class:`~fastdata.core.epoch.ResumeState`; :class:`Planned`: a dataset whose resume states name its
   data (``resume_plan()``).
 
-The two members core calls itself (``worker_world``, ``warm``) are declared in :mod:`fastdata.core.epoch._protocol`.
+The two members core calls itself (``worker_world``, ``warm``) are declared in :mod:`fastdata.core.epoch`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fastdata.core.epoch import Remainder, WorkerAware
 
 @runtime_checkable
 class Resumable(Protocol):
-    """Saves where it stands and resumes from it (a :class:`~fastdata.core.epoch._resume.ResumeState` as a dict)."""
+    """Saves where it stands and resumes from it (a :class:`~fastdata.core.epoch.ResumeState` as a dict)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -67,7 +67,7 @@ class RankSampler(Protocol):
 
 @runtime_checkable
 class ResumableBatchSampler(ResumableSampler, Protocol):
-    """A batch sampler that resumes (:class:`~fastdata.loading._chunk_sampler.ChunkBatchSampler`): it yields
+    """A batch sampler that resumes (:class:`~fastdata.loading.ChunkBatchSampler`): it yields
     lists of indices, ``batch_size`` at a time, and counts its position in samples (whole batches)."""
 
     batch_size: int
@@ -101,7 +101,7 @@ class Dataset(WorkerAware, Protocol):
 class MapDataset(Dataset, Protocol):
     """A map-style fastdata dataset: random access, read in the order of its rank-aware ``sampler()``.
 
-    fastdata's also offer ``warm()`` (:class:`~fastdata.core.epoch._protocol.Warmable`), which
+    fastdata's also offer ``warm()`` (:class:`~fastdata.core.epoch.Warmable`), which
     :data:`fastdata.worker_init_fn` calls in each worker.
     """
 

@@ -1,6 +1,6 @@
 """``EpochSampler``: the indices one rank reads in one epoch, for map-style datasets.
 
-Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.core.epoch._sharding`,
+Like ``torch.utils.data.DistributedSampler``, with the remainder policy of :mod:`fastdata.core.epoch`,
 the rank detected at construction, the epoch shared with the dataset (``dataset.set_epoch`` moves both),
 and mid-epoch resume through ``state_dict``/``load_state_dict``. The order never depends on
 ``num_workers``: the DataLoader hands this order to its workers and returns batches in it.
@@ -43,7 +43,7 @@ class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):  # type:
         n (int): samples in the dataset.
         shuffle (bool): a new order every epoch, from (seed, epoch). Defaults to True.
         seed (int): Defaults to 0.
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones (``torch.distributed``, else the launch
             environment), checked again where it is iterated (:class:`fastdata.core.epoch.RankFollower`).
         rank_of (RankFollower | None): the dataset whose rank this sampler follows (checked where it is
@@ -51,7 +51,7 @@ class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):  # type:
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
         publish (Callable[[int, np.ndarray], None] | None): called with ``(epoch, order)`` at the start of
             each iteration, with the epoch's whole order (before any resume skip): how a dataset's workers
-            learn what comes next (see :class:`fastdata.core.process._shared.SharedPlan`). Defaults to None.
+            learn what comes next (see :class:`fastdata.core.process.SharedPlan`). Defaults to None.
         owner (str | None): the dataset it orders, named in its warning when a new pass repeats a shuffled
             epoch already read because the epoch was not set again. Defaults to None.
         unit (int): indices that stay together, in order: the epoch is ordered and split over ranks in
@@ -233,7 +233,7 @@ class EpochSampler(SharedEpoch, RankFollower, DistributedSampler[int]):  # type:
         return units * unit + positions % unit
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """The position to resume from: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting
+        """The position to resume from: a :class:`~fastdata.core.epoch.ResumeState` (as a dict) counting
         the samples of the current epoch already consumed.
 
         Args:

@@ -1,11 +1,11 @@
 """A map-style epoch resumed on another number of ranks (or with another batch size): its batches for this rank.
 
-The plan is :mod:`fastdata.core.epoch._elastic`'s; the sampler that ordered the epoch
+The plan is :mod:`fastdata.core.epoch`'s; the sampler that ordered the epoch
 (:class:`~fastdata.loading.EpochSampler`, :class:`~fastdata.loading.ChunkBatchSampler`,
 :class:`~fastdata.loading.ClipBatchSampler`) says what its plan on the saved number of ranks was
 (``elastic_base``) and which index lies where in it (``elastic_items``); the batches of this rank come out as
 lists of indices, read through a DataLoader's ``batch_sampler`` (:class:`TailBatches`): the tail's batches are
-not all of one size (see :mod:`fastdata.core.epoch._elastic`), which a DataLoader batching a flat sampler could not
+not all of one size (see :mod:`fastdata.core.epoch`), which a DataLoader batching a flat sampler could not
 give.
 """
 

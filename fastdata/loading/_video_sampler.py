@@ -7,7 +7,7 @@ going forward instead:
 
 1. **the epoch's sequence**: videos in an order permuted from (seed, epoch); each video's clips in the
    order of their first frame (the clip starts of that epoch). Ranks take equal, contiguous parts of it
-   (:func:`fastdata.core.epoch._sharding.rank_span`), so every clip is read once per epoch across ranks;
+   (:func:`fastdata.core.epoch.rank_span`), so every clip is read once per epoch across ranks;
 2. **streams**: the rank's part is cut into ``lanes * S`` contiguous *streams* (``S = batch_size / run``)
    of about equal length, each a run of whole videos (a cut moves to the nearest video boundary within
    half a stream), forward; stream ``r`` belongs to lane ``r % lanes``, so a lane's streams lie spread
@@ -21,7 +21,7 @@ Each batch draws from ``S = batch_size / run`` videos (half as many as clips wit
 the locality is that consecutive batches of one worker continue the same videos. The order depends on
 (seed, epoch, rank, world size, batch size, ``lanes``, ``run``), never on the ``num_workers`` actually
 used: another worker count reads the same batches, only less decoder-friendly. It resumes through
-:mod:`fastdata.core.epoch._resume` like :class:`~fastdata.loading._chunk_sampler.ChunkBatchSampler`, whose
+:mod:`fastdata.core.epoch` like :class:`~fastdata.loading.ChunkBatchSampler`, whose
 bookkeeping it shares. Build one with :meth:`fastdata.VideoClipDataset.clip_sampler`.
 """
 
@@ -80,7 +80,7 @@ class ClipBatchSampler(ChunkBatchSampler):
         shuffle (bool): a new order of videos (and clip starts, from the dataset) every epoch. Defaults to True.
         seed (int): Defaults to 0.
         drop_last (bool): drop the rank's last, smaller batch. Defaults to False.
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones.
         shared (SharedState | None): the dataset's shared state, to follow its ``set_epoch``.
 

@@ -2,7 +2,7 @@
 
 ``reader.size``, ``reader.read(offset, length)``, ``reader.read_ranges([(offset, length), ...])``,
 ``reader.close()``. Backends are chosen by URL scheme and imported on first use, so that reading local
-files never imports boto3. A remote store also has a :class:`~fastdata.storage._remote.Remote` side
+files never imports boto3. A remote store also has a :class:`~fastdata.storage.Remote` side
 (:func:`open_remote`): versions and whole downloads, what the node-local cache (:mod:`fastdata.storage.cache`)
 asks of it.
 """
@@ -77,7 +77,7 @@ def is_remote(url: str) -> bool:
 
 
 def open_remote(url: str, stats: Any = None, *, parallel: bool = True, **options: Any) -> Any:
-    """The :class:`~fastdata.storage._remote.Remote` of ``url``'s store, for the cache: built from the same
+    """The :class:`~fastdata.storage.Remote` of ``url``'s store, for the cache: built from the same
     ``options`` as its reader (for ``s3://``: the ``S3Config`` fields and ``part_size``; the reader's other
     options are left out), counting into ``stats`` (a counter sink: a dataset's shared state)."""
     name = scheme(url)

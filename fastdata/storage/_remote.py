@@ -1,6 +1,6 @@
 """What a node-local cache (:mod:`fastdata.storage.cache`) needs of a remote store, whatever it is: the
 current version of an object, and the object whole, written into a local file. S3's is
-:class:`fastdata.storage.s3._download.S3Remote`; :func:`fastdata.storage.open_remote` picks by scheme."""
+:class:`fastdata.storage.s3.S3Remote`; :func:`fastdata.storage.open_remote` picks by scheme."""
 
 from __future__ import annotations
 

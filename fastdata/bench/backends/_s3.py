@@ -11,7 +11,7 @@ SPEC:
 
 Endpoint, region and credentials come from the standard AWS chain (``AWS_ENDPOINT_URL``, profiles,
 the environment), or from ``-o endpoint_url=http://127.0.0.1:9000`` and the other non-secret fields of
-:class:`~fastdata.storage.s3._client.S3Config` (``region_name``, ``profile_name``, ``anonymous``,
+:class:`~fastdata.storage.s3.S3Config` (``region_name``, ``profile_name``, ``anonymous``,
 ``max_attempts``, ``concurrency`` ...). Credentials are not taken as options: options are written to
 the report; from Python, pass ``config=S3Config(...)`` (its repr hides them). Other options: ``decode``,
 ``on_error``, ``seed``; for objects ``lookahead``, ``on_missing``, ``cache``, ``page_size``; for shards
@@ -57,7 +57,7 @@ MANIFEST = "manifest.json"
 
 
 def _config_fields() -> set[str]:
-    from fastdata.storage.s3._client import S3Config
+    from fastdata.storage.s3 import S3Config
 
     return {f.name for f in dataclasses.fields(S3Config)} - SECRETS
 
@@ -74,8 +74,7 @@ def _is_shard(url: str) -> bool:
 def _prefix_holds_shards(url: str, config: Any) -> bool:
     """Whether the first page of the listing of prefix ``url`` holds tar shards and nothing else but their
     sidecars and manifest (one request; the dataset lists the prefix itself)."""
-    from fastdata.storage.s3._client import Stats, parse_url, release
-    from fastdata.storage.s3._fetch import call
+    from fastdata.storage.s3 import Stats, call, parse_url, release
 
     bucket, prefix = parse_url(url)
     try:
@@ -88,8 +87,7 @@ def _prefix_holds_shards(url: str, config: Any) -> bool:
 
 
 def _shard_urls(url: str, config: Any) -> list[str]:
-    from fastdata.storage.s3._client import Stats, release
-    from fastdata.storage.s3._list import list_prefix
+    from fastdata.storage.s3 import Stats, list_prefix, release
 
     try:
         urls, _ = list_prefix(url, config, Stats())
@@ -116,7 +114,7 @@ def _check(options: dict[str, Any], allowed: set[str], what: str) -> None:
 def open(spec: str, **options: Any) -> Any:
     """An :class:`~fastdata.S3Dataset` over the objects of ``spec``, or a tar-shard dataset over its shards."""
     import fastdata as fd
-    from fastdata.storage.s3._client import S3Config
+    from fastdata.storage.s3 import S3Config
 
     s3_fields = _config_fields()
     _check(options, _COMMON | _OBJECTS | _SHARDS | _READER | s3_fields, "any SPEC")
@@ -173,7 +171,7 @@ def upload_demo_objects(
 def demo(folder: Path, scale: float = 1.0) -> Iterator[tuple[str, dict[str, Any]]]:
     """A local S3 server (moto, its own process, 127.0.0.1, a free port) holding 384 JPEGs (128x128, about
     3 MB; ``scale`` times as many), read one object per sample. The endpoint and the server's dummy
-    credentials reach the dataset explicitly, in an :class:`~fastdata.storage.s3._client.S3Config` (whose
+    credentials reach the dataset explicitly, in an :class:`~fastdata.storage.s3.S3Config` (whose
     repr, the form written to the report, hides the credentials); nothing is set in the environment. The
     listing is kept in ``folder``, so that the sweep lists the prefix once. The server stops on exit, also
     after an error or Ctrl-C.
@@ -182,7 +180,7 @@ def demo(folder: Path, scale: float = 1.0) -> Iterator[tuple[str, dict[str, Any]
         DemoUnavailable: moto (the ``demo`` extra) is not installed.
     """
     from fastdata.bench import _local_s3 as local_s3
-    from fastdata.storage.s3._client import S3Config
+    from fastdata.storage.s3 import S3Config
 
     why = local_s3.missing()
     if why is not None:

@@ -16,7 +16,7 @@ default false: the streaming :class:`~fastdata.TarShardDataset`), ``shuffle`` (d
 Images of different sizes (a folder of real photos) do not batch as they are stored: before the sweep,
 :func:`prepare` looks at a few images' headers and, when their sizes differ and neither ``decode`` nor
 ``size`` was given, measures ``decode="torch"`` at ``size=(224, 224)``, saying so in the report (see
-:mod:`fastdata.bench.backends._sizing`). A folder is read through its manifest, as the datasets read it.
+:mod:`fastdata.bench.backends`). A folder is read through its manifest, as the datasets read it.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def detect(spec: str) -> bool:
 
 def _urls(spec: str) -> list[str]:
     """The shards of SPEC, a folder read through its manifest as the datasets read it."""
-    from fastdata.datasets.tar._source import tar_urls
+    from fastdata.datasets.tar import tar_urls
 
     return tar_urls(spec)
 

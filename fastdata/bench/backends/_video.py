@@ -59,7 +59,7 @@ _OPTIONS = {
 
 
 def _extensions() -> frozenset[str]:
-    from fastdata.datasets.video._dataset import VIDEO_EXTENSIONS
+    from fastdata.formats.video import VIDEO_EXTENSIONS
 
     return VIDEO_EXTENSIONS
 

@@ -1,6 +1,6 @@
 """Resuming an epoch on another number of ranks: which samples each new rank reads. Pure, no I/O.
 
-An epoch is planned for ``N`` ranks with batches of ``B`` (:mod:`fastdata.core.epoch._sharding`): rank ``r`` reads its
+An epoch is planned for ``N`` ranks with batches of ``B`` (:mod:`fastdata.core.epoch`): rank ``r`` reads its
 part of the epoch's sequence in order, ``B`` at a time. A state saved after ``k`` batches says that every rank
 consumed the first ``k`` batches of its part (a rank with fewer had consumed all of its own). Resumed on ``M``
 ranks with batches of ``B'``, the epoch is finished in a *tail layout*:

@@ -28,12 +28,12 @@ loaded into. The dict holds only ints, strings and a dict of ints, so it goes th
   ``StatefulDataLoader`` collects from ``TarShardDataset``): that state resumes that worker only.
 - ``history`` appears only in a state saved while an epoch resumed on another number of ranks (or with
   another batch size) was read: the :class:`Stop` of every layout that epoch was read in before, oldest
-  first, so that the epoch can be resumed again, on any number of ranks (see :mod:`fastdata.core.epoch._elastic`).
+  first, so that the epoch can be resumed again, on any number of ranks (see :mod:`fastdata.core.epoch`).
   ``position`` then counts the batches of the newest layout, the one ``plan`` describes.
 
 A state saved at another ``world_size`` or ``batch_size`` is *elastic*: an object that can (``fastdata.Loader``,
 ``TarShardDataset``) reads the samples of that epoch no rank had consumed, exactly once across its ranks
-(:func:`next_layout`, :mod:`fastdata.core.epoch._elastic`); the others refuse it, naming the key.
+(:func:`next_layout`, :mod:`fastdata.core.epoch`); the others refuse it, naming the key.
 
 Older states are refused, naming the way out: a ``version`` 1 state (fastdata before the plan held the shuffle,
 the window and the data's identity) cannot be checked against what it resumes, and loading it could read
@@ -374,7 +374,7 @@ def next_layout(state: ResumeState, world_size: int, batch_size: int) -> tuple[t
 
     ``history`` empty: the epoch's own layout, at batch ``position`` (the state was saved in this layout).
     Otherwise the epoch is read in the layout that follows the stops of ``history`` (see
-    :mod:`fastdata.core.epoch._elastic`), from its batch ``position``: 0 when the state was saved in another layout
+    :mod:`fastdata.core.epoch`), from its batch ``position``: 0 when the state was saved in another layout
     (it becomes the last stop), the state's own position when it was saved in that same later layout.
     """
     saved = Stop(

@@ -13,7 +13,7 @@ What a DataLoader worker's ``random``, ``numpy`` and ``torch`` streams are seede
 
 A pass is one iteration over a dataset; its token (:func:`pass_token`) is the same in every worker of
 the pass and differs from one pass to the next. The decision is made by the first process of the pass
-and read by the others from the dataset's shared state (:meth:`~fastdata.core.process._shared.SharedState.begin_pass`).
+and read by the others from the dataset's shared state (:meth:`~fastdata.core.process.SharedState.begin_pass`).
 Persistent workers run ``worker_init_fn`` once: an iterable dataset starts each later pass in
 ``__iter__`` (and reseeds the same way); a map-style dataset sees no pass boundary in its workers, so
 their streams continue (they never repeat), and restart from (seed, epoch, rank, worker) when the
@@ -67,7 +67,7 @@ def pass_token(k: int) -> int:
     from the iterator's ``base_seed`` (the same in every worker of one ``iter(DataLoader)``, new for the
     next unless the DataLoader's generator is reseeded alike) and ``k`` (persistent workers count their
     passes alike); in the main process, from the process id and ``k`` (and, in loader threads, the token
-    of their set: :func:`fastdata.core.epoch._world.acting_as_worker`)."""
+    of their set: :func:`fastdata.core.epoch.acting_as_worker`)."""
     from torch.utils.data import get_worker_info
 
     info = get_worker_info()

@@ -236,7 +236,7 @@ def acting_as_worker(worker: int, num_workers: int, token: int = 0) -> Iterator[
         worker, num_workers (int): the worker the thread stands for.
         token (int): the same in every thread of one set of loader threads, different from the next set's
             (as a DataLoader iterator's ``base_seed`` is for its workers): tells passes apart
-            (:func:`fastdata.core.epoch._seeding.pass_token`). Defaults to 0.
+            (:func:`fastdata.core.epoch.pass_token`). Defaults to 0.
     """
     World(worker=worker, num_workers=num_workers)  # checks the pair
     before = getattr(_thread, "worker", None), getattr(_thread, "token", 0)

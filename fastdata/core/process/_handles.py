@@ -1,6 +1,6 @@
 """Per-process handles: a bounded LRU cache of open files, readers and clients, and one value per process.
 
-The rules (see :mod:`fastdata.core.process._pid`): a handle is opened on first use in the process that uses
+The rules (see :mod:`fastdata.core.process`): a handle is opened on first use in the process that uses
 it; a process created by ``fork`` never uses a handle it inherited (it opens its own); pickling drops
 handles, so a dataset crosses into ``spawn`` workers without them; whatever is opened is closed at exit.
 """

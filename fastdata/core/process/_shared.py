@@ -122,7 +122,7 @@ class SharedState:
         Args:
             log (int): which log, ``0 .. LOGS-1`` (a dataset and its sampler keep separate ones).
             token (int): the pass's identity, the same in every process of the pass, different from the
-                previous pass's (:func:`fastdata.core.epoch._seeding.pass_token`).
+                previous pass's (:func:`fastdata.core.epoch.pass_token`).
         """
         a = self._array
         slot = 2 + log

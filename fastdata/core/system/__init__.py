@@ -10,17 +10,86 @@ from fastdata.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fastdata.core.system._heap import keep_freed_heap
+    from fastdata.core.system._machine import (
+        affinity_cpus,
+        cpu_quota,
+        memory_available,
+        usable_cores,
+        usable_memory,
+        usable_physical_cores,
+    )
+    from fastdata.core.system._procfs import (
+        ProcessCounters,
+        ProcessProbe,
+        ThreadSampler,
+        cpu_model,
+        delay_accounting,
+        machine_busy,
+        memory_of,
+        open_fds,
+        own_counters,
+        procs_blocked,
+        python_thread_names,
+        rss,
+        thread_runq,
+        usable_cpus,
+    )
     from fastdata.core.system._thread_name import name_this_thread
+    from fastdata.core.system._waits import KINDS, split
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "cpu_model": "._procfs",
         "keep_freed_heap": "._heap",
+        "affinity_cpus": "._machine",
+        "cpu_quota": "._machine",
+        "memory_available": "._machine",
+        "usable_cores": "._machine",
+        "usable_memory": "._machine",
+        "usable_physical_cores": "._machine",
+        "ProcessCounters": "._procfs",
+        "ProcessProbe": "._procfs",
+        "ThreadSampler": "._procfs",
+        "delay_accounting": "._procfs",
+        "machine_busy": "._procfs",
+        "memory_of": "._procfs",
+        "open_fds": "._procfs",
+        "own_counters": "._procfs",
+        "procs_blocked": "._procfs",
+        "python_thread_names": "._procfs",
+        "rss": "._procfs",
+        "thread_runq": "._procfs",
+        "usable_cpus": "._procfs",
         "name_this_thread": "._thread_name",
+        "KINDS": "._waits",
+        "split": "._waits",
     },
 )
 
 __all__ = [
+    "KINDS",
+    "ProcessCounters",
+    "ProcessProbe",
+    "ThreadSampler",
+    "affinity_cpus",
+    "cpu_model",
+    "cpu_quota",
+    "delay_accounting",
     "keep_freed_heap",
+    "machine_busy",
+    "memory_available",
+    "memory_of",
     "name_this_thread",
+    "open_fds",
+    "own_counters",
+    "procs_blocked",
+    "python_thread_names",
+    "rss",
+    "split",
+    "thread_runq",
+    "usable_cores",
+    "usable_cpus",
+    "usable_memory",
+    "usable_physical_cores",
 ]

@@ -13,14 +13,14 @@ cheap (a few small files per thread) and cumulative: the difference of two readi
   last reading, so totals never go down.
 * :class:`ThreadSampler`: a background thread that looks at the watched processes' threads a few times a
   second: what each producer is waiting on (its state, its system call and the descriptor it waits on:
-  :mod:`fastdata.core.system._waits` names the kind), and whether any thread is in uninterruptible sleep (D:
+  :mod:`fastdata.core.system` names the kind), and whether any thread is in uninterruptible sleep (D:
   waiting for a disk, or an NFS/FUSE server).
 * :func:`machine_busy`: CPU used by every process on the CPUs we may run on (the neighbours' share).
 * :func:`memory_of` (PSS and USS), :func:`open_fds`, :func:`open_fd_targets`, :func:`rss`,
   :func:`own_counters` (this process, exited threads included), :func:`thread_runq`,
   :func:`procs_blocked`, :func:`delay_accounting`, :func:`cpu_model`.
 
-Only the standard library (and :mod:`fastdata.core.system._waits`, the rules): this module sits in ``fastdata.core``.
+Only the standard library (and :mod:`fastdata.core.system`, the rules): this module sits in ``fastdata.core``.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ MAX_PAUSE = 0.1  # ... and at most this: 10 looks a second whatever they cost (o
 
 
 class ThreadSampler:
-    """Looks, a few times a second, at what the loader's threads are doing (:mod:`fastdata.core.system._waits`), and
+    """Looks, a few times a second, at what the loader's threads are doing (:mod:`fastdata.core.system`), and
     counts per process the looks of each kind of wait: the producers, not a window's end, since a read
     that waits 5 ms is over before anyone reads a file at a window's end.
 
@@ -305,7 +305,7 @@ class ThreadSampler:
     one, its current system call (``.../syscall``) and the descriptors it waits on (``/proc/PID/fd/N``;
     a ``poll``'s array from ``/proc/PID/mem``, an epoll's from ``/proc/PID/fdinfo``). A worker counts as
     its main thread, unless that waits on a futex for one of its own threads (a decoder's helper, a
-    fetch pool): then as what those do (:func:`fastdata.core.system._waits.process_kind`). In the main process
+    fetch pool): then as what those do (``process_kind``). In the main process
     it looks at the loader threads (thread mode), or at the loop thread while it is inside ``next()``
     (the main process makes the batches itself, or receives them). It also counts the looks that found
     any thread of the loader in D state (uninterruptible sleep).
@@ -475,7 +475,7 @@ class ThreadSampler:
             return None
 
     def looked(self, pid: int) -> dict[str, int]:
-        """Looks at process ``pid`` so far, by ``"kind/call"`` (:func:`fastdata.core.system._waits.key`)."""
+        """Looks at process ``pid`` so far, by ``"kind/call"`` (``key``)."""
         return dict(self._counts.get(pid, {}))
 
     def counts(self) -> tuple[int, int]:

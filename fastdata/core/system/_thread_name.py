@@ -2,7 +2,7 @@
 
 Python 3.11 names threads for Python only; the kernel keeps the name of the thread that started them
 (``pt_data_worker`` in a DataLoader worker), so from outside the process a loader thread looks like any
-other. Naming it ``fastdata-...`` lets the probe (:mod:`fastdata.core.system._procfs`) tell fastdata's own reading
+other. Naming it ``fastdata-...`` lets the probe (:mod:`fastdata.core.system`) tell fastdata's own reading
 threads from the user's: a worker whose main thread waits on its own reading threads (the hybrid) waits on
 what those do, not on a lock.
 """

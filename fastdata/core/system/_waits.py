@@ -1,5 +1,5 @@
 """What a thread is waiting on, from what ``/proc`` shows of it: its state, its current system call and the
-kind of descriptor that call waits on. Pure rules (no file is read here; :mod:`fastdata.core.system._procfs` reads).
+kind of descriptor that call waits on. Pure rules (no file is read here; :mod:`fastdata.core.system` reads).
 
 Kinds (:data:`KINDS`), as a look at a producer (a worker process, a loader thread) finds it:
 
@@ -136,7 +136,7 @@ def process_kind(
     """The kind of a producing process from its main thread's and its other threads' ``(kind, call)``: the
     main thread's, unless it waits on a futex (a helper thread decoding, a pool fetching): then the first
     of :data:`BEHIND_A_LOCK` that another thread is in (a lock whose holder sleeps stays a lock). ``own``:
-    the kinds of fastdata's own reading threads among the others (named :data:`fastdata.core.system._thread_name.OWN`);
+    the kinds of fastdata's own reading threads among the others (named ``OWN``);
     a main thread waiting on a futex while they read waits on what they do, whatever it is
     (:data:`BEHIND_OWN`: a hybrid worker whose threads sleep is sleeping, not on a lock)."""
     if main[0] != "lock":

@@ -47,14 +47,14 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
     "__index__": i}``: what h5py's ``ds[i]`` gives, in native byte order (fixed-size rows as numpy arrays
     or scalars), except variable-length ``uint8`` rows as ``bytes`` (decoded with ``decode``),
     variable-length strings as ``str`` and compound rows as dicts of their members (see
-    :mod:`fastdata.formats.hdf5._types`). Fields reached through external links are read from the file
+    :mod:`fastdata.formats.hdf5`). Fields reached through external links are read from the file
     that holds them.
 
     Files are described once at construction (fields checked, lengths read) and closed again. Each process
     then opens a file on first use, read-only, with the chunk cache below; a forked worker never reads
     through its parent's handle (it closes what it inherited and opens its own); pickling drops the
     handles, so the dataset crosses into ``spawn`` workers without them. Rows of uncompressed fixed-size
-    fields are read straight from the file with ``os.preadv`` (see :mod:`fastdata.formats.hdf5._rows`).
+    fields are read straight from the file with ``os.preadv`` (see :mod:`fastdata.formats.hdf5`).
 
     Use :meth:`sampler` (indices) or :meth:`chunk_sampler` (batches that stay within chunks: much faster
     for compressed or variable-length fields) and ``collate_fn=ds.collate`` (no second copy of batches).
@@ -74,16 +74,16 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
         seed (int): seed of the samplers' shuffles and of ``worker_init_fn``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
         rdcc_nbytes (int): chunk cache per open file and process, in bytes. Defaults to 16 MiB
-            (:data:`~fastdata.formats.hdf5._reader.DEFAULT_RDCC_NBYTES`).
+            (:data:`~fastdata.formats.hdf5.DEFAULT_RDCC_NBYTES`).
         rdcc_nslots (int): chunk cache hash slots. Defaults to 10_007.
         rdcc_w0 (float): chunk cache preemption policy. Defaults to 0.75.
         max_open (int | None): files open at once per process. Defaults to
-            :func:`fastdata.core.process._handles.default_max_open`.
+            ``default_max_open``.
 
     Under ``on_error="skip"`` a bad row is left out of its batch and counted in :attr:`skipped`; a batch of
     only bad rows becomes a batch of one substitute, and ``ds[i]`` of a bad row returns it (never None):
     the next good sample after the batch's last index (after ``i``) in index order, wrapping to 0,
-    counted in :attr:`substituted` (see :mod:`fastdata.datasets._substitute`).
+    counted in :attr:`substituted` (see :mod:`fastdata.datasets`).
 
     Raises:
         SourceNotFound: a file or field does not exist. BadLayout: fields of unequal length, a group or a
@@ -202,7 +202,7 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
     def follow_epoch(self) -> None:
         """As :meth:`DatasetBase.follow_epoch`; and when an epoch starts in this process, close the files
         that changed since the dataset was built (rewritten in place, replaced), so that reading them
-        again raises :class:`~fastdata.formats.hdf5._reader.FileChanged` instead of returning stale or garbled rows
+        again raises :class:`~fastdata.formats.hdf5.FileChanged` instead of returning stale or garbled rows
         (an open HDF5 file keeps the old layout's metadata). Costs a compare per read, a ``stat`` per open
         file per epoch."""
         before = self._seen_epoch
@@ -355,7 +355,7 @@ class HDF5Dataset(MapDatasetBase, Dataset[Any]):
         remainder: Remainder = "drop",
         mix: int = 1,
     ) -> ChunkBatchSampler:
-        """A rank-aware :class:`~fastdata.loading._chunk_sampler.ChunkBatchSampler` over this dataset's chunks,
+        """A rank-aware :class:`~fastdata.loading.ChunkBatchSampler` over this dataset's chunks,
         following its ``set_epoch``: pass it as ``DataLoader(ds, batch_sampler=...)``."""
         return ChunkBatchSampler(
             self.block_starts(),

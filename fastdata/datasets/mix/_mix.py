@@ -40,11 +40,11 @@ class Mix(MapDatasetBase, Dataset[Any]):
     Each epoch of ``epoch_size`` samples takes ``c_s`` samples from source ``s``: its weight's share, apportioned
     so that the counts sum to the epoch (each within one sample of ``weight * epoch_size``); they are the same
     every epoch. The sources' samples are interleaved as evenly as integers allow (Webster's apportionment,
-    :mod:`fastdata.core.epoch._mixing`): every batch, on every rank, holds each source's share to within about one
+    :mod:`fastdata.core.epoch`): every batch, on every rank, holds each source's share to within about one
     sample, and the epoch holds it exactly. Each source is read without repetition within its own pass; one
-    that runs out starts its next pass in a new order (see :mod:`fastdata.datasets.mix._sources`). Everything
+    that runs out starts its next pass in a new order (see :mod:`fastdata.datasets.mix`). Everything
     follows from (``seed``, epoch): every rank computes the same sequence, and reads an equal, contiguous
-    part of it (:meth:`sampler`, with the remainder policies of :mod:`fastdata.core.epoch._sharding`).
+    part of it (:meth:`sampler`, with the remainder policies of :mod:`fastdata.core.epoch`).
 
     Read it through ``fastdata.Loader`` (processes, threads, slots, the monitor, ``num_workers="auto"``, and
     exact resume mid-epoch with any ``num_workers``, or on another number of ranks), like any map-style
@@ -191,7 +191,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
                 and shuffling its positions would undo the even spread; the sources' orders are shuffled by
                 ``Mix(shuffle=...)`` and their own settings. Defaults to True.
             remainder ("drop" | "pad" | "uneven"): an epoch that does not split evenly over the ranks (in
-                batches with ``per_source``), see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop":
+                batches with ``per_source``), see :data:`fastdata.core.epoch.Remainder`. Defaults to "drop":
                 the sequence's last ``len(mix) % world_size`` samples are left out, so the counts read are the
                 apportionment of the samples read.
         """
@@ -243,7 +243,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
 
     def locate(self, positions: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(source, draw)`` of each position of the current epoch: the source's index, and the draw's number
-        counted from the first epoch on (see :mod:`fastdata.datasets.mix._sources`)."""
+        counted from the first epoch on (see :mod:`fastdata.datasets.mix`)."""
         at = np.asarray(positions, dtype=np.int64).reshape(-1)
         n = len(self)
         if len(at) and (at.min() < -n or at.max() >= n):
@@ -258,7 +258,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
 
     def __getitems__(self, positions: Sequence[int]) -> Any:
         """The samples at ``positions`` of the current epoch, in their order (this worker's next batch is read
-        along with them, and held: :mod:`fastdata.datasets.mix._ahead`)."""
+        along with them, and held: :mod:`fastdata.datasets.mix`)."""
         self.follow_epoch()
         self._count_reads(len(positions))
         sources, draws = self.locate(positions)

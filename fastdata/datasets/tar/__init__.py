@@ -12,16 +12,19 @@ from fastdata.core import lazy_exports
 if TYPE_CHECKING:
     from fastdata.datasets.tar._indexed import IndexedTarDataset
     from fastdata.datasets.tar._shards import TarShardDataset
+    from fastdata.datasets.tar._source import tar_urls
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "IndexedTarDataset": "._indexed",
         "TarShardDataset": "._shards",
+        "tar_urls": "._source",
     },
 )
 
 __all__ = [
     "IndexedTarDataset",
     "TarShardDataset",
+    "tar_urls",
 ]

@@ -1,11 +1,11 @@
 """``TarShardDataset``: an epoch resumed on another number of ranks (or with another batch size).
 
-The plan is :mod:`fastdata.core.epoch._elastic`'s: the epoch's own plan on the saved number of ranks (each rank's span
+The plan is :mod:`fastdata.core.epoch`'s: the epoch's own plan on the saved number of ranks (each rank's span
 of the epoch sequence, shuffled within windows, :func:`tar_base` and :func:`tar_positions`), what no rank had
 consumed of it, dealt to this run's ranks in the same number of batches each. Each worker computes its rank's
 part (an array of epoch positions as long as the rank's share) and reads every ``num_workers``-th batch of it,
 as in an epoch of its own; a batch whose samples are all bad gets the substitute of
-:mod:`fastdata.datasets._substitute`: the next good sample in this rank's order of the tail.
+:mod:`fastdata.datasets`: the next good sample in this rank's order of the tail.
 """
 
 from __future__ import annotations

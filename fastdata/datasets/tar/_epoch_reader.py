@@ -147,7 +147,7 @@ class EpochReader:
 
     Args:
         source (TarSource): the dataset's shards and readers.
-        start, length (int): the part of the epoch sequence (see :mod:`fastdata.core.epoch._sharding`).
+        start, length (int): the part of the epoch sequence (see :mod:`fastdata.core.epoch`).
         offsets (np.ndarray): where shard ``order[i]`` starts in the epoch sequence (``split_counts``).
         order (np.ndarray): the shards in this epoch's order.
     """

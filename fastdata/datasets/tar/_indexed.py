@@ -31,7 +31,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
     the DataLoader uses when batching) and counted in :attr:`skipped`. A batch of only bad samples
     becomes a batch of one substitute, and ``ds[i]`` of a bad sample returns it (never None): the next
     good sample after the batch's last index (after ``i``) in index order, wrapping to 0, counted in
-    :attr:`substituted` (see :mod:`fastdata.datasets._substitute`).
+    :attr:`substituted` (see :mod:`fastdata.datasets`).
 
     Args:
         urls (str | list[str]): shard paths or URLs (brace ranges and globs expand); a folder is read
@@ -48,7 +48,7 @@ class IndexedTarDataset(MapDatasetBase, Dataset[Any]):
         seed (int): seed of :meth:`sampler`'s shuffles and of ``worker_init_fn``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): readers open at once per process. Defaults to
-            :func:`fastdata.core.process._handles.default_max_open`.
+            ``default_max_open``.
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).

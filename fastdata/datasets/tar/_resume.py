@@ -1,7 +1,7 @@
-"""``TarShardDataset``'s side of the one resume protocol (:mod:`fastdata.core.epoch._resume`): its plan, the state it
+"""``TarShardDataset``'s side of the one resume protocol (:mod:`fastdata.core.epoch`): its plan, the state it
 saves (a whole rank's, or one DataLoader worker's, as torchdata's ``StatefulDataLoader`` collects them), the
 state it loads, and where each worker's next pass starts; an epoch resumed on another number of ranks or with
-another batch size is read by :mod:`fastdata.datasets.tar._elastic`."""
+another batch size is read by :mod:`fastdata.datasets.tar`."""
 
 from __future__ import annotations
 
@@ -85,11 +85,11 @@ class TarResume:
 
     def elastic_length(self, history: Sequence[Stop]) -> int:
         """Batches of this rank in an epoch read after the stops of ``history`` (resumed on another number of
-        ranks or with another batch size; see :mod:`fastdata.datasets.tar._elastic`)."""
+        ranks or with another batch size; see :mod:`fastdata.datasets.tar`)."""
         return tail_length(self, history)
 
     def state_dict(self, batches: int | None = None) -> dict[str, Any]:
-        """Where to resume: a :class:`~fastdata.core.epoch._resume.ResumeState` (as a dict) counting the batches of
+        """Where to resume: a :class:`~fastdata.core.epoch.ResumeState` (as a dict) counting the batches of
         the current epoch the rank has consumed.
 
         Args:
@@ -121,7 +121,7 @@ class TarResume:
         with ``worker``/``num_workers`` (one worker's, as ``StatefulDataLoader`` saves) resumes that worker
         and needs the same ``num_workers``; one without resumes the whole rank, with any ``num_workers``,
         and also when it was saved at another world size or batch size: the next pass then reads this
-        rank's part of what no rank had consumed of that epoch (:mod:`fastdata.core.epoch._elastic`; load the same
+        rank's part of what no rank had consumed of that epoch (:mod:`fastdata.core.epoch`; load the same
         state on every rank), and ``len()`` counts its batches until it starts.
 
         Raises:

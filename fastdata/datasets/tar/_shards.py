@@ -56,7 +56,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
     shard bytes; each worker reads its own part. A window's samples are read undecoded and each is decoded
     as it leaves the window, so a worker holds at most one window of raw bytes (remote shards: a window
     fetched shard by shard in few ranged GETs, the next one fetched while the second half of the current one
-    is used) and a batch of decoded samples. See :mod:`fastdata.datasets.tar._epoch_reader`. Shards are indexed (from
+    is used) and a batch of decoded samples. See :mod:`fastdata.datasets.tar`. Shards are indexed (from
     ``manifest.json`` and ``.idx`` files written by ``fastdata convert``, or by scanning their headers), so
     shards may be fewer than workers and any worker can start mid-shard.
 
@@ -64,7 +64,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
     rank then sees the same batches in the same order for any ``num_workers``, a skipped bad sample
     makes one batch smaller instead of shifting all later ones (a batch of only bad samples becomes a
     batch of one substitute: the next good sample after it in this rank's plan order, counted in
-    :attr:`substituted`; see :mod:`fastdata.datasets._substitute`), and ``state_dict``/``load_state_dict``
+    :attr:`substituted`; see :mod:`fastdata.datasets`), and ``state_dict``/``load_state_dict``
     resume mid-epoch exactly: through :class:`fastdata.Loader` with any ``num_workers``, or through
     torchdata's ``StatefulDataLoader`` with the same ``num_workers`` (see docs/distributed.md).
 
@@ -85,7 +85,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             workers fetches the windows that hold its batches: ``min(n, window / batch_size)`` times the
             shards' bytes per epoch (warned); per-sample mode fetches them once.
         collate_fn (Callable | None): Defaults to ``torch.utils.data.default_collate`` (precisely
-            :func:`fastdata.loading.transport._collate.batch_default_collate`, which is ``default_collate`` except
+            :func:`fastdata.loading.transport.batch_default_collate`, which is ``default_collate`` except
             that in a worker whose batches go through reused slots it stacks straight into the slot).
         drop_last (bool): with ``batch_size``, drop the rank's last, smaller batch. Defaults to False.
         decode ("raw" | "pil" | "numpy" | "torch" | Decoder | Callable): Defaults to "raw" (bytes).
@@ -96,10 +96,10 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             (``on_error``). Defaults to None: every member, under its extension.
         transform (Callable | None): applied to each decoded sample dict.
         on_error ("raise" | "skip"): bad-input policy. Defaults to "raise".
-        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch._sharding.Remainder`. Defaults to "drop".
+        remainder ("drop" | "pad" | "uneven"): see :data:`fastdata.core.epoch.Remainder`. Defaults to "drop".
         rank, world_size (int | None): Default to the detected ones.
         max_open (int | None): shard readers open at once per worker. Defaults to
-            :func:`fastdata.core.process._handles.default_max_open`.
+            ``default_max_open``.
         storage_options (dict | None): for ``s3://`` shards: ``endpoint_url``, credentials, retries ... (the
             fields of ``fastdata.storage.s3._client.S3Config``) and ``S3Reader`` options. Defaults to the
             environment's settings (``AWS_ENDPOINT_URL``, profiles).
@@ -265,7 +265,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
 
     def _samples(self, world: World, epoch: EpochReader) -> Iterator[Any]:
         """Per-sample mode: this worker's contiguous range, a window at a time, each sample decoded as it
-        leaves its window (see :mod:`fastdata.datasets.tar._epoch_reader`)."""
+        leaves its window (see :mod:`fastdata.datasets.tar`)."""
         within = epoch.offsets[1:-1] - epoch.start  # where shards start, in this rank's part
         within = within[(within > 0) & (within < epoch.length)]
         lo, hi = worker_span(epoch.length, world.worker, world.num_workers, within)
@@ -361,7 +361,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         """The substitute for batch ``lo .. hi-1``, whose samples were all bad: leaving the batch out would
         give this rank fewer batches than the others (a hang at the next collective) and shift every later
         batch (a wrong resume). The next good sample after it in this rank's plan order: the span
-        positions ``hi, hi+1 ...``, wrapping to ``0 .. lo-1`` (see :mod:`fastdata.datasets._substitute`)."""
+        positions ``hi, hi+1 ...``, wrapping to ``0 .. lo-1`` (see :mod:`fastdata.datasets`)."""
         unit = self.batch_size
         assert unit is not None
         shards = epoch.shards_at(positions)

@@ -124,7 +124,7 @@ def choose_cache(
 def tar_urls(urls: Any, storage_options: dict[str, Any] | None = None) -> list[str]:
     """The shards a tar dataset's ``urls`` name: brace ranges and globs expanded, a folder (local, or an
     ``s3://`` prefix ending in ``/``) read through its manifest (see
-    :func:`fastdata.formats._manifest.resolve_sources`)."""
+    :func:`fastdata.formats.resolve_sources`)."""
     options = dict(storage_options or {})
     return resolve_sources(urls, "tar", lambda u: open_reader(u, **options) if scheme(u) else open_reader(u))
 
@@ -141,9 +141,9 @@ def sidecar_index(
     for a damaged or mismatched one) when the shard must be scanned.
 
     A local shard's sidecar is checked whole against the shard's headers
-    (:func:`~fastdata.formats.tar._checks.check_once`). A remote shard's is checked as far as its layout
-    shows, and each member as it is read (:func:`~fastdata.formats.tar._checks.check_on_read`: reads of
-    the index may raise :class:`~fastdata.formats.tar._index.SidecarMismatch`); it is refused when it
+    (:func:`~fastdata.formats.tar.check_once`). A remote shard's is checked as far as its layout
+    shows, and each member as it is read (:func:`~fastdata.formats.tar.check_on_read`: reads of
+    the index may raise :class:`~fastdata.formats.tar.SidecarMismatch`); it is refused when it
     lists another number of samples than ``planned`` (from a manifest), and with ``end`` its end of the
     archive is checked now (for a sample count that plans an epoch).
     """
@@ -195,7 +195,7 @@ class TarSource:
         decoder, transform: applied to each sample, in that order (see ``SamplePipeline``).
         max_open (int | None): readers open at once per process; see ``HandleCache``.
         storage_options (dict | None): passed to the reader of remote URLs (for ``s3://``: the fields
-            of :class:`~fastdata.storage.s3._client.S3Config` such as ``endpoint_url``, and the
+            of :class:`~fastdata.storage.s3.S3Config` such as ``endpoint_url``, and the
             ``S3Reader`` options such as ``readahead``). Defaults to None (the environment's settings).
         stats: where remote readers count requests and retries (the dataset's shared state).
         cache (NodeCache | None): where remote shards (and their sidecars and manifest) are kept on this
@@ -213,7 +213,7 @@ class TarSource:
             every n-th stretch of a shard (a hint for remote read-ahead). Defaults to False.
         streaming (bool): the dataset reads its part of each shard in one pass, so compressed shards
             (gzip, xz, bzip2, zstd) are read (decompressed in memory, see
-            :mod:`fastdata.formats.tar._compressed`); without, they are refused. Defaults to False.
+            :mod:`fastdata.formats.tar`); without, they are refused. Defaults to False.
     """
 
     def __init__(
@@ -279,7 +279,7 @@ class TarSource:
 
     def plan(self, urls: Sequence[str]) -> None:
         """The shards this process will read next, in order: with a cache, their versions are asked and
-        the next ones downloaded in the background (see :class:`~fastdata.datasets.tar._cached_shards.CachedShards`)."""
+        the next ones downloaded in the background (see ``CachedShards``)."""
         if self._cached is not None:
             self._check_identities()  # a new epoch starts here: versions asked before it are not good for it
             self._cached.plan(urls)
@@ -485,7 +485,7 @@ class TarSource:
         :attr:`pipeline` later); bad ones handled by the policy (raised, or counted and left out). The
         numbers of the samples read (all of ``which`` but the bad ones) are appended to ``kept``. With
         ``views`` (a pipeline that passes samples through), a local shard's members come as views of the
-        file (see :func:`~fastdata.formats.tar._reader.read_samples`)."""
+        file (see :func:`~fastdata.formats.tar.read_samples`)."""
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
         url = self.urls[shard]
         self._check_identities()

@@ -105,7 +105,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
     counted in :attr:`skipped`, and warned about once per file. A batch of only bad clips (with
     ``batch_size=1``, every bad clip) becomes a batch of one substitute, and ``ds[i]`` of a bad clip returns
     it (never None): the next good clip after the batch's last index (after ``i``) in index order, wrapping
-    to 0, counted in :attr:`substituted` (see :mod:`fastdata.datasets._substitute`).
+    to 0, counted in :attr:`substituted` (see :mod:`fastdata.datasets`).
 
     Args:
         paths (str | PathLike | list): video files, globs, brace ranges, or folders (searched
@@ -122,7 +122,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         clip_sampling ("random" | "uniform" | "random-replace"): with an int ``clips_per_video``: new random
             starts every epoch, distinct within a video as far as its length allows; evenly spaced fixed
             starts (for evaluation); or random starts drawn independently per clip (two may coincide).
-            See :data:`fastdata.datasets.video._plan.ClipSampling`. Defaults to "random".
+            See ``ClipSampling``. Defaults to "random".
         size ((height, width) | None): resize frames to this size (needed to batch videos of different
             sizes). Defaults to None.
         decoder ("pyav" | "decord" | "opencv" | "torchcodec" | VideoReader subclass): see
@@ -404,7 +404,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         drop_last: bool = False,
         remainder: Remainder = "drop",
     ) -> ClipBatchSampler:
-        """A rank-aware, resumable :class:`~fastdata.loading._video_sampler.ClipBatchSampler` that follows this
+        """A rank-aware, resumable :class:`~fastdata.loading.ClipBatchSampler` that follows this
         dataset's ``set_epoch``: batches laid out so that each of ``num_workers`` DataLoader workers reads
         its videos forward, one after the other, while the workers read different files. Pass it as
         ``fd.Loader(ds, batch_sampler=ds.clip_sampler(64, num_workers=4), num_workers=4)``.

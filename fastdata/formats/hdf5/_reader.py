@@ -4,17 +4,17 @@ decoding a sample's variable-length byte fields (:class:`FieldDecoder`).
 A file holds samples when each *field* is an HDF5 dataset whose first axis runs over the samples and
 all fields have the same length: ``image`` of shape ``(N, H, W, 3)`` and ``label`` of shape ``(N,)``,
 or ``jpeg`` holding variable-length ``uint8`` rows (encoded images). :func:`describe` checks this once,
-when a dataset is built, and records what the readers of :mod:`fastdata.formats.hdf5._rows` need: each
+when a dataset is built, and records what the readers of :mod:`fastdata.formats.hdf5` need: each
 field's kind, row shape, chunking and whether its rows can be read straight from the file.
 
-What each field's rows come back as is judged by its datatype (:mod:`fastdata.formats.hdf5._types`);
-fields reached through links are followed as h5py follows them (:mod:`fastdata.formats.hdf5._links`).
+What each field's rows come back as is judged by its datatype (:mod:`fastdata.formats.hdf5`);
+fields reached through links are followed as h5py follows them (:mod:`fastdata.formats.hdf5`).
 
 Errors name the file and the field and say what to do: a missing file or field (or a broken link to it)
 is :class:`~fastdata.core.errors.SourceNotFound`; a file HDF5 cannot open (truncated, not HDF5) is
 :class:`CorruptHDF5`; fields that do not form samples (unequal lengths, a group, a scalar, a null
 dataspace) are :class:`BadLayout`; a datatype fastdata does not read, or a compression filter this process
-lacks, is :class:`~fastdata.formats.hdf5._types.UnsupportedField`; a file replaced or rewritten after the
+lacks, is ``UnsupportedField``; a file replaced or rewritten after the
 dataset was built is :class:`FileChanged`.
 """
 
@@ -113,7 +113,7 @@ class FieldInfo:
 
     Attributes:
         name (str): the HDF5 path of the dataset inside the file (``"image"``, ``"data/label"``).
-        kind (FieldKind): how its rows come back (see :data:`fastdata.formats.hdf5._types.FieldKind`).
+        kind (FieldKind): how its rows come back (see ``FieldKind``).
         dtype (np.dtype): numpy type of one element of a batch column, native byte order (h5py's, with
             its vlen metadata, for variable-length rows).
         row_shape (tuple[int, ...]): shape of one row as it comes back (an HDF5 array datatype's shape
@@ -384,7 +384,7 @@ def _list_datasets(group: Any, limit: int = 12) -> str:
 class FieldDecoder:
     """Decodes the variable-length byte fields of an HDF5 sample by extension: a field named ``meta.json``
     as JSON, ``caption.txt`` as text, and one without a known extension as an image. A sample decoder
-    for :class:`~fastdata.core._pipeline.SamplePipeline`; fixed-size fields are left as they are.
+    for :class:`~fastdata.core.SamplePipeline`; fixed-size fields are left as they are.
 
     Args:
         decoder (Decoder): decodes one member's bytes (:meth:`Decoder.decode_member`).

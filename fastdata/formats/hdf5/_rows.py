@@ -1,5 +1,5 @@
 """Reading rows of an HDF5 file in one process, batch by batch, through its open file
-(:class:`~fastdata.formats.hdf5._handle.H5Handle`).
+(:class:`~fastdata.formats.hdf5.H5Handle`).
 
 Measured here (h5py 3.16, HDF5 2.0, page cache hot): an h5py read call costs about 25-100 us whatever
 it reads; reading one row from a chunk of many loads the whole chunk into the chunk cache first; and

@@ -16,15 +16,16 @@ if TYPE_CHECKING:
     from fastdata.formats.tar._checks import check_index, check_on_read, check_once
     from fastdata.formats.tar._compressed import UNDO, CompressedShard, Compression, compression_of, refusal
     from fastdata.formats.tar._group import SPLIT_KEYS_FIX
+    from fastdata.formats.tar._headers import BLOCK
     from fastdata.formats.tar._index import ShardIndex, SidecarMismatch
-    from fastdata.formats.tar._reader import BLOCK, index_url, read_samples, scan, split_key
+    from fastdata.formats.tar._reader import index_url, read_samples, scan, split_key
     from fastdata.formats.tar._writer import RECORD, FileMember, ShardResult, TarShardWriter
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "SPLIT_KEYS_FIX": "._group",
-        "BLOCK": "._reader",
+        "BLOCK": "._headers",
         "RECORD": "._writer",
         "check_index": "._checks",
         "check_on_read": "._checks",

@@ -4,21 +4,21 @@ Checking every header of a remote shard when its sidecar is loaded costs what re
 the headers lie between the members, and a store's reader fetches nearby ranges together, so for a
 shard under a few MiB the check fetches all of it, in every DataLoader worker, where each worker
 otherwise reads only its own part. So the sidecar's layout is checked when it is loaded (no bytes
-read; see :func:`fastdata.formats.tar._checks.check_on_read`), and the rest as the shard is read
-(:class:`Unchecked`, the :attr:`~fastdata.formats.tar._index.ShardIndex.pending` of such an index):
+read; see :func:`fastdata.formats.tar.check_on_read`), and the rest as the shard is read
+(:class:`Unchecked`, the :attr:`~fastdata.formats.tar.ShardIndex.pending` of such an index):
 
 - a member, the first time it is read: the headers before it (from the end of the member listed before
   it) are read with its data, adjacent bytes and so the same ranged GET (512 bytes more per member, or
   a few blocks where PAX headers come first), and walked as the check of a whole shard walks them
   (valid headers, only what a scan leaves out of every sample, then a regular file with the member's
-  name and size, see :mod:`fastdata.formats.tar._walk`);
+  name and size, see :mod:`fastdata.formats.tar`);
 - what follows a sample read, up to the header of the next member listed (again adjacent bytes): so a
   sample is returned whole, with nothing a scan would make part of it after its last member;
 - the end, when the last sample is read: the first ``END_FIRST`` bytes after it come with it, and must
   hold nothing a scan would make part of a sample before the end-of-archive marker or the end of the
   file (a sidecar listing fewer samples than the shard fails here).
 
-A member that fails is never returned: :class:`~fastdata.formats.tar._index.SidecarMismatch` is raised
+A member that fails is never returned: :class:`~fastdata.formats.tar.SidecarMismatch` is raised
 and the reader scans the shard and reads again. A sidecar copied from another shard fails at the first
 member read, one for an older version of the shard at the first member that moved, one that leaves
 samples out at the sample before or after them, or at the end. Each stretch of headers is checked from

@@ -8,7 +8,7 @@ checked against the shard's own headers:
 - its arrays agree with themselves: every sample has members, no two samples share a key,
   members lie in file order inside the shard, each right after a 512-byte header boundary;
 - the 512 bytes before each member are a valid header (checksum and numeric fields, as
-  :func:`~fastdata.formats.tar._headers.first_bad_header` checks them) of a regular file with that
+  ``first_bad_header`` checks them) of a regular file with that
   member's name and size, once the extended headers (PAX, GNU long names) before it are applied;
 - nothing lies between the members, or after the last one, that a scan would have made part of a
   sample: only extended headers, folders, webdataset metadata and members without an extension,
@@ -20,7 +20,7 @@ scan's time for such shards; :func:`check_once` does it once per process for eac
 shard and its sidecar (an index dropped from a reader's cache and loaded again is not checked again).
 A remote shard's headers would cost requests (for a small shard, the whole shard, in every worker), so
 :func:`check_on_read` checks the layout when the sidecar is loaded and leaves each member to the
-first read of it, which fetches its headers with its data (see :mod:`fastdata.formats.tar._checked_reads`).
+first read of it, which fetches its headers with its data (see :mod:`fastdata.formats.tar`).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def check_index(index: ShardIndex, reader: Reader) -> str | None:
 def check_on_read(index: ShardIndex, reader: Reader, *, end: bool = False) -> str | None:
     """Why ``index`` (read from the sidecar of a remote shard) does not describe the shard, as far as its
     layout shows (no byte of the shard read), or None: then the members are left to be checked as they
-    are read (:attr:`ShardIndex.pending`, see :mod:`fastdata.formats.tar._checked_reads`).
+    are read (:attr:`ShardIndex.pending`, see :mod:`fastdata.formats.tar`).
 
     Args:
         end (bool): check the end of the archive now too (a few KiB after the last member, one request

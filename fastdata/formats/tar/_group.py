@@ -5,7 +5,7 @@
 samples where the key changes (webdataset's ``group_by_keys``) returns each key as several partial
 samples. The scan sees the whole shard, so it puts every member of a key into one sample instead
 (:func:`group_keys`), in the order the keys first appear, and records the keys it had to gather
-(:attr:`~fastdata.formats.tar._index.ShardIndex.split`) so that readers and ``fastdata inspect`` can say
+(:attr:`~fastdata.formats.tar.ShardIndex.split`) so that readers and ``fastdata inspect`` can say
 so: other readers still split such a shard, and ``tar --sort=name`` or ``fastdata convert`` rebuild it
 with each sample's members together.
 

@@ -1,5 +1,5 @@
 """Reading the fields of tar headers and PAX records (the writer's side is
-:mod:`fastdata.formats.tar._ustar`), read as Python's ``tarfile`` (and so webdataset) reads
+:mod:`fastdata.formats.tar`), read as Python's ``tarfile`` (and so webdataset) reads
 them, and checked so that no field is trusted further than it goes.
 
 Every number is checked before it moves the parser: a negative size (GNU base-256 with the sign bit,

@@ -1,7 +1,7 @@
 """The index of one tar shard (:class:`ShardIndex`: where each sample's members lie) and its sidecar
 file ``SHARD.tar.idx``, an ``.npz`` of plain arrays written by ``fastdata convert`` and
 ``fastdata inspect --write-manifest``. A sidecar is only a claim about its shard: readers check it with
-:func:`fastdata.formats.tar._checks.check_index` before they use it (a remote shard's members as they are
+:func:`fastdata.formats.tar.check_index` before they use it (a remote shard's members as they are
 read: :attr:`ShardIndex.pending`)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ Member = tuple[str, int, int]  # (ext, data offset, size)
 
 class SidecarMismatch(FastdataError, ValueError):
     """A sidecar index trusted until its members were read does not describe its shard; nothing it
-    pointed at was returned. Readers (:class:`~fastdata.datasets.tar._source.TarSource`) scan the shard
+    pointed at was returned. Readers (``TarSource``) scan the shard
     instead and read again."""
 
     def __init__(self, url: str, problem: str) -> None:
@@ -35,7 +35,7 @@ class SidecarMismatch(FastdataError, ValueError):
 
 class PendingCheck(Protocol):
     """What a sidecar claims of a shard and no read has checked yet (see
-    :mod:`fastdata.formats.tar._checked_reads`): reading through it checks each member first."""
+    :mod:`fastdata.formats.tar`): reading through it checks each member first."""
 
     @property
     def done(self) -> bool:
@@ -73,7 +73,7 @@ class ShardIndex:
         identity (tuple[int, int, int] | None): ``(size, mtime_ns, inode)`` of the local file indexed, to
             notice that it was replaced; None for remote shards. Not stored in the sidecar.
         pending (PendingCheck | None): for an index read from the sidecar of a remote shard, the claims
-            not yet checked against the shard: :func:`~fastdata.formats.tar._reader.read_samples` reads through
+            not yet checked against the shard: :func:`~fastdata.formats.tar.read_samples` reads through
             it, so every member is checked before its bytes are returned. None once all are checked, and
             for scanned or fully checked indexes.
         split (int): keys whose members were not next to each other in the shard (``tar cf`` of a folder
@@ -129,7 +129,7 @@ class ShardIndex:
     @classmethod
     def from_bytes(cls, url: str, data: bytes) -> ShardIndex:
         """The index a sidecar holds, as it claims (check it against the shard with
-        :func:`fastdata.formats.tar._checks.check_index` before trusting it).
+        :func:`fastdata.formats.tar.check_index` before trusting it).
 
         Raises:
             ValueError: the bytes are not a sidecar index (damaged, or arrays of the wrong kind or shape).

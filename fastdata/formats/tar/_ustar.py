@@ -1,6 +1,6 @@
 """POSIX ustar headers, one at a time or for a whole batch of members at once.
 
-:class:`~fastdata.formats.tar._writer.TarShardWriter` writes a converted corpus's members in batches: the
+:class:`~fastdata.formats.tar.TarShardWriter` writes a converted corpus's members in batches: the
 names, sizes and mtimes of a shard's files are known from the plan before a byte is read, so their
 512-byte headers are built together, in numpy (one array of ``(N, 512)`` bytes, the checksums summed
 along its rows), instead of one ``struct.pack`` and one Python-level checksum per member. A name that

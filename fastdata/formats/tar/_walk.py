@@ -1,6 +1,6 @@
 """Walking the headers between the members a sidecar index lists, to check what it claims about them
-(shared by the check of a whole shard, :mod:`fastdata.formats.tar._checks`, and the check of each member
-of a remote shard as it is read, :mod:`fastdata.formats.tar._checked_reads`).
+(shared by the check of a whole shard, :mod:`fastdata.formats.tar`, and the check of each member
+of a remote shard as it is read, :mod:`fastdata.formats.tar`).
 
 Between two members that belong to samples a shard may hold only what a scan leaves out of every
 sample: extended headers (PAX, GNU long names), folders, webdataset metadata and members without an

@@ -5,11 +5,11 @@ and a ``BytesIO`` per member) and writes ~0.4 of ``tar cf``'s MB/s here. This wr
 the per-byte work and most of the per-member work:
 
 * :meth:`TarShardWriter.add_files` takes a batch of planned files (key, extension, path, size, mtime):
-  their headers are built together (:func:`~fastdata.formats.tar._ustar.heads`), so a member costs an
+  their headers are built together (``heads``), so a member costs an
   ``open``, one ``readv`` straight into the output buffer, a ``close`` and a few slice copies;
 * each filled buffer (1 MiB) is hashed (SHA-256, or a faster digest) and written, on a thread of its own
   that overlaps the reading of the next files when a core is free for it, else at once while it is still in cache
-  (:class:`~fastdata.formats._hashed_output.HashedOutput` says why);
+  (``HashedOutput`` says why);
 * a labelled sample's ``.cls`` member (header and block) is built with the batch's headers, in one array;
 * :meth:`TarShardWriter.close_later` hands the finished shard's ``fsync``, sidecar index and rename to
   an executor, so the next shard is written while the disk flushes the last one.
@@ -21,8 +21,8 @@ another filesystem).
 
 The shard is written under a temporary name beside its final one and renamed only when complete, so
 a reader or a resumed conversion never sees half a shard; an error at any point (a full disk included)
-removes the temporary file. The :class:`~fastdata.formats.tar._reader.ShardIndex` is built while writing (the
-same index :func:`~fastdata.formats.tar._reader.scan` would build from the file) and saved as ``NAME.tar.idx``.
+removes the temporary file. The :class:`~fastdata.formats.tar.ShardIndex` is built while writing (the
+same index :func:`~fastdata.formats.tar.scan` would build from the file) and saved as ``NAME.tar.idx``.
 
 Output is POSIX ustar (names over 100 bytes go in the prefix field, or in a PAX ``path`` record when
 no split fits), readable by Python's ``tarfile``, GNU tar and ``webdataset.WebDataset``.
@@ -124,7 +124,7 @@ class TarShardWriter:
             place, called as ``publish(tmp_path, path)``. Defaults to :func:`os.replace`.
         hash_thread (bool): hash and write the filled buffers on a thread of their own, overlapping the
             reading of the next files: worth it only with a core to spare (see
-            :mod:`fastdata.formats._hashed_output`). Defaults to False.
+            :mod:`fastdata.formats`). Defaults to False.
         digest ("sha256" | "xxh3_128"): the digest of the file in :attr:`ShardResult.digest`: SHA-256 where
             a store or a user checks it, else the faster one. Defaults to "sha256".
     """

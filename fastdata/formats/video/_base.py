@@ -13,7 +13,7 @@ its constructor (the exception's traceback holds it), one in a reference cycle, 
 So every reader, and every native decoder object inside one, is registered with :func:`native` when
 it is made (a weak set: the parent frees them as usual); just before a fork the set is copied into a
 strong list, so that nothing in it can be finalised during the fork, and the child keeps that list
-for its whole life (:func:`fastdata.core.process._pid.abandon`), while the parent drops it right after.
+for its whole life (:func:`fastdata.core.process.abandon`), while the parent drops it right after.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ A decoder can also be wrong without an error: decord read an MPEG-TS file's fram
 every frame after it 12 late), torchcodec an AVI with B-frames one frame early after every seek. So when
 such a decoder probes a video for the index (once per video: the result is cached), :func:`checked_probe`
 decodes the first frame and one after a seek with it and with PyAV, and refuses the file
-(:class:`~fastdata.formats.video._base.VideoUnsupported`, naming ``decoder='pyav'``) when the pixels
+(:class:`~fastdata.formats.video.VideoUnsupported`, naming ``decoder='pyav'``) when the pixels
 differ by more than the decoders' own conversions do (:data:`LIMIT`). A frame whose neighbours look
 alike (a still shot) cannot be told from them this way; the other checks (the frame table, timestamps)
 still apply there.

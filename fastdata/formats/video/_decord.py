@@ -18,7 +18,7 @@ the background, stealing the cores of the other DataLoader workers. So:
 
 decord readers must never be used or destroyed in a process forked after they were created (that
 hangs); the dataset's reader cache abandons inherited readers (``HandleCache(close_inherited=False)``),
-and every decord object is registered with :func:`~fastdata.formats.video._base.native`, so that a
+and every decord object is registered with ``native``, so that a
 forked child never finalises one it inherited, wherever it is referenced from.
 """
 
@@ -158,5 +158,5 @@ class DecordReader(ProbedReader):
     @classmethod
     def probe(cls, path: str, *, threads: int = 1) -> VideoMeta:
         """Open the file (its checks against the stream), and hold two of its frames to PyAV's
-        (:func:`~fastdata.formats.video._crosscheck.checked_probe`: decord misnumbered MPEG-TS frames)."""
+        (``checked_probe``: decord misnumbered MPEG-TS frames)."""
         return checked_probe(cls, path, threads)

@@ -8,7 +8,7 @@ forward instead, and only the frames asked for are converted (``grab`` decodes, 
 OpenCV's own frame numbers cannot be trusted: after a seek it derives them from the timestamp and the
 average frame rate, which on a variable-frame-rate file lands a frame early (or late). So each frame
 grabbed is identified by its timestamp (``CAP_PROP_POS_MSEC``, relative to the stream's start) in the
-frame table (:mod:`fastdata.formats.video._stream`); a seek that landed after the first frame wanted is
+frame table (:mod:`fastdata.formats.video`); a seek that landed after the first frame wanted is
 retried from further back, and a frame the decoder skipped is :class:`FramesMissing`, never replaced
 by its neighbour. OpenCV reads the first video stream of a file and turns frames by the display
 matrix's angle; a file whose best stream is another one is refused.
@@ -132,7 +132,7 @@ class OpenCVReader(ProbedReader):
     @classmethod
     def probe(cls, path: str, *, threads: int = 1) -> VideoMeta:
         """As :meth:`VideoReader.probe`, reading a frame after a seek too and holding both to PyAV's
-        (:func:`~fastdata.formats.video._crosscheck.checked_probe`)."""
+        (``checked_probe``)."""
         return checked_probe(cls, path, threads)
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """Per-process video readers: opened on first use through the watchdog, kept in a bounded LRU.
 
-The rules of :mod:`fastdata.core.process._handles` apply: nothing is opened before it is needed, nothing opened in
+The rules of :mod:`fastdata.core.process` apply: nothing is opened before it is needed, nothing opened in
 one process is used in another, pickling drops every reader, and at most ``max_open`` readers (so
 file descriptors) are open per process. Forks get three guards:
 
@@ -10,7 +10,7 @@ file descriptors) are open per process. Forks get three guards:
 * a reader that was busy at that moment (read from another thread) is inherited, and the child
   abandons it: never uses it, never closes it (decord hangs in a forked child that does either);
 * a reader held by anything else (one that failed, whose exception's traceback holds it; one in a
-  reference cycle) is never finalised in the child either (:func:`fastdata.formats.video._base.native`).
+  reference cycle) is never finalised in the child either (``native``).
 
 A file the chosen decoder cannot read exactly (:class:`~fastdata.formats.video.VideoUnsupported`: decord
 on open-GOP HEVC, OpenCV on a second video stream...) is read by the ``fallback`` decoder instead of being
@@ -243,5 +243,5 @@ class ReaderPool:
 
     def close(self) -> None:
         """Close this process's readers. Idempotent. (Watchdog helper threads stay, idle, for the life
-        of the process: see :mod:`~fastdata.formats.video._watchdog`.)"""
+        of the process: see :mod:`~fastdata.formats.video`.)"""
         self._readers.close()

@@ -4,7 +4,7 @@ PyAV gives us the demuxer and decoder directly, so the seek strategy is ours:
 
 * the frame table (each frame's timestamp, which frames are keyframes) is read once from the packets
   without decoding, at probe time, and cached in the clip index; the reader never rescans the file
-  (:mod:`fastdata.formats.video._stream`, which also picks the stream, FFmpeg's best, and reads the
+  (:mod:`fastdata.formats.video`, which also picks the stream, FFmpeg's best, and reads the
   display matrix, applied to every frame converted);
 * a read jumps to the keyframe at or before its first frame and decodes forward; when the decoder
   already sits between that keyframe and the first frame (the next clip of a sequential read), it just

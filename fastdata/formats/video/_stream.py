@@ -3,7 +3,7 @@
 Decoders disagree on more than speed: which stream of a file with several they read, whether frames
 are turned by the display matrix, how frames are numbered after a seek. So the facts are found once,
 the same way whichever decoder reads, from the container through PyAV (FFmpeg), and kept in the video
-index with the rest of :class:`~fastdata.formats.video._base.VideoMeta` (its ``extra``):
+index with the rest of :class:`~fastdata.formats.video.VideoMeta` (its ``extra``):
 
 * **the stream**: FFmpeg's own choice, ``av_find_best_stream`` (what the ``ffmpeg`` command line,
   decord and torchcodec pick: the default-disposition stream, then the one with most probed frames,
@@ -13,7 +13,7 @@ index with the rest of :class:`~fastdata.formats.video._base.VideoMeta` (its ``e
   for every decoder; readers check their decoder against it;
 * **the frames the container announces** (``nb_frames``, from an MP4's index or an AVI's header):
   announcing more frames than the file holds means it was cut short or damaged, and it is refused
-  (:class:`~fastdata.formats.video._base.FramesMissing`) instead of read as a shorter video;
+  (:class:`~fastdata.formats.video.FramesMissing`) instead of read as a shorter video;
 * the codec, the display matrix (read from the first frame, whose decoding also proves the stream
   decodes), and the stream's start time and time base (OpenCV reports positions relative to them).
 """

@@ -4,7 +4,7 @@ On CPU machines only torchcodec 0.13.0 works (later wheels link CUDA libraries),
 system's FFmpeg libraries (Debian: ``apt-get install ffmpeg``). ``seek_mode="exact"`` scans the file's
 packets when it opens, so frame numbers are exact and the frame count is the real one; its
 ``get_frames_at`` seeks only when the next frame lies in another keyframe group. It is told the stream
-to read (FFmpeg's best, as every decoder reads; :mod:`fastdata.formats.video._stream`), and from 0.11 on
+to read (FFmpeg's best, as every decoder reads; :mod:`fastdata.formats.video`), and from 0.11 on
 turns frames by the display matrix's angle (a mirror is added here). Not installed on the machine
 where fastdata's decoder-agreement test was first written: a frame count that differs from the stream's
 frame table is refused rather than trusted.
@@ -13,7 +13,7 @@ Every frame torchcodec returns is checked against the frame table by its timesta
 ``get_frames_at`` returns anyway): on an MPEG-4 Part 2 AVI with B-frames (FFmpeg's ``mpeg4`` encoder
 with ``-bf``, DivX/Xvid files) torchcodec 0.13 returns, after every seek, the frame before the one asked
 for under its number (44 frames of 60 in a sequential check), with no error. Such a file is refused
-(:class:`~fastdata.formats.video._base.VideoUnsupported`, naming ``decoder='pyav'``), at probe time:
+(:class:`~fastdata.formats.video.VideoUnsupported`, naming ``decoder='pyav'``), at probe time:
 the probe reads a frame after a seek as well as the first.
 """
 
@@ -71,7 +71,7 @@ class TorchCodecReader(ProbedReader):
     @classmethod
     def probe(cls, path: str, *, threads: int = 1) -> VideoMeta:
         """As :meth:`VideoReader.probe`, reading a frame after a seek too and holding both to PyAV's
-        (:func:`~fastdata.formats.video._crosscheck.checked_probe`), so that a file whose frames
+        (``checked_probe``), so that a file whose frames
         torchcodec misnumbers is refused now, not mid-epoch."""
         return checked_probe(cls, path, threads)
 

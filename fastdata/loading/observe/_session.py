@@ -5,13 +5,13 @@ A :class:`Session` belongs to one loader (an ``fd.Loader``, or a plain DataLoade
 wrappers the DataLoader builder takes: :class:`~.measure.ProbeInit`, :class:`MonitoredCollate`) and
 counts each batch as it is handed out (:class:`~.measure.BatchCounter`: two clock and two CPU-clock reads
 a batch). Two separate parts read that count through the one probe (:class:`~.measure.Probe`): the
-:class:`~.report._reporter.Reporter` makes the monitor's reports, the :class:`~.tune._tuning.Tuning` hands windows
+``Reporter`` makes the monitor's reports, the ``Tuning`` hands windows
 to the autotuner.
 
 A change the autotuner makes is applied at the next batch boundary: the DataLoader's iterator is shut down
 and the loader's ``reopen(epoch, batches_done, setting)`` returns a new one with the new setting that
 continues the epoch exactly where the training is (``fd.Loader`` resumes at any batch with any
-``num_workers``: see :mod:`fastdata.core.epoch._sharding`), so no sample is lost or read twice, and the order is the
+``num_workers``: see :mod:`fastdata.core.epoch`), so no sample is lost or read twice, and the order is the
 one a fixed setting gives.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 
 from fastdata.core import stages
 from fastdata.core.errors import ConfigError
-from fastdata.core.process._shared import SharedState
-from fastdata.core.system._machine import memory_available, usable_cores, usable_memory
+from fastdata.core.process import SharedState
+from fastdata.core.system import memory_available, usable_cores, usable_memory
 from fastdata.loading.observe.diagnose._evidence import Context
 from fastdata.loading.observe.measure import _stage_table as stage_table
 from fastdata.loading.observe.measure._counter import BatchCounter
@@ -90,7 +90,7 @@ class Session:
         threads (int): loader threads of this process that make the batches (``workers="threads"``): the
             probes count this process as the producer (``setting`` has no workers). Defaults to 0.
         counters (SharedState | None): the dataset's shared counters: with a tuner, its ``skipped`` count is
-            kept right across restarts (:class:`~.measure._ledger.Ledger`). Defaults to None.
+            kept right across restarts (``Ledger``). Defaults to None.
     """
 
     def __init__(

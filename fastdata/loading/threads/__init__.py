@@ -20,4 +20,7 @@ __getattr__, __dir__ = lazy_exports(
     },
 )
 
-__all__ = ["ThreadLoader", "thread_loader_for"]
+__all__ = [
+    "ThreadLoader",
+    "thread_loader_for",
+]

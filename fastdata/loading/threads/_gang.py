@@ -7,13 +7,13 @@ an ordinary object the moment it is made. The guarantees are those of the proces
 thread does what a worker process would:
 
 - **the same batches in the same order**: thread ``t`` of ``N`` stands for DataLoader worker ``t`` of
-  ``N`` (:func:`fastdata.core.epoch._world.acting_as_worker`: everything in fastdata that asks which worker it
+  ``N`` (:func:`fastdata.core.epoch.acting_as_worker`: everything in fastdata that asks which worker it
   is asks there). A map-style dataset's batches of indices come from its sampler in the main thread and
   are dealt to the threads in turn, as the DataLoader deals them; an iterable dataset that deals its own
   batches (``TarShardDataset(batch_size=...)``) runs worker ``t``'s plan in thread ``t``, and the batches
   are taken from the threads in turn. So the order never depends on ``N``, and a count of batches still
   names the point to resume from;
-- **a dataset per thread**: handles are per process (a :class:`~fastdata.core.process._handles.HandleCache` is not
+- **a dataset per thread**: handles are per process (a :class:`~fastdata.core.process.HandleCache` is not
   safe to share between threads), so each thread reads its own copy, made as a ``spawn`` worker's is
   (pickled: ``__getstate__`` drops handles), except that tensors and arrays (the shared epoch and
   counters, indexes) and plain functions are shared, not copied (:func:`thread_copies`);
@@ -26,7 +26,7 @@ that draws from them is not reproducible across runs in thread mode (fastdata's 
 shuffles and clip starts, is keyed by sample and epoch, and does not depend on it).
 
 The hybrid (worker processes that each run a few threads) is built from the same pieces, in
-:mod:`fastdata.loading.threads._hybrid`.
+:mod:`fastdata.loading.threads`.
 """
 
 from __future__ import annotations

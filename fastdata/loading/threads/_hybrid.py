@@ -4,7 +4,7 @@ Processes take the work that holds the GIL (parsing, collating, the user's Pytho
 them overlap the waits (S3 round trips) and the decoding that releases it. ``build_dataloader(...,
 num_workers=W, threads_per_worker=T)`` hands the DataLoader a thin wrapper of the dataset
 (:func:`threaded`) that, in each worker process, reads through ``T`` threads of
-:mod:`fastdata.loading.threads._gang` (each with its own copy of the dataset, made in that worker):
+:mod:`fastdata.loading.threads` (each with its own copy of the dataset, made in that worker):
 
 - an iterable dataset that deals its own batches (``TarShardDataset(batch_size=...)``): thread ``j`` of
   worker ``w`` stands for worker ``w + W * j`` of ``W * T``, and the worker hands out its threads'

@@ -1,9 +1,9 @@
 """``ThreadLoader``: a dataset read by threads of this process, by the plan a DataLoader would follow.
 
-The thread-mode counterpart of :func:`fastdata.loading._builder.build_dataloader` (``fd.Loader(...,
+The thread-mode counterpart of :func:`fastdata.loading.build_dataloader` (``fd.Loader(...,
 workers="threads")`` builds one): the same arguments, the same batches in the same order as a DataLoader
 with ``num_workers=N`` processes, from ``N`` threads that each stand for one worker and read their own
-copy of the dataset (see :mod:`fastdata.loading.threads._gang`). It iterates like a DataLoader, has its
+copy of the dataset (see :mod:`fastdata.loading.threads`). It iterates like a DataLoader, has its
 ``len``, and keeps its threads and their dataset copies (like ``persistent_workers=True``) until
 :meth:`close`, except for an iterable dataset, whose copies are taken afresh at each pass (each worker
 plans its pass from the dataset's state, as a new worker would).

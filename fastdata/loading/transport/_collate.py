@@ -7,11 +7,11 @@ times). On the machines this was measured on, fresh pages fill at ~0.5 GB/s agai
 ones, so that, not reading, is the ceiling of a loader with workers.
 
 :class:`SlotCollate` is a ``collate_fn`` that writes each batch into a slot that its worker owns and
-reuses (see :mod:`fastdata.loading.transport._slots`), and hands the main process a small descriptor; the batch the
+reuses (see :mod:`fastdata.loading.transport`), and hands the main process a small descriptor; the batch the
 user gets has tensors and arrays that are views of the slot, so nothing is copied on the way in. Use it
 with a plain DataLoader (or :func:`slot_dataloader`)::
 
-    from fastdata.loading.transport._collate import SlotCollate, slot_dataloader
+    from fastdata.loading.transport import SlotCollate, slot_dataloader
 
     loader = DataLoader(ds, batch_size=64, sampler=ds.sampler(), num_workers=4,
                         collate_fn=SlotCollate(ds.collate))           # map-style
@@ -28,16 +28,16 @@ hold one by accident); ``copy=True`` hands out private copies (still no pickling
 
 Pinned once: with ``pin=True`` (set for you by :func:`slot_dataloader` and :func:`slot_collate_for` when
 ``pin_memory=True``) the main process page-locks each slot once, where CUDA is available, so the
-DataLoader's pin-memory step costs nothing per batch (see :mod:`fastdata.loading.transport._pinning`).
+DataLoader's pin-memory step costs nothing per batch (see :mod:`fastdata.loading.transport`).
 
 Straight into the slot: with ``collate_fn=None`` samples' tensors are stacked straight into the slot;
 a dataset that reads whole batches can allocate them in the slot with
-:class:`fastdata.loading.transport._slots.SlotPool` (the ``BufferPool.empty`` interface), and then packing copies
+``SlotPool`` (the ``BufferPool.empty`` interface), and then packing copies
 nothing at all.
 
 In the main process (``num_workers=0``) the collate function is applied unchanged. A DataLoader builder
 (``fd.Loader``) passes :func:`slot_collate_for` as its ``collate_fn`` when it has workers, and calls
-:func:`fastdata.loading.transport._slots.release` when it closes them.
+:func:`fastdata.loading.transport.release` when it closes them.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class SlotOptions:
         max_bytes (int): bytes of slots per worker at most. Defaults to 1 GiB. Each slot is made a quarter
             larger than the batch that first needed it; a batch larger than this travels the stock way.
         bytes_as ("bytes" | "packed"): what a list of ``bytes`` values becomes: ``bytes`` objects copied
-            out of the slot (as through the pipe), or one :class:`~fastdata.loading.transport._layout.PackedBytes`
+            out of the slot (as through the pipe), or one :class:`~fastdata.loading.transport.PackedBytes`
             of views (no copy). Defaults to ``"bytes"``.
         copy (bool): hand out private copies and free the slot at once. Defaults to False.
         hold (int | None): free a slot at the latest when this many later batches have arrived in the main
@@ -112,7 +112,7 @@ def _stack_later(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> St
 
 def _arrays(batch: list[np.ndarray], *, collate_fn_map: Any = None) -> Any:
     """Numpy arrays as ``default_collate`` batches them (as tensors), read-only ones without torch's
-    warning (see :func:`fastdata.loading._batching.as_tensors`)."""
+    warning (see ``as_tensors``)."""
     if np_str_obj_array_pattern.search(batch[0].dtype.str) is not None:
         raise TypeError(default_collate_err_msg_format.format(batch[0].dtype))
     return collate(as_tensors(batch), collate_fn_map=collate_fn_map)
@@ -197,7 +197,7 @@ def batch_default_collate(samples: list[Any]) -> Any:
     unchanged (``prebatched=True``), where tensors are left to be stacked straight into the slot (as
     :func:`slot_default_collate` does) instead of into a fresh shared tensor per batch that the slot
     would then copy. Samples that do not batch raise :class:`~fastdata.core.errors.CannotBatch` naming
-    the key, the samples and the fixes (see :mod:`fastdata.loading._batching`)."""
+    the key, the samples and the fixes (see :mod:`fastdata.loading`)."""
     return slot_default_collate(samples) if stacking() else checked_default_collate(samples)
 
 

@@ -37,7 +37,7 @@ _ATOMS = (str, bytes, int, float, bool, type(None))  # bytes: short ones (long o
 
 class PlainDict(dict):  # type: ignore[type-arg]
     """A dict subclass that a slot carries as a plain ``dict`` (its skeleton and its rebuilt batch are
-    plain dicts): :class:`~fastdata.loading.transport._samples.SlotSample`, which pickles itself into a slot
+    plain dicts): ``SlotSample``, which pickles itself into a slot
     and must not do so again from inside one."""
 
     __slots__ = ()
@@ -46,7 +46,7 @@ class PlainDict(dict):  # type: ignore[type-arg]
 class Stack:
     """Sample tensors that the batch will hold stacked: written straight into the slot by
     ``torch.stack(out=...)`` instead of being stacked into fresh memory first (see
-    :func:`fastdata.loading.transport._collate.slot_default_collate`)."""
+    ``slot_default_collate``)."""
 
     __slots__ = ("tensors",)
 
@@ -223,7 +223,7 @@ _DESCEND = object()
 
 def _byte_string(v: Any) -> bool:
     """``bytes``, or a flat ``memoryview`` of bytes (a member read as a view of its mapped shard, see
-    :meth:`fastdata.storage._local.LocalReader.read_views`): copied into the slot alike."""
+    ``LocalReader.read_views``): copied into the slot alike."""
     return type(v) is bytes or (type(v) is memoryview and v.ndim == 1 and v.format == "B")
 
 
@@ -273,7 +273,7 @@ def plan(batch: Any, arena: tuple[int, int, int] | None = None) -> Plan:
     Args:
         batch: the collated batch.
         arena ((int, int, int) | None): ``(address, size, used)`` of the slot that arrays of this batch
-            were allocated in already (:class:`fastdata.loading.transport._slots.SlotPool`): a contiguous array or
+            were allocated in already (``SlotPool``): a contiguous array or
             tensor lying inside it is referenced where it is, not copied; the other payloads go after
             its first ``used`` bytes.
     """

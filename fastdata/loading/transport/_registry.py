@@ -1,12 +1,12 @@
-"""The main process's side of the reused batch slots (see :mod:`fastdata.loading.transport._slots`).
+"""The main process's side of the reused batch slots (see :mod:`fastdata.loading.transport`).
 
-Unpickling a :class:`~fastdata.loading.transport._slots.SlotBatch` calls :func:`_receive`: it maps the slot once (the
+Unpickling a ``SlotBatch`` calls :func:`_receive`: it maps the slot once (the
 slot's tensor and the ring's control array come with a ring's first batches only, and are kept here by
 ring), builds the batch as views of it, and sets a ``weakref.finalize`` on the array that they all share.
 When the user has dropped the last of them (or ``hold`` later batches have arrived, or at once with
 ``copy=True``), the slot's control word is set back to 0 if it still holds this batch's ticket, and the
 worker may reuse the slot. Pinned slots wait for the CUDA work queued before (see
-:mod:`fastdata.loading.transport._pinning`).
+:mod:`fastdata.loading.transport`).
 """
 
 from __future__ import annotations

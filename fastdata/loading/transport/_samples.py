@@ -7,13 +7,13 @@ training process). The user did not ask for slots, and the DataLoader's ``collat
 ``default_collate`` builds a batch of dict samples as ``copy.copy(first_sample)`` updated with the
 collated lists, so a batch of :class:`SlotSample` samples is a ``SlotSample`` too, and that is the hook:
 pickled in a worker (by the DataLoader's queue), a ``SlotSample`` packs itself into one of the worker's
-reused slots (:class:`~fastdata.loading.transport._slots.WorkerRing`) and travels as a small descriptor;
+reused slots (:class:`~fastdata.loading.transport.WorkerRing`) and travels as a small descriptor;
 the main process gets a plain ``dict`` whose lists of bytes are ``bytes`` again. Anywhere else (the main
 process, ``copy``, ``pickle`` outside a worker) it is a plain dict.
 
 fastdata's datasets hand out ``SlotSample`` samples in DataLoader worker processes only
 (:func:`slot_samples`); a batch that finds no free slot, or has nothing a slot carries, goes the stock way.
-``fd.Loader`` batches through its own slots and unwraps them (:mod:`fastdata.loading.transport._layout`).
+``fd.Loader`` batches through its own slots and unwraps them (:mod:`fastdata.loading.transport`).
 """
 
 from __future__ import annotations

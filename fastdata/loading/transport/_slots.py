@@ -8,11 +8,11 @@ the slot) and bounded by ``max_bytes``. A control array in shared memory holds o
 the slot is free, else the ticket of the batch in it.
 
 In the worker, :meth:`WorkerRing.pack` writes a collated batch into a free slot (see
-:mod:`fastdata.loading.transport._layout`), marks it with the batch's ticket and returns a :class:`SlotBatch`,
+:mod:`fastdata.loading.transport`), marks it with the batch's ticket and returns a :class:`SlotBatch`,
 which pickles to a small descriptor: the slot's tensor and the control array travel only the first time.
 In the main process, unpickling it maps the slot once and builds the batch as views of it; once the
 user has dropped them, the main process writes 0 into the slot's control word (if it still holds this
-batch's ticket) and the worker may reuse the slot (see :mod:`fastdata.loading.transport._registry`).
+batch's ticket) and the worker may reuse the slot (see :mod:`fastdata.loading.transport`).
 
 Each control word has one writer at a time (the worker writes a ticket only into a 0, the main process a
 0 only over its own ticket), so no lock crosses processes. A worker that finds no free slot waits up to
@@ -332,7 +332,7 @@ _stacking_pid = -1  # the process whose SlotCollate passes batches on as the dat
 def stack_in_slots() -> None:
     """Mark this worker as one whose batches, made by the dataset itself, go into slots unchanged: from
     now on :func:`stacking` is True here, and a dataset's default collate may leave tensors to be
-    stacked straight into the slot (see :func:`fastdata.loading.transport._collate.batch_default_collate`)."""
+    stacked straight into the slot (see :func:`fastdata.loading.transport.batch_default_collate`)."""
     global _stacking_pid
     _stacking_pid = process.pid()
 
@@ -345,12 +345,12 @@ def stacking() -> bool:
 class SlotPool:
     """Batch arrays allocated straight in the worker's next slot, so a dataset reads into shared memory
     and packing the batch copies nothing: pass it where a dataset takes a
-    :class:`~fastdata.core.process._bufferpool.BufferPool` (it has the same ``empty``).
+    :class:`~fastdata.core.process.BufferPool` (it has the same ``empty``).
 
-    In a DataLoader worker whose batches go through :class:`~fastdata.loading.transport._collate.SlotCollate`
+    In a DataLoader worker whose batches go through :class:`~fastdata.loading.transport.SlotCollate`
     (from its second batch on, once a slot's size is known), :meth:`empty` returns memory of the slot
     that the worker's next batch will be packed into; anywhere else, or when that slot is full, it
-    falls back to the :class:`~fastdata.core.process._bufferpool.BufferPool`. The arrays belong to that batch:
+    falls back to the :class:`~fastdata.core.process.BufferPool`. The arrays belong to that batch:
     the slot is reused once the main process has dropped it, whatever the worker still holds, so a
     dataset must not keep them past returning the batch.
 

@@ -3,8 +3,8 @@ every DataLoader worker and every rank on the node (file locks, no coordinator p
 written under a temporary name and checked before use, least recently used entries evicted over a limit
 but never one a reader on the node has open. :func:`cache_from` builds one from a dataset's
 ``cache_dir=`` / ``cache_limit=`` (or ``FASTDATA_CACHE_DIR`` / ``FASTDATA_CACHE_LIMIT``). The layout on
-disk is described in :mod:`fastdata.storage.cache._layout`, the protocol in
-:mod:`fastdata.storage.cache._node`. It knows no format: the datasets decide what goes through it."""
+disk is described in :mod:`fastdata.storage.cache`, the protocol in
+:mod:`fastdata.storage.cache`. It knows no format: the datasets decide what goes through it."""
 
 from __future__ import annotations
 

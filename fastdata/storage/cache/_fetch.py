@@ -1,5 +1,5 @@
 """One download into the cache: the object written under ``.part``, checked (its size; the store's SHA-256
-when the store keeps one), a CRC-32 taken of each block (:data:`~fastdata.storage.cache._layout.BLOCK`
+when the store keeps one), a CRC-32 taken of each block (``BLOCK``
 bytes) for the readers to check against later, then renamed into place and its record written last.
 
 Whatever fails on the way (a full disk, a dropped connection, bytes that do not match the store's

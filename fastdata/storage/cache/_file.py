@@ -1,5 +1,5 @@
 """A reader of one cached entry (the storage reader the cache hands out): the local copy read through a
-read-only memory map, like :class:`~fastdata.storage._local.LocalReader`, named by the remote URL, and
+read-only memory map, like ``LocalReader``, named by the remote URL, and
 holding its entry's shared lock until it is closed, so that no eviction on the node removes it.
 
 Its bytes are checked before they are served: each block (``BLOCK`` bytes) against the CRC-32 recorded

@@ -2,7 +2,7 @@
 
 * the versions of the next ``check`` objects are asked for in parallel, by a few threads of this process
   (of the store, a HEAD each, unless another process of the node asked since this epoch began: see
-  :meth:`~fastdata.storage.cache._node.NodeCache.version`), so that opening an object finds its version
+  :meth:`~fastdata.storage.cache.NodeCache.version`), so that opening an object finds its version
   already known: a shuffle window that spans several shards opens all of them at once, and one HEAD
   after another would be on its path;
 * the next ``depth`` objects are downloaded, one at a time, by one thread of this process (a download's

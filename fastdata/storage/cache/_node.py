@@ -196,7 +196,7 @@ class NodeCache:
 
     def version(self, url: str, remote: Remote, since: int | None = None) -> Version:
         """The current version of ``url``: asked of the store by a process of this node at or after
-        ``since``, else now (see :func:`~fastdata.storage.cache._checked.current_version`)."""
+        ``since``, else now (see ``current_version``)."""
         self._ready()
         return current_version(self.layout, url, remote, since, lambda old: self._drop(url, old))
 

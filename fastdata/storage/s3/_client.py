@@ -1,7 +1,7 @@
 """S3 settings, one boto3 client per process, and the counters of what the client went through.
 
 botocore clients are not fork-safe (their connection pool's sockets would be shared by parent and
-child), so every process builds its own, on first use, through a :class:`~fastdata.core.process._handles.HandleCache`:
+child), so every process builds its own, on first use, through a :class:`~fastdata.core.process.HandleCache`:
 a forked worker never touches its parent's client and a pickled dataset carries only the settings.
 boto3 clients are thread-safe, so one client per process (per settings) serves every thread; its
 connection pool is sized to the threads that use it.
@@ -209,7 +209,7 @@ process.at_fork(after_in_child=_after_fork_in_child)
 
 class Stats:
     """Where one reader or dataset reports its counters: this process's totals, and optionally the
-    dataset's :class:`~fastdata.core.process._shared.SharedState` (visible in the main process).
+    dataset's :class:`~fastdata.core.process.SharedState` (visible in the main process).
 
     Args:
         shared (CounterSink | None): e.g. a dataset's shared state, holding some of :data:`COUNTERS`.

@@ -1,10 +1,10 @@
 """One S3 object, whole, into a local file: what the node-local cache (:mod:`fastdata.storage.cache`)
-asks of S3 (the :class:`~fastdata.storage._remote.Remote` of ``s3://`` URLs).
+asks of S3 (the :class:`~fastdata.storage.Remote` of ``s3://`` URLs).
 
 :func:`stat` is one HEAD: the object's size, ETag (its version) and, for objects that fastdata's uploader
 wrote, the SHA-256 it stored as metadata. :meth:`S3Remote.fetch_into` writes the object into an open
 file: ranged GETs of ``part_size`` bytes, each pinned to the ETag (``If-Match``, so that an object replaced
-meanwhile fails with :class:`~fastdata.storage.s3._fetch.ObjectChanged` instead of mixing two versions),
+meanwhile fails with :class:`~fastdata.storage.s3.ObjectChanged` instead of mixing two versions),
 issued in parallel on the process's thread pool and written at their offsets as they arrive (so at most
 the parts in flight are held in memory), each resumed where its body broke off (:func:`get`).
 """

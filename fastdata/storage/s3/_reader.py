@@ -15,9 +15,9 @@ Opening costs one GET, not a HEAD and a GET: the first ``open_bytes`` of the obj
 so a ``manifest.json`` or a ``.idx`` sidecar is read in a single request, and opening a ``.tar`` shard
 starts the GET of its sidecar at the same time. Every later GET is pinned to the object's ETag, so an
 object rewritten mid-read fails with :class:`ObjectChanged` instead of mixing two versions. The client,
-retries and counters are described in :mod:`fastdata.storage.s3._client`; the resumption of broken
-bodies in :mod:`fastdata.storage.s3._fetch`; fetched windows in :mod:`fastdata.storage.s3._windows`;
-single-file uploads in :mod:`fastdata.storage.s3._upload`.
+retries and counters are described in :mod:`fastdata.storage.s3`; the resumption of broken
+bodies in :mod:`fastdata.storage.s3`; fetched windows in :mod:`fastdata.storage.s3`;
+single-file uploads in :mod:`fastdata.storage.s3`.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class S3Reader:
         config (S3Config | None): endpoint, credentials, retries, timeouts, concurrency. Defaults to
             one built from ``**options`` (field names of :class:`S3Config`) and the AWS chain.
         stats (Stats | CounterSink | None): where to count requests, retries ... (see
-            :data:`~fastdata.storage.s3._client.COUNTERS`); always counted in :func:`process_counters` too.
+            :data:`~fastdata.storage.s3.COUNTERS`); always counted in :func:`process_counters` too.
         readahead (int): bytes fetched by a small read, and by each background read-ahead, in bytes.
             Defaults to 4 MiB.
         part_size (int): the largest single GET; longer spans are split and fetched in parallel, in

@@ -1,7 +1,7 @@
 """Uploading one local file to S3, verified (size and SHA-256), multipart when large.
 
 The conversion's ordering of uploads (shards as they are finished, the manifest last) lives in
-:mod:`fastdata.convert._upload`; this module knows files and objects only.
+:mod:`fastdata.convert`; this module knows files and objects only.
 
 An S3 object appears whole or not at all (a multipart upload becomes visible only when completed).
 Multipart uploads, their parallel parts and retries are boto3's transfer manager's.

@@ -1,4 +1,4 @@
-"""What an :class:`~fastdata.storage.s3._reader.S3Reader` has fetched, or is fetching, of one object: stretches
+"""What an :class:`~fastdata.storage.s3.S3Reader` has fetched, or is fetching, of one object: stretches
 ("windows") of bytes, each a future, bounded in bytes. Plain data guarded by a lock; nothing here talks
 to S3."""
 

@@ -2,7 +2,7 @@
 
 The rules read an :class:`Evidence`: what one configuration of a loader did over a window (a sweep's
 point in ``fastdata bench``, or a monitor's window inside a training loop), in figures the probes of
-:mod:`fastdata.core.system._procfs` measure. :func:`classify` returns a :class:`Verdict`: a :data:`Label`
+:mod:`fastdata.core.system` measure. :func:`classify` returns a :class:`Verdict`: a :data:`Label`
 and the sentences of evidence behind it. The rules, in order:
 
 * ``memory``: the loader's processes hold (PSS) 80% or more of the memory they may use.
@@ -22,7 +22,7 @@ and the sentences of evidence behind it. The rules, in order:
   process with its helper threads 0.8 cores' worth of the time it has between steps. Unless the looks at
   the producers show them waiting (off the CPU) more than computing.
 * ``storage``, ``lock``, ``sleep``, ``wait`` (waiting producers): the looks at the producers' threads
-  (:class:`fastdata.core.system._procfs.ThreadSampler`) find them off the CPU a third of the time or more, and more
+  (:class:`fastdata.core.system.ThreadSampler`) find them off the CPU a third of the time or more, and more
   than computing (waiting for a core left out: that is other programs' crowding), and say on what: the
   network or the disk (``storage``), a lock (``lock``), a sleep (``sleep``), another system call (``wait``,
   naming it); in thread mode a wait on a futex, likely the GIL, does not outweigh a busy core. Without

@@ -1,5 +1,5 @@
 """The vocabulary of the diagnosis: the labels (:data:`Label`), a verdict (:class:`Verdict`) and the thresholds
-the rules of :mod:`~._diagnosis` read (each with what it means)."""
+the rules of :mod:`~fastdata.loading.observe.diagnose` read (each with what it means)."""
 
 from __future__ import annotations
 

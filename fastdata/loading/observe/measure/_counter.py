@@ -3,7 +3,7 @@
 The sweep's measuring loop (``fastdata bench``) and the monitor's hook around a training loop both call
 :meth:`BatchCounter.handed` once per batch with two clock and two CPU-clock readings (when the batch was
 asked for and when it arrived), so both count the loop the same way: the wait inside ``next()``, the step
-between a batch and the next request, a pass's first wait. The probe (:mod:`._probe`) copies the counts
+between a batch and the next request, a pass's first wait. The probe copies the counts
 into each reading, so a window's loop figures are differences of this counter.
 """
 

@@ -1,7 +1,7 @@
 """Bad samples a restart would count twice, given back.
 
 Under ``on_error="skip"`` each worker counts the bad samples it leaves out into its own slot of the dataset's
-shared counters (:class:`fastdata.core.process._shared.SharedState`). A worker reads ahead of the training loop
+shared counters (:class:`fastdata.core.process.SharedState`). A worker reads ahead of the training loop
 (``prefetch_factor`` batches), so when ``num_workers="auto"`` restarts the workers mid-epoch, the batches they
 made and never handed out are read again by the new workers, and their bad samples counted again.
 
@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from fastdata.core.process._shared import SharedState
+from fastdata.core.process import SharedState
 from fastdata.loading.observe.measure._stage_table import StageTable
 
 

@@ -1,19 +1,19 @@
-"""The one probe of a loader: cumulative readings (:class:`~._window.Window`) whose differences are windows.
+"""The one probe of a loader: cumulative readings (:class:`Window`) whose differences are windows.
 
 ``fastdata bench`` measures each configuration through a :class:`Probe`, and so does the monitor and
 ``num_workers="auto"`` inside training, so both read the same figures the same way:
 
-* **the training loop**, from the :class:`~._counter.BatchCounter` its iteration feeds (batches, samples,
+* **the training loop**, from the :class:`BatchCounter` its iteration feeds (batches, samples,
   the wait in ``next()`` and the loop thread's CPU there, the step, first waits);
 * **the producers' stages and own counters**, from the shared-memory stage table
-  (:class:`~._stage_table.StageTable`) each worker (or the main process, without workers) writes into;
-* **every thread of every process**, from ``/proc`` (:mod:`fastdata.core.system._procfs`): CPU, run-queue wait,
+  (:class:`StageTable`) each worker (or the main process, without workers) writes into;
+* **every thread of every process**, from ``/proc`` (:mod:`fastdata.core.system`): CPU, run-queue wait,
   context switches, block-I/O delay, bytes read, by thread name. A worker of a short pass exits between
   two readings: what it wrote into its row of the stage table still counts (the larger of the two is
   taken), and the workers of a new pass take over the rows (slots) of the last one's, so totals only grow;
 * **the machine**, from ``/proc/stat`` over the CPUs we may use;
 * **what the producers wait on**, from a background thread that looks at the loader's threads a few dozen
-  times a second (:class:`fastdata.core.system._procfs.ThreadSampler`): each worker's (or loader thread's) state and
+  times a second (:class:`fastdata.core.system.ThreadSampler`): each worker's (or loader thread's) state and
   system call, counted per kind of wait (computing, network, disk, lock, sleep, idle, other), and the looks
   that found a thread in D state.
 
@@ -36,8 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata.core.system._machine import usable_cores, usable_memory
-from fastdata.core.system._procfs import (
+from fastdata.core.system import (
     ProcessCounters,
     ProcessProbe,
     machine_busy,
@@ -46,9 +45,11 @@ from fastdata.core.system._procfs import (
     procs_blocked,
     python_thread_names,
     thread_runq,
+    usable_cores,
     usable_cpus,
+    usable_memory,
 )
-from fastdata.core.system._procfs import ThreadSampler as Sampler
+from fastdata.core.system import ThreadSampler as Sampler
 from fastdata.loading.observe.measure import _stage_table as stage_table
 from fastdata.loading.observe.measure._counter import BatchCounter
 from fastdata.loading.observe.measure._stage_table import StageTable

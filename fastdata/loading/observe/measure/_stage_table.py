@@ -21,7 +21,7 @@ import torch
 
 from fastdata.core import stages
 from fastdata.core.stages import STAGES
-from fastdata.core.system._procfs import own_counters
+from fastdata.core.system import own_counters
 
 NSTAGE = 2 * len(STAGES)
 # the marks of the latest epoch's first batch in a process's row, after the stage totals
@@ -193,7 +193,7 @@ class ProbeInit:
         table (StageTable): where the workers' totals go.
         then (Callable[[int], object] | None): the user's ``worker_init_fn``.
         ledger (Callable[[], float] | None): a count of the worker's own to note after each batch (its
-            skipped samples: see :class:`~._ledger.Ledger`). Defaults to None.
+            skipped samples: see ``Ledger``). Defaults to None.
     """
 
     def __init__(

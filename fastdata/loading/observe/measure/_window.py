@@ -3,7 +3,7 @@
 A :class:`Window` holds raw counters only (seconds, CPU-seconds, counts, bytes), each under one name and
 in one unit; every figure a report prints or a rule reads (samples per second, the stall, each worker's
 demand for a core ...) is a property computed from them, so a sweep's point and a monitor's report over
-the same loader and the same window carry the same figures. The probe (:mod:`._probe`) reads a
+the same loader and the same window carry the same figures. The probe (:mod:`fastdata.loading.observe.measure`) reads a
 cumulative window (everything since it started); the difference of two readings, :meth:`Window.since`,
 is the window between them, and windows add up (:meth:`Window.pooled`): a sweep's point pools its
 windows, a report covers the time since the previous one.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from fastdata.core.stages import STAGES
-from fastdata.core.system._waits import KINDS, split
+from fastdata.core.system import KINDS, split
 
 # fields read as of the window's end (a state, not an amount): never subtracted or summed
 LAST = {"last": True}
@@ -38,7 +38,7 @@ class Process:
         rchar (int): bytes read through any read call (files, sockets, pipes, the page cache).
         by_thread (dict[str, float]): CPU-seconds per thread name (threads of one name summed).
         looks (dict[str, int]): looks at what it was doing, by ``"kind/call"`` (``"network/recvfrom"``,
-            ``"computing/"``: :mod:`fastdata.core.system._waits`): a worker as one producer; in the main process its
+            ``"computing/"``: :mod:`fastdata.core.system`): a worker as one producer; in the main process its
             loader threads each (thread mode), else its loop thread while inside ``next()``.
         pid (int), threads (int), dstate (int): at the window's end: its id, threads alive, of them in D state.
         pss, uss (float): at the end, bytes (0: not read): its proportional and unique set sizes.
@@ -324,7 +324,7 @@ class Window:
     @property
     def waits(self) -> dict[str, float]:
         """What the producers did, as shares of their time (empty when nobody looked): ``computing``,
-        ``runq`` (runnable, waiting for a core), then each kind of wait of :mod:`fastdata.core.system._waits`
+        ``runq`` (runnable, waiting for a core), then each kind of wait of :mod:`fastdata.core.system`
         (``network``, ``disk``, ``lock``, ``sleep``, ``idle``: waiting for work, ``other``). The looks give the
         shares; the running ones are split into computing and waiting for a core by the producers' CPU and
         run-queue seconds."""

@@ -1,4 +1,4 @@
-"""When and where the monitor reports: a report (:class:`~._stats.Stats`) every ``Monitor.seconds`` or
+"""When and where the monitor reports: a report (:class:`Stats`) every ``Monitor.seconds`` or
 ``every`` batches, each over the window since the previous one, and on demand over any span up to now
 (:class:`Reporter`); it goes to a callback, a log line (the ``logging`` logger ``fastdata.monitor``, at
 INFO) or a JSON-lines file, one object a line (:class:`Sinks`).
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Literal, Union
 
 from fastdata.core.errors import ConfigError, check_choice, check_positive
-from fastdata.core.system._machine import memory_available
+from fastdata.core.system import memory_available
 from fastdata.loading.observe.diagnose._diagnosis import classify
 from fastdata.loading.observe.diagnose._evidence import Context, evidence
 from fastdata.loading.observe.measure._window import Window

@@ -8,7 +8,7 @@ the same decisions: :func:`replay` runs it over recorded measurements (the tests
 How it decides, in order:
 
 1. **Limits.** Never more workers than the usable cores (affinity and cgroup quota,
-   :func:`fastdata.core.system._machine.usable_cores`) or ``max_workers`` for work that computes; while the workers
+   :func:`fastdata.core.system.usable_cores`) or ``max_workers`` for work that computes; while the workers
    mostly wait off the CPU (the diagnosis says on what: ``storage``, ``lock``, ``sleep``, ``wait``) up to 16 (or
    twice the cores), climbing only while throughput rises; never more than the open-file limit allows (each
    worker holds descriptors in the main process), and never more than the memory allows:

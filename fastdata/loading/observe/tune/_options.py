@@ -1,6 +1,6 @@
 """The vocabulary of ``num_workers="auto"``: the options (:class:`AutoTune`), what it was asked for
 (:class:`Requested`), what it moves (:class:`Setting`), what it reads (:class:`Observation`) and what it
-answers (:class:`Change`). The decisions are in :class:`~._decide.Tuner`.
+answers (:class:`Change`). The decisions are in :class:`~fastdata.loading.observe.tune.Tuner`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""``num_workers="auto"`` inside training: windows of the loader handed to the :class:`~._decide.Tuner`, and
+"""``num_workers="auto"`` inside training: windows of the loader handed to the :class:`Tuner`, and
 the change it answers carried to the next batch (or pass).
 
 :class:`Tuning` is fed the session's probe readings; it knows nothing of reporting. Its state is one of:
 
 * ``idle``: no window open (a setting's first batch has not arrived since the last change);
 * ``measuring``: a window runs from a reading; its first quarter may already decide for a setting not
-  measured yet (:data:`~._decide.EARLY`), else its end does;
+  measured yet (``EARLY``), else its end does;
 * ``restart``: a change to make at the next batch (the workers restart mid-pass);
 * ``next pass``: a change to make when the next pass starts (the workers restart there anyway).
 
-Each window becomes an :class:`~._options.Observation`: a view of the window
+Each window becomes an :class:`~fastdata.loading.observe.tune.Observation`: a view of the window
 (:class:`~fastdata.loading.observe.Window`) with its diagnosis, so the tuner reads what the monitor reports.
 """
 
@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from fastdata.core.system._machine import memory_available
+from fastdata.core.system import memory_available
 from fastdata.loading.observe.diagnose._diagnosis import classify
 from fastdata.loading.observe.diagnose._evidence import Context, evidence
 from fastdata.loading.observe.measure._window import Window
