@@ -56,6 +56,8 @@ _PRIVATE = re.compile(r"(?<![\w/.-])fastdata(?:\.\w+)*\._\w+")
 def test_docs_name_only_public_import_paths(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     assert not sorted(set(_PRIVATE.findall(text))), f"{page.name} names private modules"
+    imports = re.findall(r"from fastdata[\w.]* import .*\b_[a-z]\w*", text)  # from fastdata.bench import _report
+    assert not imports, f"{page.name} imports private modules: {imports}"
 
 
 def _module_name(path: Path) -> str:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from fastdata.bench._advise import Recommendation, recommend
     from fastdata.bench._loop import Timing
     from fastdata.bench._profile import record as profile
+    from fastdata.bench._report import print_report, write_plot
     from fastdata.bench._result import Config, Point, SweepResult
     from fastdata.bench._sweep import sweep
     from fastdata.bench._synthetic import (
@@ -42,25 +43,7 @@ if TYPE_CHECKING:
         SlowStartDataset,
     )
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "sweep": "._sweep",
-        "recommend": "._advise",
-        "Recommendation": "._advise",
-        "Config": "._result",
-        "Point": "._result",
-        "SweepResult": "._result",
-        "Timing": "._loop",
-        "profile": "._profile:record",
-        "CPUDataset": "._synthetic",
-        "CheapDataset": "._synthetic",
-        "HeavyBatchDataset": "._synthetic",
-        "HoldMemoryDataset": "._synthetic",
-        "IOWaitDataset": "._synthetic",
-        "SlowStartDataset": "._synthetic",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "CPUDataset",
@@ -74,7 +57,9 @@ __all__ = [
     "SlowStartDataset",
     "SweepResult",
     "Timing",
+    "print_report",
     "profile",
     "recommend",
     "sweep",
+    "write_plot",
 ]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fastdata.convert._upload import ShardUploader
 
 # the uploader needs boto3, the run the writers: imported when asked for
-__getattr__, __dir__ = lazy_exports(__name__, {"ShardUploader": "._upload", "CorpusProblems": "._run"})
+__getattr__, __dir__ = lazy_exports(__name__)
 
 
 def convert(

@@ -23,34 +23,7 @@ if TYPE_CHECKING:
     from fastdata.core.epoch._world import World
     from fastdata.core.system._machine import usable_cores, usable_memory
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "default_cache_dir": "._cache_dir",
-        "DIGESTS": "._digest",
-        "DigestName": "._digest",
-        "FAST": "._digest",
-        "digest_of": "._digest",
-        "entry_digest": "._digest",
-        "new_digest": "._digest",
-        "lazy_exports": "._lazy",
-        "SKIP": "._pipeline",
-        "SamplePipeline": "._pipeline",
-        "describe_sample": "._pipeline",
-        "Bar": "._progress",
-        "progress_bar": "._progress",
-        "tracked": "._progress",
-        "__version__": "._version",
-        "ResumeState": ".epoch._resume",
-        "RepeatedEpochWarning": ".epoch._seeding",
-        "WorkerInit": ".epoch._seeding",
-        "compose_worker_init": ".epoch._seeding",
-        "worker_init_fn": ".epoch._seeding",
-        "World": ".epoch._world",
-        "usable_cores": ".system._machine",
-        "usable_memory": ".system._machine",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "DIGESTS",

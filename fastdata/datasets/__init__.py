@@ -15,17 +15,7 @@ if TYPE_CHECKING:
     from fastdata.datasets.tar._shards import TarShardDataset
     from fastdata.datasets.video._dataset import VideoClipDataset
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "S3Dataset": "._s3",
-        "HDF5Dataset": ".hdf5._dataset",
-        "Mix": ".mix._mix",
-        "IndexedTarDataset": ".tar._indexed",
-        "TarShardDataset": ".tar._shards",
-        "VideoClipDataset": ".video._dataset",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "HDF5Dataset",

@@ -14,26 +14,7 @@ if TYPE_CHECKING:
     from fastdata.formats._images import ResizeMethod
     from fastdata.formats._manifest import MANIFEST, missing_local, read_manifest, resolve_sources, shard_listing
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "DecodeMode": "._decode",
-        "Decoder": "._decode",
-        "IMAGE_EXTS": "._decode",
-        "ImageBackend": "._decode",
-        "make_decoder": "._decode",
-        "FieldSpec": "._fields",
-        "Fields": "._fields",
-        "MissingField": "._fields",
-        "with_fields": "._fields",
-        "ResizeMethod": "._images",
-        "MANIFEST": "._manifest",
-        "missing_local": "._manifest",
-        "read_manifest": "._manifest",
-        "resolve_sources": "._manifest",
-        "shard_listing": "._manifest",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "IMAGE_EXTS",

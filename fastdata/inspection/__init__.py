@@ -24,14 +24,6 @@ if TYPE_CHECKING:
     from fastdata.inspection._registry import register_inspector
     from fastdata.inspection._report import FileReport
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "inspect_paths": "._paths",
-        "write_manifest": "._paths",
-        "register_inspector": "._registry",
-        "FileReport": "._report",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = ["FileReport", "inspect_paths", "register_inspector", "write_manifest"]

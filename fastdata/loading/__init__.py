@@ -22,29 +22,9 @@ if TYPE_CHECKING:
     from fastdata.loading._protocol import BatchingDataset, Collating, Dataset, MapDataset
     from fastdata.loading._sampler import EpochSampler
     from fastdata.loading._video_sampler import ClipBatchSampler
+    from fastdata.loading.transport._collate import batch_as_is as as_is
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "explain": "._batching",
-        "Transport": "._builder",
-        "build_dataloader": "._builder",
-        "Workers": "._checks",
-        "ChunkBatchSampler": "._chunk_sampler",
-        "block_sequence": "._chunk_sampler",
-        "FastDataLoader": "._dataloader",
-        "DEFAULT_TRANSPORT": "._loader",
-        "Loader": "._loader",
-        "ReadPlan": "._plan",
-        "BatchingDataset": "._protocol",
-        "Collating": "._protocol",
-        "Dataset": "._protocol",
-        "MapDataset": "._protocol",
-        "EpochSampler": "._sampler",
-        "ClipBatchSampler": "._video_sampler",
-        "as_is": ".transport._collate:batch_as_is",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "DEFAULT_TRANSPORT",

@@ -114,15 +114,7 @@ if TYPE_CHECKING:
     from fastdata.storage._local import file_identity
     from fastdata.storage._remote import ObjectChanged, Remote, Version
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "file_identity": "._local",
-        "ObjectChanged": "._remote",
-        "Remote": "._remote",
-        "Version": "._remote",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 
 __all__ = [

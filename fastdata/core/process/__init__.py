@@ -24,27 +24,7 @@ if TYPE_CHECKING:
         SharedState,
     )
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "BufferPool": "._bufferpool",
-        "HandleCache": "._handles",
-        "ProcessLocal": "._handles",
-        "abandon": "._pid",
-        "at_fork": "._pid",
-        "forked": "._pid",
-        "pid": "._pid",
-        "DATASET_LOG": "._shared",
-        "EGRESS_FLAG": "._shared",
-        "REPEAT_FLAG": "._shared",
-        "SAMPLER_LOG": "._shared",
-        "SAMPLER_REPEAT_FLAG": "._shared",
-        "SUBSTITUTE_FLAG": "._shared",
-        "SharedEpoch": "._shared",
-        "SharedPlan": "._shared",
-        "SharedState": "._shared",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "DATASET_LOG",

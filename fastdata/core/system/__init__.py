@@ -37,35 +37,7 @@ if TYPE_CHECKING:
     from fastdata.core.system._thread_name import name_this_thread
     from fastdata.core.system._waits import KINDS, split
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "cpu_model": "._procfs",
-        "keep_freed_heap": "._heap",
-        "affinity_cpus": "._machine",
-        "cpu_quota": "._machine",
-        "memory_available": "._machine",
-        "usable_cores": "._machine",
-        "usable_memory": "._machine",
-        "usable_physical_cores": "._machine",
-        "ProcessCounters": "._procfs",
-        "ProcessProbe": "._procfs",
-        "ThreadSampler": "._procfs",
-        "delay_accounting": "._procfs",
-        "machine_busy": "._procfs",
-        "memory_of": "._procfs",
-        "open_fds": "._procfs",
-        "own_counters": "._procfs",
-        "procs_blocked": "._procfs",
-        "python_thread_names": "._procfs",
-        "rss": "._procfs",
-        "thread_runq": "._procfs",
-        "usable_cpus": "._procfs",
-        "name_this_thread": "._thread_name",
-        "KINDS": "._waits",
-        "split": "._waits",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "KINDS",

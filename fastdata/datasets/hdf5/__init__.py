@@ -10,12 +10,7 @@ from fastdata.core import lazy_exports
 if TYPE_CHECKING:
     from fastdata.datasets.hdf5._dataset import HDF5Dataset
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "HDF5Dataset": "._dataset",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "HDF5Dataset",

@@ -10,12 +10,7 @@ from fastdata.core import lazy_exports
 if TYPE_CHECKING:
     from fastdata.datasets.mix._mix import Mix
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "Mix": "._mix",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "Mix",

@@ -14,14 +14,7 @@ if TYPE_CHECKING:
     from fastdata.datasets.tar._shards import TarShardDataset
     from fastdata.datasets.tar._source import tar_urls
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "IndexedTarDataset": "._indexed",
-        "TarShardDataset": "._shards",
-        "tar_urls": "._source",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "IndexedTarDataset",

@@ -10,12 +10,7 @@ from fastdata.core import lazy_exports
 if TYPE_CHECKING:
     from fastdata.datasets.video._dataset import VideoClipDataset
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "VideoClipDataset": "._dataset",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "VideoClipDataset",

@@ -29,28 +29,7 @@ if TYPE_CHECKING:
     from fastdata.formats.hdf5._rows import read_field
     from fastdata.formats.hdf5._types import as_dict
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "H5Handle": "._handle",
-        "row_error": "._handle",
-        "BadLayout": "._reader",
-        "ChunkCache": "._reader",
-        "CorruptHDF5": "._reader",
-        "DEFAULT_RDCC_NBYTES": "._reader",
-        "DEFAULT_RDCC_NSLOTS": "._reader",
-        "DEFAULT_RDCC_W0": "._reader",
-        "FieldDecoder": "._reader",
-        "FieldInfo": "._reader",
-        "FileChanged": "._reader",
-        "FileInfo": "._reader",
-        "check_same_rows": "._reader",
-        "describe": "._reader",
-        "field_info": "._reader",
-        "read_field": "._rows",
-        "as_dict": "._types",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "DEFAULT_RDCC_NBYTES",

@@ -21,32 +21,7 @@ if TYPE_CHECKING:
     from fastdata.formats.tar._reader import index_url, read_samples, scan, split_key
     from fastdata.formats.tar._writer import RECORD, FileMember, ShardResult, TarShardWriter
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "SPLIT_KEYS_FIX": "._group",
-        "BLOCK": "._headers",
-        "RECORD": "._writer",
-        "check_index": "._checks",
-        "check_on_read": "._checks",
-        "check_once": "._checks",
-        "CompressedShard": "._compressed",
-        "Compression": "._compressed",
-        "UNDO": "._compressed",
-        "compression_of": "._compressed",
-        "refusal": "._compressed",
-        "ShardIndex": "._index",
-        "SidecarMismatch": "._index",
-        "index_url": "._reader",
-        "read_samples": "._reader",
-        "scan": "._reader",
-        "split_key": "._reader",
-        "FileMember": "._writer",
-        "ShardResult": "._writer",
-        "TarShardWriter": "._writer",
-        "write_atomic": "fastdata.formats._source_files",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "BLOCK",

@@ -103,15 +103,7 @@ if TYPE_CHECKING:
     from fastdata.formats.video._pool import ReaderPool
     from fastdata.formats.video._stream import StreamInfo
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "VideoIndex": "._meta_cache",
-        "default_index_file": "._meta_cache",
-        "ReaderPool": "._pool",
-        "StreamInfo": "._stream",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 
 __all__ = [

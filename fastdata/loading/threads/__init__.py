@@ -12,13 +12,7 @@ from fastdata.core import lazy_exports
 if TYPE_CHECKING:
     from fastdata.loading.threads._loader import ThreadLoader, thread_loader_for
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "ThreadLoader": "._loader",
-        "thread_loader_for": "._loader",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "ThreadLoader",

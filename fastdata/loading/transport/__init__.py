@@ -23,24 +23,7 @@ if TYPE_CHECKING:
     from fastdata.loading.transport._samples import slot_sample, slot_samples
     from fastdata.loading.transport._slots import WorkerRing, stacking
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "SlotCollate": "._collate",
-        "SlotOptions": "._collate",
-        "batch_default_collate": "._collate",
-        "checked_default_collate": "._collate",
-        "release": "._registry",
-        "slot_dataloader": "._collate",
-        "stats": "._registry",
-        "reset_counts": "._registry",
-        "WorkerRing": "._slots",
-        "PackedBytes": "._layout",
-        "slot_sample": "._samples",
-        "slot_samples": "._samples",
-        "stacking": "._slots",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "PackedBytes",

@@ -21,27 +21,7 @@ if TYPE_CHECKING:
     from fastdata.storage.cache._locks import lock, release
     from fastdata.storage.cache._node import COUNTERS, CacheWarning, NodeCache
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "CacheCheck": "._config",
-        "CacheDir": "._config",
-        "SUBFOLDER": "._config",
-        "cache_from": "._config",
-        "index_cache": "._config",
-        "parse_limit": "._config",
-        "CachedFile": "._file",
-        "Filler": "._fill",
-        "Layout": "._layout",
-        "is_cache": "._layout",
-        "lock": "._locks",
-        "release": "._locks",
-        "COUNTERS": "._node",
-        "CacheError": "fastdata.core.errors",
-        "CacheWarning": "._node",
-        "NodeCache": "._node",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "COUNTERS",

@@ -17,35 +17,7 @@ if TYPE_CHECKING:
     from fastdata.storage.s3._reader import S3Reader, executor
     from fastdata.storage.s3._upload import UploadFailed, finish_upload, start_upload, transfer_config, upload_file
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "COUNTERS": "._client",
-        "MiB": "._client",
-        "S3Config": "._client",
-        "Stats": "._client",
-        "client": "._client",
-        "parse_url": "._client",
-        "process_counters": "._client",
-        "release": "._client",
-        "S3Remote": "._download",
-        "S3CredentialsMissing": "._fetch",
-        "S3Unavailable": "._fetch",
-        "S3Unreachable": "._fetch",
-        "call": "._fetch",
-        "get": "._fetch",
-        "list_prefix": "._list",
-        "resolve": "._list",
-        "S3Reader": "._reader",
-        "executor": "._reader",
-        "UploadFailed": "._upload",
-        "finish_upload": "._upload",
-        "start_upload": "._upload",
-        "transfer_config": "._upload",
-        "upload_file": "._upload",
-        "ObjectChanged": "fastdata.storage._remote",
-    },
-)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "COUNTERS",
