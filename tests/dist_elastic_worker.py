@@ -75,7 +75,8 @@ def save(name: str, folder: Path, states: Path, workers: int) -> dict[str, Any]:
 def resume(name: str, folder: Path, states: Path, workers: int) -> dict[str, Any]:
     loader = loader_for(name, folder, workers)
     loader.load_state_dict(json.loads((states / f"{name}.json").read_text()))
-    out: dict[str, Any] = {"len": len(loader), "batches": [], "reduced": []}
+    # what is left of the epoch: len() counts the saved position too, as after any resume (Lightning's loop)
+    out: dict[str, Any] = {"len": len(loader) - loader.consumed, "batches": [], "reduced": []}
     for batch in loader:
         k = BACKENDS[name].keys_of(batch)
         out["batches"].append(k)

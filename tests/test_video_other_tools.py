@@ -119,7 +119,12 @@ def test_torchcodec_is_refused_at_construction_on_the_b_frame_avi(files: dict[st
     need("torchcodec")
     path = files["mpeg4-bframes-avi"]
     with pytest.raises(VideoUnsupported, match=r"torchcodec returns other frames than asked.*decoder='pyav'"):
-        fd.VideoClipDataset(path, clip_len=4, decoder="torchcodec", index_cache=False)
+        fd.VideoClipDataset(path, clip_len=4, decoder="torchcodec", fallback=None, index_cache=False)
+    # by default the file is read by the fallback decoder instead: counted, listed, warned about, exact
+    with pytest.warns(UserWarning, match=r"1 of 1 videos are read with decoder='pyav'.*torchcodec returns other"):
+        ds = fd.VideoClipDataset(path, clip_len=4, decoder="torchcodec", index_cache=False)
+    assert ds.fallback_videos == [path] and ds.counters()["fallbacks"] == 1
+    assert [read_stamp(f)[1] for f in ds[0]["clip"].numpy()] == ds[0]["frames"].tolist()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = fd.VideoClipDataset([path, files["h264-open-gop-ts"]], clip_len=4, decoder="pyav", index_cache=False)
