@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import time
@@ -354,8 +355,20 @@ def test_the_thread_sampler_closes_what_it_opened_for_workers_gone() -> None:
     from fastdata.core.system._procfs import ThreadSampler
 
     code = "import socket\ns, peer = socket.socketpair()\ns.settimeout(60)\nprint('ready', flush=True)\ns.recv(1)"
+
+    def opened_for(pids: list[int]) -> list[str]:
+        """This process's descriptors open on a file under /proc/PID/ of one of ``pids`` (counted by what they
+        point at, so that files other threads of the test process open meanwhile do not count)."""
+        out = []
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{name}")
+                if any(target.startswith(f"/proc/{pid}/") for pid in pids):
+                    out.append(target)
+        return out
+
     sampler = ThreadSampler(interval=0.01)
-    held = []
+    opened, left, gone = [], [], []
     for _ in range(4):  # four "epochs" of two workers each
         procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(2)]
         for p in procs:
@@ -364,14 +377,17 @@ def test_the_thread_sampler_closes_what_it_opened_for_workers_gone() -> None:
         for p in procs:
             sampler._count(p.pid, *sampler._process(p.pid, p.pid, {p.pid: "S"}))  # one look, in this thread
         assert all(sampler.looked(p.pid) for p in procs)
+        opened.append(len(opened_for([p.pid for p in procs])))
         for p in procs:
             p.kill()
             p.wait()
             assert p.stdout is not None
             p.stdout.close()
-        held.append(len(os.listdir("/proc/self/fd")))
+        left.append(opened_for(gone))  # what is still open for the workers of the epochs before this one
+        gone.extend(p.pid for p in procs)
     sampler.stop()
-    assert held[-1] <= held[0], held  # the last epoch's workers' files only, not every epoch's
+    assert all(opened), opened  # the premise: the sampler had files open for each epoch's workers
+    assert left == [[]] * 4, left  # the last epoch's workers' files at most, never an earlier epoch's
 
 
 BEHIND_A_QUEUE = (

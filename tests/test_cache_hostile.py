@@ -251,8 +251,6 @@ FORKED = textwrap.dedent(
 
     disk, url, options = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     filler = os.path.join(disk, "filler")
-    with open(filler, "wb") as f:
-        f.write(bytes(2 << 20))  # of 3 MB: the 1.5 MB object does not fit
     cache = NodeCache(os.path.join(disk, "cache"))
     errors = []
 
@@ -274,6 +272,14 @@ FORKED = textwrap.dedent(
     objects = os.path.join(disk, "cache", "objects")
     while not (os.path.isdir(objects) and any(n.endswith(".part") for n in os.listdir(objects))):  # under way
         time.sleep(0.01)
+    # the download has its 1.5 MB of the 3 MB (allocated at its start): fill the rest, so that it fails at
+    # its end (its record cannot be written: no space left) while the child forked below holds its lock too
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(bytes(64 << 10))
+        except OSError:
+            pass
     ctx = multiprocessing.get_context("fork")
     failed = ctx.Event()
     forked = ctx.Process(target=child, args=(failed,))
@@ -295,7 +301,9 @@ def test_a_download_failing_on_a_full_disk_in_a_thread_while_the_process_forks_n
     """A flock belongs to the open file: a child forked (a DataLoader worker) while a thread of its parent
     held an entry's lock exclusively (a read-ahead download) holds that lock too; when the parent's download
     failed (a full disk) and it let go, the child kept it, for ever: the child, and every process of the
-    node wanting that entry, waited for ever (the intermittent hang of a full cache disk)."""
+    node wanting that entry, waited for ever (the intermittent hang of a full cache disk). The download's
+    space is allocated at its start, so here the disk fills while it runs and its record is what cannot be
+    written."""
     (url,) = upload(s3_server, s3_bucket, {"big.bin": os.urandom(3 << 19)})
     # the body is held back a moment: the parent's download is under way when it forks
     fault_proxy.configure(stall=1.0, stall_s=2, stall_at="body")
@@ -315,3 +323,48 @@ def test_a_download_failing_on_a_full_disk_in_a_thread_while_the_process_forks_n
     assert got["parent"] == ["CacheError"]  # no space left: the documented error
     assert not got["child_waited"], "the forked child waited for a lock its parent had let go"
     assert got["child_exit"] == 0, done.stderr[-3000:]
+
+
+# argv: root folder; a 64 KB tmpfs is mounted at folder
+SHORT_WRITE = textwrap.dedent(
+    """
+    import errno, json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    from fastdata.storage.cache._fetch import reserve
+    from fastdata.storage.s3._download import write_at
+
+    out = {}
+    for name, call in [("write_at", lambda fd: write_at(fd, b"x" * 100_000, 0)),
+                       ("reserve", lambda fd: reserve(fd, 100_000))]:
+        fd = os.open(os.path.join(sys.argv[2], name), os.O_RDWR | os.O_CREAT)
+        try:
+            call(fd)
+            out[name] = "returned"
+        except OSError as e:
+            out[name] = errno.errorcode[e.errno]
+        os.close(fd)
+        os.unlink(os.path.join(sys.argv[2], name))
+    fd = os.open(os.path.join(sys.argv[2], "plain"), os.O_RDWR | os.O_CREAT)
+    out["pwrite"] = os.pwrite(fd, b"x" * 100_000, 0)  # what a plain pwrite does there: writes what fits, no error
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+def test_a_disk_that_fills_midway_is_an_error_never_a_hole_of_zeros(tmp_path: Path) -> None:
+    # a download's parts are written with pwrite, which on a disk that fills midway writes what fits and says
+    # so only in its return value: ignored, the copy kept a hole of zeros at the right size (a shard that
+    # "ends" early, read later without a word); a real 64 KB tmpfs, no mocks
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = tmp_path / "short.py"
+    script.write_text(SHORT_WRITE)
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount -t tmpfs -o size=64k tmpfs {disk} && exec {sys.executable} {script} {ROOT} {disk}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT ")).split(" ", 1)[1])
+    assert got["pwrite"] < 100_000  # the premise: the disk fills midway and pwrite does not raise
+    assert got["write_at"] == "ENOSPC" and got["reserve"] == "ENOSPC", got

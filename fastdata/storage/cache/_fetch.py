@@ -14,6 +14,7 @@ bytes are checked with the SHA-256 the store lists, at download."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import zlib
@@ -39,7 +40,7 @@ def fetch_entry(
     try:
         fd = open_owned(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
-            os.ftruncate(fd, version.size)
+            reserve(fd, version.size)
             remote.fetch_into(url, version, fd, progress=progress)
             got = os.fstat(fd).st_size
             if got != version.size:
@@ -63,6 +64,20 @@ def fetch_entry(
     return record
 
 
+def reserve(fd: int, size: int) -> None:
+    """Give the file ``size`` bytes of disk now, so that a disk too small for the object fails here (ENOSPC)
+    and not midway, and no block of the copy is a hole that reads as zeros. Where the file system cannot
+    allocate ahead, the file is only made that long (the writes then find a full disk)."""
+    if size > 0 and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    os.ftruncate(fd, size)
+
+
 def digests(fd: int, size: int, *, whole: bool) -> tuple[str, list[int]]:
     """The SHA-256 of the file's first ``size`` bytes (with ``whole``; else "") and the CRC-32 of each block,
     in one pass."""
@@ -76,4 +91,4 @@ def digests(fd: int, size: int, *, whole: bool) -> tuple[str, list[int]]:
     return (sha.hexdigest() if sha is not None else ""), sums
 
 
-__all__ = ["digests", "fetch_entry"]
+__all__ = ["digests", "fetch_entry", "reserve"]

@@ -11,6 +11,7 @@ the parts in flight are held in memory), each resumed where its body broke off (
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -76,7 +77,7 @@ class S3Remote:
             data = get(
                 self.config, self.stats, url, start, end - start, etag=version.etag or None, size=version.size
             ).data
-            os.pwrite(fd, data, start)
+            write_at(fd, data, start)
             if progress is not None:
                 progress(len(data))
 
@@ -103,4 +104,17 @@ class S3Remote:
                         pass
 
 
-__all__ = ["S3Remote"]
+def write_at(fd: int, data: bytes, offset: int) -> None:
+    """All of ``data`` into ``fd`` at ``offset``. ``os.pwrite`` may write fewer bytes than asked (a disk that
+    fills midway writes what fits and fails only on the next call): what it left out would be a hole of
+    zeros in a file of the right size, read later as the object's bytes. So write the rest until done, and a
+    write of nothing is the full disk's error."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, offset = view[n:], offset + n
+
+
+__all__ = ["S3Remote", "write_at"]
