@@ -4,6 +4,11 @@
 read exactly once across the ranks (the ``drop`` remainder leaves 1 of 33 out), the same steps on each
 rank, a new order in epoch 1, or a clear error on every rank naming the setting to change. A checkpoint
 Lightning saved mid-epoch on the 2 ranks is then resumed by Lightning on 1 device.
+
+The same launch checks the monitor on several ranks, every rank given the same report paths: each report
+names the rank that made it (``rank``/``world_size`` in the JSON, "rank R/2" in the log line), and no two
+ranks append to one file (rank 0 writes the path given, rank 1 ``loader.rank1.jsonl`` beside it, and a
+path with ``{rank}`` is each rank's own).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from fastdata.loading.observe import Window
+from fastdata.loading.observe.report import Stats
 from tests.dist_backends import BACKENDS, BATCH
 from tests.frameworks_worker import STOP
 
@@ -31,8 +38,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(LAUNCH_TIMEOUT_S + 60)]
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    root = tmp_path_factory.mktemp("frameworks")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("frameworks")
+
+
+@pytest.fixture(scope="module")
+def ranks(launched: Path) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    root = launched
     sizes = {}
     for name in NAMES:
         (root / name).mkdir()
@@ -69,6 +81,8 @@ EXACT = [
     "lightning/{}/fd.Loader",
     "lightning/tar_shards/fd.Loader(built before the ranks)",
     "lightning/tar_shards/fd.Loader(built without RANK)",
+    "trainer/{}/fd.Loader",
+    "trainer/hdf5/Trainer(rank=0, world_size=1)",
 ]
 SCENARIOS = sorted({s.format(n) for s in EXACT for n in NAMES})
 
@@ -91,6 +105,7 @@ def test_every_sample_once_per_epoch_with_equal_steps_and_a_new_order(ranks: Any
     [
         ("accelerate/hdf5/DataLoader(sampler=ds.sampler())", "BatchSamplerShard"),
         ("accelerate/tar/DataLoader(batch_size=None)", "DataLoaderDispatcher"),
+        ("trainer/hdf5/Trainer", "DataLoaderShard"),
     ],
 )
 def test_a_second_split_by_accelerate_is_refused_on_every_rank_naming_the_fix(
@@ -108,12 +123,15 @@ def test_a_dataset_built_before_the_ranks_records_what_the_environment_says(rank
     assert [b["without RANK"] for b in built] == [[0, 2], [1, 2]]  # LOCAL_RANK and WORLD_SIZE, as Lightning's
 
 
-def test_lightning_resumes_a_2_rank_checkpoint_on_1_device_reading_the_rest_once_and_later_epochs_whole(
-    ranks: Any,
+@pytest.mark.parametrize("framework", ["lightning", "accelerate"])
+def test_a_2_rank_checkpoint_resumes_on_1_process_reading_the_rest_once_and_later_epochs_whole(
+    ranks: Any, framework: str
 ) -> None:
+    """Lightning's checkpoint (the loader's state rides in it by itself), and Accelerate's ``save_state`` of
+    a loader registered with ``register_for_checkpointing``, as docs/frameworks.md says."""
     results, sizes = ranks
-    saved = [r["lightning/tar_shards/save"] for r in results]
-    resumed = sizes["resume"]["lightning/tar_shards/resume"]
+    saved = [r[f"{framework}/tar_shards/save"] for r in results]
+    resumed = sizes["resume"][f"{framework}/tar_shards/resume"]
     assert "error" not in resumed and resumed["first_epoch"] == 1
     head = [k for r in saved for k in r["epochs"][1][: STOP * BATCH]]  # read before the checkpoint
     rest, later = resumed["epochs"]
@@ -121,3 +139,30 @@ def test_lightning_resumes_a_2_rank_checkpoint_on_1_device_reading_the_rest_once
     size = sizes["tar_shards"]
     assert max(read.values()) == 1 and sum(read.values()) == size - size % WORLD, "epoch 1 not read exactly once"
     assert sorted(later) == sorted(set(later)) and len(later) == size, "epoch 2 on 1 device not whole"
+
+
+def _reports(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_rank_writes_its_own_monitor_file_and_every_report_names_its_rank(ranks: Any, launched: Path) -> None:
+    folder = launched / "reports"
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.jsonl"))
+    assert files == ["0/loader.jsonl", "1/loader.jsonl", "loader.jsonl", "loader.rank1.jsonl"]
+    # 33 samples, 16 a rank ("drop"), batches of 4: 4 batches, a report every 2
+    for rank, names in enumerate([("loader.jsonl", "0/loader.jsonl"), ("loader.rank1.jsonl", "1/loader.jsonl")]):
+        for name in names:
+            got = _reports(folder / name)
+            assert len(got) == 2 and all((r["rank"], r["world_size"]) == (rank, WORLD) for r in got), (name, got)
+            assert len({r["processes"][0]["pid"] for r in got}) == 1  # one process wrote each file
+
+
+def test_the_monitor_log_line_says_which_rank_made_it(ranks: Any, launched: Path) -> None:
+    for rank in range(WORLD):
+        lines = (launched / f"log{rank}.txt").read_text().splitlines()
+        assert len(lines) == 2 and all(line.startswith(f"rank {rank}/{WORLD} epoch 0 batch ") for line in lines), lines
+
+
+def test_a_single_process_report_names_no_rank() -> None:
+    line = Stats(0.0, 0, 5, Window(), 0, None, False).line()
+    assert line.startswith("epoch 0 batch 5: ") and "rank" not in line

@@ -3,6 +3,10 @@
 (:class:`Reporter`); it goes to a callback, a log line (the ``logging`` logger ``fastdata.monitor``, at
 INFO) or a JSON-lines file, one object a line (:class:`Sinks`).
 
+Every report names the rank that made it (``rank``/``world_size``, from ``torch.distributed`` or the launch
+environment, read when the report is made), and on several ranks each writes its own JSON-lines file
+(:func:`rank_path`): no collective is run, so a report never waits for another rank.
+
 A :class:`Reporter` reads the loader through the session's probe (full readings, memory included) and
 knows nothing of tuning: the changes ``num_workers="auto"`` made are handed to it to report.
 """
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal, Union
 
+from fastdata.core.epoch import current_rank
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.core.system import memory_available
 from fastdata.loading.observe.diagnose._diagnosis import classify
@@ -41,6 +46,9 @@ class Monitor:
     Args:
         to (Sink | Sequence[Sink] | None): a function called with each :class:`Stats`, a JSON-lines file's
             path, or several of them. Defaults to None: a log line to the logger ``fastdata.monitor`` (INFO).
+            On several ranks, rank 0 writes the path given and rank R > 0 ``NAME.rankR.SUFFIX`` beside it
+            (``loader.rank1.jsonl``); a path with ``{rank}`` in it (``"logs/loader-{rank}.jsonl"``) is the
+            rank's own on every rank, rank 0's included.
         seconds (float | None): seconds of training per report. Defaults to 10.
         every (int | None): batches per report (with ``seconds``: whichever comes first). Defaults to None.
 
@@ -80,6 +88,18 @@ def as_monitor(spec: object) -> Monitor | None:
 class MonitorWriteWarning(UserWarning):
     """A monitor's JSON-lines file could not be written (a full disk, ``/dev/full``): training goes on, the
     file's reports stop."""
+
+
+def rank_path(path: Path, rank: int, world_size: int) -> Path:
+    """The JSON-lines file that rank ``rank`` of ``world_size`` writes for the path ``path`` a user gave:
+    ``{rank}`` in it replaced by the rank; else the path itself on rank 0 (and in a single process), and
+    ``NAME.rankR.SUFFIX`` beside it on rank R > 0, so that ranks never append to one file."""
+    text = str(path)
+    if "{rank}" in text:
+        return Path(text.replace("{rank}", str(rank)))
+    if world_size <= 1 or rank == 0:
+        return path
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 def check_path(path: Path) -> None:
@@ -123,7 +143,7 @@ class Sinks:
         self.calls = [t for t in targets if callable(t)]
         self.paths = [Path(t) for t in targets if isinstance(t, (str, os.PathLike))]
         for p in self.paths:
-            check_path(p)
+            check_path(rank_path(p, 0, 1))  # its folder: the ranks' files lie beside it
         self._files: dict[Path, IO[str]] = {}
         self._opened = False
 
@@ -134,7 +154,8 @@ class Sinks:
             fn(stats)
         if self.paths and not self._opened:
             self._opened = True
-            for p in self.paths:
+            for given in self.paths:
+                p = rank_path(given, stats.rank, stats.world_size)  # the rank is known once it reads
                 try:
                     p.parent.mkdir(parents=True, exist_ok=True)
                     self._files[p] = p.open("a", encoding="utf-8")
@@ -265,6 +286,7 @@ class Reporter:
                 f"{last['epoch']} batch {last['batch']} ({last['reason']}); this report's figures span "
                 f"{'that change' if len(changes) == 1 else f'{len(changes)} changes'}"  # type: ignore[arg-type]
             )
+        rank, world_size = current_rank()  # where it is read: a loader built before the ranks learns it here
         return Stats(
             time=now(),
             epoch=position[0],
@@ -275,6 +297,8 @@ class Reporter:
             label=verdict.label,
             evidence=verdict.evidence,
             advice=advice,
+            rank=rank,
+            world_size=world_size,
             **setting,  # type: ignore[arg-type]
         )
 
@@ -294,4 +318,5 @@ __all__ = [
     "as_monitor",
     "check_path",
     "now",
+    "rank_path",
 ]

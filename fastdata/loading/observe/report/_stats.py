@@ -58,6 +58,8 @@ class Stats:
         usable_cores (int): cores we may use. memory_available (float): left to allocate.
         label (str), evidence (list[str]), advice (list[str]): the diagnosis of the window.
         changes (list[dict]): what "auto" changed in the window: at which epoch and batch, from, to, why.
+        rank (int), world_size (int): the training process that made the report, among how many
+            (``torch.distributed`` once initialised, else the launch environment; 0 and 1 in a single process).
     """
 
     time: float
@@ -74,6 +76,8 @@ class Stats:
     evidence: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
+    rank: int = 0
+    world_size: int = 1
 
     # the window's own figures (waits: what the producers did, shares of their time; empty when nobody looked)
     seconds = OfWindow[float]()
@@ -146,9 +150,10 @@ class Stats:
         setting = "no workers" if not self.workers else f"{self.workers} workers (prefetch {self.prefetch_factor})"
         if self.loader_threads:
             setting = f"{self.loader_threads} loader threads"
+        who = f"rank {self.rank}/{self.world_size} " if self.world_size > 1 else ""
         parts = [
-            f"epoch {self.epoch} batch {self.position}: {self.samples_per_s:,.0f} samples/s, stall {self.stall:.0%} "
-            f"(wait {self.wait_ms:.1f} ms/batch, step {self.step_ms:.1f} ms)",
+            f"{who}epoch {self.epoch} batch {self.position}: {self.samples_per_s:,.0f} samples/s, "
+            f"stall {self.stall:.0%} (wait {self.wait_ms:.1f} ms/batch, step {self.step_ms:.1f} ms)",
             setting + (" [auto]" if self.auto else ""),
         ]
         if workers:
