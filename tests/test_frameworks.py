@@ -115,6 +115,9 @@ def test_a_second_split_by_accelerate_is_refused_on_every_rank_naming_the_fix(
         error = r[scenario]["error"]
         assert error.startswith("ConfigError") and wrapper in error and "fastdata.Loader" in error, error
         assert "rank=0, world_size=1" in error
+        # the fix named is the one this user can make: a Trainer user never calls prepare() themselves
+        trainer = scenario.startswith("trainer/")
+        assert ("get_train_dataloader()" in error) == trainer and ("to prepare()" in error) != trainer, error
 
 
 def test_a_dataset_built_before_the_ranks_records_what_the_environment_says(ranks: Any) -> None:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from fastdata.core.errors import ConfigError
 
@@ -195,6 +196,15 @@ class RankFollower:
 _SPLITTERS = {"BatchSamplerShard", "IterableDatasetShard", "DataLoaderDispatcher", "DataLoaderShard"}
 
 
+def _called_by_trainer(frame: Any) -> bool:
+    """A Hugging Face ``Trainer`` method is further up the stack (it prepares through Accelerate)."""
+    while frame is not None:
+        if type(frame.f_locals.get("self")).__module__.startswith("transformers."):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def refuse_second_split(owner: str, world_size: int) -> None:
     """Refuse, at the first batch, a rank-split reader that a framework splits over the ranks again
     (Accelerate's ``prepare`` of a ``DataLoader``): each rank would read half of its part, or rank 0's part
@@ -211,12 +221,22 @@ def refuse_second_split(owner: str, world_size: int) -> None:
         me = frame.f_locals.get("self")
         kind = type(me)
         if kind.__name__ in _SPLITTERS and kind.__module__.startswith("accelerate."):
+            if _called_by_trainer(frame):
+                how = (
+                    "the Hugging Face Trainer prepared its DataLoader through Accelerate, which split it over the "
+                    f"{world_size} processes again ({kind.__name__}): return fastdata.Loader(dataset, "
+                    "batch_size=...) from the Trainer's get_train_dataloader() instead (Accelerate leaves it as "
+                    "it is)"
+                )
+            else:
+                how = (
+                    f"accelerator.prepare() split the DataLoader over the {world_size} processes again "
+                    f"({kind.__name__}): pass fastdata.Loader(dataset, batch_size=...) to prepare() instead (it "
+                    "leaves it as it is)"
+                )
             raise ConfigError(
-                f"{owner} already reads only this rank's part of the epoch, and accelerator.prepare() split "
-                f"the DataLoader over the {world_size} processes again ({kind.__name__}): pass "
-                "fastdata.Loader(dataset, batch_size=...) to prepare() instead (it leaves it as it is), or "
-                "build the dataset with rank=0, world_size=1 so that Accelerate's split is the only one "
-                "(see docs/frameworks.md)"
+                f"{owner} already reads only this rank's part of the epoch, and {how}, or build the dataset "
+                "with rank=0, world_size=1 so that the framework's split is the only one (see docs/frameworks.md)"
             )
         frame = frame.f_back  # type: ignore[assignment]
 
