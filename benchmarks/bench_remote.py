@@ -8,7 +8,8 @@ per stored byte, the shard readers opened, and the time of a shuffled epoch, for
 * ``default_cache``: no ``cache_dir``: fastdata's own cache folder, which has a limit (half the free disk);
 * ``no_cache``: ``cache_dir=False``, every byte read from the store;
 * ``mix_remote``: ``fd.Mix`` of two halves of the shards, each a remote ``TarShardDataset(cache_dir=False)``,
-  against ``mix_local`` (the same over local files) and ``half_remote`` (its slower source alone).
+  read in batches of ``--batch`` through ``fd.Loader``, against ``mix_local`` (the same over local files)
+  and ``half_remote`` (its slower source alone, per sample).
 
 Bytes are counted at a proxy in front of a moto server on 127.0.0.1 (never by a reader's own counters);
 opens by the dataset's ``shard_opens`` counter. Each contender reads ``--epochs`` shuffled epochs with
@@ -102,11 +103,14 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
         ds.set_epoch(epoch)
         opens0 = ds.counters().get("shard_opens", 0) if hasattr(ds, "counters") else 0
         context = "fork" if args.workers else None
-        loader = DataLoader(
-            ds, batch_size=None, num_workers=args.workers, multiprocessing_context=context, collate_fn=fd.as_is
-        )
+        if isinstance(ds, fd.Mix):  # read as a Mix is: batches of fd.Loader (its workers deal them in turn)
+            loader: Any = fd.Loader(ds, batch_size=args.batch, num_workers=args.workers)
+        else:
+            loader = DataLoader(
+                ds, batch_size=None, num_workers=args.workers, multiprocessing_context=context, collate_fn=fd.as_is
+            )
         t = time.perf_counter()
-        n = sum(1 for _ in loader)
+        n = sum(len(b["__key__"]) if isinstance(ds, fd.Mix) else 1 for b in loader)
         seconds = time.perf_counter() - t + (built_s if epoch == 0 else 0.0)
         fetched = proxy.stats().get("bytes", 0)
         proxy.reset()
@@ -173,6 +177,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=120, help="samples per shard")
     p.add_argument("--payload", type=int, default=4000, help="bytes per sample")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch", type=int, default=32, help="batch size of the Mix contenders (fd.Loader)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
