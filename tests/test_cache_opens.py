@@ -35,8 +35,8 @@ def read_epoch(ds: Any, epoch: int, workers: int) -> int:
 
 @pytest.mark.parametrize(
     ("cache", "batch_size", "workers"),
-    [("limit", None, 0), ("limit", 8, 2), ("implicit", 8, 2)],
-    ids=["limit-per-sample-0w", "limit-batched-2w", "implicit-default-batched-2w"],
+    [("limit", None, 0), ("limit", 8, 2), ("implicit", 8, 2), ("no-limit", 8, 2)],
+    ids=["limit-per-sample-0w", "limit-batched-2w", "implicit-default-batched-2w", "no-limit-batched-2w"],
 )
 def test_a_cached_shard_is_opened_once_per_worker_and_epoch_whatever_the_limit(
     shards: dict[str, Any],
@@ -52,6 +52,8 @@ def test_a_cached_shard_is_opened_once_per_worker_and_epoch_whatever_the_limit(
     options: dict[str, Any] = {"cache_dir": tmp_path / "cache", "cache_limit": 16 * shards["biggest"]}
     if cache == "implicit":  # no cache asked for: shards without sidecars go to fastdata's own, with a limit
         options = {}
+    elif cache == "no-limit":
+        options.pop("cache_limit")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CacheWarning)  # (the implicit cache says where it keeps the shards)
         ds = fd.TarShardDataset(
