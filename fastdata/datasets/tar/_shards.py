@@ -275,6 +275,8 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         if not self.remote:
             try:
                 for positions in windows:
+                    if self.window > 1:  # a shuffled window reads its shards in any order: keep them open
+                        self.source.hold(epoch.shards_at(positions))
                     for c in range(0, len(positions), LOCAL_CHUNK):
                         chunk = positions[c : c + LOCAL_CHUNK]
                         yield from epoch.finish(epoch.raw(chunk), chunk)
@@ -318,7 +320,13 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
                 # of the user's in between) are read as views of the shard: the slot's copy is then the
                 # only one (a bytes object per member first cost as much again; see read_views)
                 untouched = self.source.pipeline.passthrough and self.collate_fn is batch_default_collate
+                held: tuple[int, int] | None = None
                 for lo, hi, positions in mine:
+                    if self.window > 1 and held != (lo // self.window, (hi - 1) // self.window):
+                        # the shards of the window(s) the batch is drawn from: kept open while they are read
+                        held = (lo // self.window, (hi - 1) // self.window)
+                        span = np.arange(held[0] * self.window, min(epoch.length, (held[1] + 1) * self.window))
+                        self.source.hold(epoch.shards_at(span))
                     batch = epoch.decoded(positions, views=untouched and stacking())
                     if not batch:
                         batch = [self._stand_in_batch(epoch, shuffled, lo, hi, positions)]

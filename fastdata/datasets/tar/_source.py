@@ -19,7 +19,7 @@ from fastdata.core.errors import (
     SourceUnreadable,
     check_choice,
 )
-from fastdata.core.process import HandleCache
+from fastdata.core.process import HandleCache, pid
 from fastdata.datasets.tar._cached_shards import CachedShards
 from fastdata.formats import resolve_sources, shard_listing
 from fastdata.formats.tar import (
@@ -46,14 +46,20 @@ INDEX_CACHE_SHARDS = 64
 CACHED_OPEN = 2  # shard readers kept open per process when the cache has a limit (each pins its shard)
 
 
+SHARD_OPENS = "shard_opens"
+"""The counter of shard readers opened by the dataset's processes (a reader kept open and used again is not
+counted again): how often a shard is opened per epoch, whatever the bound on open readers."""
+
+
 def remote_counters(urls: list[str], cached: bool = False) -> tuple[str, ...]:
     """Names of the counters the readers of ``urls`` keep (S3 requests, retries ...), if any is remote,
-    and with ``cached`` the node-local cache's (hits, misses, bytes from the store and from the cache)."""
+    and with ``cached`` the node-local cache's (hits, misses, bytes from the store and from the cache);
+    and ``shard_opens``."""
     if not any(scheme(u) == "s3" for u in urls):
         return ()
     from fastdata.storage.s3 import COUNTERS
 
-    return (*COUNTERS, *(CACHE_COUNTERS if cached else ()))
+    return (*COUNTERS, *(CACHE_COUNTERS if cached else ()), SHARD_OPENS)
 
 
 def choose_cache(
@@ -250,7 +256,12 @@ class TarSource:
             # an open reader pins its shard in the cache (never evicted): hold few, so that a cache_limit
             # of a few shards is kept; reopening costs no request (its version is remembered for the epoch)
             max_open = CACHED_OPEN
-        self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, max_open=max_open)
+        self._readers: HandleCache[str, Reader] = HandleCache(self._open_shard, self._put_down, max_open=max_open)
+        # the shards of the window being read (see hold()): their readers stay open past the LRU bound
+        self._holding: frozenset[str] = frozenset()
+        self._held: dict[str, Reader] = {}
+        self._held_by = pid()
+        self._read_ahead = read_ahead
         self._cached = (
             CachedShards(
                 self.cache,
@@ -275,7 +286,62 @@ class TarSource:
         state = self.__dict__.copy()
         state["_indexes"] = OrderedDict()  # rebuilt in the worker: cheaper than pickling them
         state["_clients"] = set()
+        state["_holding"], state["_held"] = frozenset(), {}
         return state
+
+    def hold(self, urls: Sequence[str]) -> None:
+        """The shards the window being read spans (its shuffled samples come from them in any order): with
+        a cache limit, their readers stay open (each pinning its local copy) until the next :meth:`hold`
+        or :meth:`close`, so that each is opened once per window and not again at every turn of the bound
+        on open readers (a window over 10 shards read 64 samples at a time reopened them ~200 times per
+        epoch, batched ~1,500). The shards held together stay a share of the limit that leaves room for
+        the read-ahead and the usual open readers (the first of ``urls`` that fit; the rest are opened
+        as usual)."""
+        if self._cached is None:
+            return
+        self._own_held()
+        budget = self._hold_budget()
+        keep: list[str] = []
+        for url in dict.fromkeys(urls):
+            size = self._sizes.get(url, -1)
+            if size < 0 or size > budget:
+                break
+            budget -= size
+            keep.append(url)
+        self._holding = frozenset(keep)
+        open_now = set(self._readers.open_keys())
+        for url in [u for u in self._held if u not in self._holding]:
+            reader = self._held.pop(url)
+            if url not in open_now:  # (one the bound still holds is closed when the bound lets it go)
+                reader.close()
+
+    def _hold_budget(self) -> float:
+        """Bytes of shards :meth:`hold` may keep open: the cache's limit less the read-ahead's downloads and
+        the usual open readers, at the largest shard's size each (no limit: no bound)."""
+        limit = self.cache.limit if self.cache is not None else None
+        if limit is None:
+            return float("inf")
+        biggest = max(self.sizes, default=0)
+        return limit - (self._read_ahead + self._readers.max_open + 1) * biggest
+
+    def _own_held(self) -> None:
+        """Forget held readers inherited through a fork (the parent's: its process closes them)."""
+        if self._held_by != pid():
+            self._held, self._holding, self._held_by = {}, frozenset(), pid()
+
+    def _put_down(self, reader: Reader) -> None:
+        """The bound on open readers lets ``reader`` go: closed, unless a window holds it."""
+        if not any(r is reader for r in self._held.values()):
+            reader.close()
+
+    def _discard(self, url: str) -> None:
+        """Close and forget the reader of ``url``, held or not (after an error, a replacement)."""
+        self._own_held()
+        held = self._held.pop(url, None)
+        if url in self._readers.open_keys():
+            self._readers.discard(url)
+        elif held is not None:
+            held.close()
 
     def plan(self, urls: Sequence[str]) -> None:
         """The shards this process will read next, in order: with a cache, their versions are asked and
@@ -305,6 +371,10 @@ class TarSource:
         with the shard's first bytes) and, when batches are dealt to workers, every n-th stretch.
         A shard found to be gzip-compressed (see :meth:`index`) is decompressed; a shard that is not the
         file its cached index was made from loses that index."""
+        self._own_held()
+        held = self._held.get(url)
+        if held is not None:  # kept open by the window being read: not opened again
+            return held
         if not scheme(url):
             reader = open_reader(url)
         elif self._cached is not None:
@@ -323,6 +393,10 @@ class TarSource:
         index = self._indexes.get(url)
         if index is not None and index.identity != getattr(reader, "identity", None):
             del self._indexes[url]  # replaced on disk since it was indexed: index it again
+        if url in self._holding:
+            self._held[url] = reader
+        if self._stats is not None and SHARD_OPENS in getattr(self._stats, "counters", ()):
+            self._stats.add(SHARD_OPENS)
         return reader
 
     def describe(self, sample: Any) -> tuple[str, str]:
@@ -362,7 +436,7 @@ class TarSource:
                 self.policy.handle(e)
                 known[url] = 0
             finally:
-                self._readers.discard(url)
+                self._discard(url)
         return [known[u] for u in self.urls]
 
     def _count_from_sidecar(self, url: str) -> ShardIndex | None:
@@ -411,7 +485,7 @@ class TarSource:
             if not self._streaming:
                 raise refusal(url, packed)
             self._compressed[url] = packed
-            self._readers.discard(url)
+            self._discard(url)
             reader = self._readers.get(url)  # reopened, decompressed
         return scan(reader)
 
@@ -470,7 +544,7 @@ class TarSource:
             # (a remote shard's version is asked for when it is opened: see _open_shard)
             if index.identity is not None and not scheme(url) and file_identity(url) != index.identity:
                 del self._indexes[url]
-                self._readers.discard(url)
+                self._discard(url)
 
     def read(
         self,
@@ -531,7 +605,13 @@ class TarSource:
         the cache's read-ahead not yet started."""
         if self._cached is not None:
             self._cached.close()
+        self._own_held()
+        held, self._held, self._holding = self._held, {}, frozenset()
+        open_now = set(self._readers.open_keys())
         self._readers.close()
+        for url, reader in held.items():
+            if url not in open_now:
+                reader.close()
         if self._clients:
             from fastdata.storage.s3 import release
 

@@ -1,0 +1,53 @@
+"""README.md's benchmark table is generated from the benchmarks' committed JSON (``tools/readme_figures.py``):
+the block in the README is what the command gives, a hand edit of it is caught, and each row names the
+machine and date its JSON was measured on."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "tools" / "readme_figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_table_is_what_the_committed_json_gives() -> None:
+    figures = tool()
+    readme = (ROOT / "README.md").read_text()
+    lo, hi = figures.block(readme)
+    assert readme[lo:hi] == figures.render(ROOT / "benchmarks" / "results") + "\n"
+    assert figures.main(["--check"]) == 0
+
+
+def test_a_hand_edit_of_the_table_is_caught_and_undone(tmp_path: Path) -> None:
+    figures = tool()
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    lo, hi = figures.block(text)
+    readme.write_text(text[:lo] + text[lo:hi].replace("x", "y", 1) + text[hi:])
+    results = ROOT / "benchmarks" / "results"
+    args = ["--readme", str(readme), "--results", str(results)]
+    assert figures.main([*args, "--check"]) == 1
+    assert figures.main(args) == 0
+    assert readme.read_text() == text
+
+
+def test_rows_come_from_each_json_with_its_machine_and_date(tmp_path: Path) -> None:
+    figures = tool()
+    results = tmp_path / "results"
+    results.mkdir()
+    row = {"backend": "tar", "comparison": "a | b", "figure": "2.0x", "target": ">= 3x", "command": "python b.py"}
+    report = {"machine": "x86_64, 2 cores", "date": "2026-12-05", "readme_rows": [row]}
+    (results / "b.json").write_text(json.dumps(report))
+    (results / "a.json").write_text(json.dumps({"results": {}}))  # no rows: none in the table
+    table = figures.render(results).splitlines()
+    assert table[2:] == ["| tar | a \\| b | 2.0x | >= 3x | `python b.py` | x86_64, 2 cores, 2026-12-05 |"]
