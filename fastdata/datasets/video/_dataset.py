@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
@@ -29,7 +30,7 @@ from fastdata.core.errors import (
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.video._plan import ClipSampling, ClipStarts
 from fastdata.datasets.video._remote import RemoteVideos, video_cache
-from fastdata.datasets.video._sources import Labels, find_videos
+from fastdata.datasets.video._sources import Labels, find_videos, subfile
 from fastdata.formats.video import (
     DecoderFallbackWarning,
     DecoderName,
@@ -218,6 +219,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             cache.count_into(self._shared)
             self.remote = RemoteVideos(cache, remote[0], dict(storage_options or {}), self._shared)
         self._listed = sources.sizes
+        self._members = sources.members  # videos inside tar shards: (shard, offset, size)
         # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
         self.pipeline = SamplePipeline(None, transform, self._policy)
         self.clip_len, self.frame_stride = clip_len, frame_stride
@@ -240,7 +242,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             before_open=_OpenStagger(seed, self.rank, *stagger) if stagger_each_open and stagger[1] > 0 else None,
             fallback=fallback,
             on_fallback=self._fell_back,
-            locate=self.remote.locate if self.remote is not None else None,
+            locate=self._locate if self.remote is not None or self._members else None,
         )
         self.metas = self._index(index_cache, decoder_key)
         self._starts = [0, *accumulate(self._clip_count(m) for m in self.metas)]
@@ -304,10 +306,24 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         return metas
 
     def _stat(self, path: str) -> Any:
-        """A video's state for the index (size and time; for a remote one, see RemoteVideos.stat)."""
+        """A video's state for the index (size and time; for a remote one, see RemoteVideos.stat; for one in
+        a shard, its size and the shard's time)."""
+        member = self._members.get(path)
+        if member is not None:
+            return SimpleNamespace(st_size=member[2], st_mtime_ns=os.stat(member[0]).st_mtime_ns)
         if self.remote is not None and "://" in path:
             return self.remote.stat(path, self._listed.get(path))
         return os.stat(path)
+
+    def _locate(self, path: str) -> tuple[str, Callable[[], None] | None]:
+        """What the decoder opens for ``path``: a byte range of its shard, a remote video's cached copy, or
+        the path itself."""
+        member = self._members.get(path)
+        if member is not None:
+            return subfile(member), None
+        if self.remote is not None and "://" in path:
+            return self.remote.locate(path)
+        return path, None
 
     @property
     def fallback_videos(self) -> list[str]:

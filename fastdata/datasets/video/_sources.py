@@ -8,6 +8,12 @@ when ``paths`` is one folder (or prefix) whose videos all lie in folders below i
 folder is a class, the classes sorted by name, and every video below a class folder gets its number
 (``root/<class>/<video>.mp4``, Kinetics' and UCF101's layout). A folder with videos at its top level has
 no labels (``labels="auto"``), or is refused (``labels=True``).
+
+Tar shards (local ``.tar`` files, as ``fastdata convert`` writes from a video folder: one sample per video,
+its bytes as ``mp4`` and its class number as ``cls``): each member with a video extension is a video,
+named ``SHARD#MEMBER``, read in place through FFmpeg's ``subfile`` protocol (a byte range of the shard,
+which every decoder here opens: no copy); its sample's ``cls`` member is its label, and the class names
+come from the ``manifest.json`` beside the shards (else the numbers themselves).
 """
 
 from __future__ import annotations
@@ -36,12 +42,15 @@ class VideoSources:
         classes (list[str]): class names (folder names); label ``k`` is ``classes[k]``. Empty: no labels.
         labels (list[int]): each video's class number (empty when there are no classes).
         sizes (dict[str, int]): bytes of each remote video, as listed (local ones are asked of the disk).
+        members (dict[str, tuple[str, int, int]]): each video in a tar shard (``SHARD#MEMBER``): the shard,
+            the offset of its bytes and their length.
     """
 
     paths: list[str]
     classes: list[str] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)
+    members: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
     @property
     def remote(self) -> list[str]:
@@ -73,6 +82,9 @@ def find_videos(
     found: list[str] = []
     sizes: dict[str, int] = {}
     roots: list[tuple[str, list[str]]] = []  # (folder or prefix, its videos) for the class-folder rule
+    shards = [p for p in expand_urls(paths) if p.endswith(".tar")]
+    if shards:
+        return _from_shards(shards, expand_urls(paths), labels)
     for path in expand_urls(paths):
         kind = scheme(path)
         if kind and kind != "s3":
@@ -106,6 +118,64 @@ def find_videos(
     return out
 
 
+def _from_shards(shards: list[str], paths: list[str], labels: Labels) -> VideoSources:
+    """The videos in tar shards, each named ``SHARD#MEMBER``, with the labels of their ``cls`` members."""
+    import json
+    import tarfile
+
+    if len(shards) != len(paths) or any(scheme(p) for p in shards):
+        raise ConfigError(
+            f"{paths[0]}: VideoClipDataset reads local tar shards of videos, not mixed with other paths or from "
+            "s3:// (copy the shards to local disk, or read the videos themselves from s3://)"
+        )
+    out = VideoSources([])
+    numbers: list[int | None] = []
+    for shard in shards:
+        if not os.path.isfile(shard):
+            raise SourceNotFound(f"{shard}: no such shard; check the path")
+        found: dict[str, tuple[str, int, int]] = {}
+        cls: dict[str, int] = {}
+        with tarfile.open(shard, "r:") as tar:  # headers only: the reader seeks over each member's bytes
+            for m in tar:
+                if not m.isfile():
+                    continue
+                folder, _, name = m.name.rpartition("/")
+                stem, _, ext = name.partition(".")  # webdataset's key: up to the first dot of the name
+                key = f"{folder}/{stem}" if folder else stem
+                if _is_video(m.name):
+                    found[key] = (m.name, m.offset_data, m.size)
+                elif ext == "cls" and labels is not False:
+                    f = tar.extractfile(m)
+                    cls[key] = int((f.read() if f is not None else b"").strip() or -1)
+        for key, (name, offset, size) in found.items():
+            path = f"{shard}#{name}"
+            out.paths.append(path)
+            out.members[path] = (os.path.abspath(shard), offset, size)
+            numbers.append(cls.get(key))
+    if not out.paths:
+        raise SourceNotFound(f"{shards[0]}: the shard(s) hold no video members ({_exts()})")
+    if labels is False or any(n is None for n in numbers):
+        if labels is True:
+            raise ConfigError(f"labels=True: some videos in {shards[0]} ... have no .cls member; pass labels=False")
+        return out
+    out.labels = [int(n) for n in numbers if n is not None]
+    manifest = os.path.join(os.path.dirname(shards[0]), "manifest.json")
+    names: list[str] = []
+    if os.path.isfile(manifest):
+        try:
+            names = [str(c) for c in json.loads(Path(manifest).read_text()).get("classes") or []]
+        except (OSError, ValueError, AttributeError):
+            names = []
+    out.classes = names if len(names) > max(out.labels) else [str(k) for k in range(max(out.labels) + 1)]
+    return out
+
+
+def subfile(member: tuple[str, int, int]) -> str:
+    """FFmpeg's name for a byte range of a file: a video inside a tar shard, opened in place."""
+    shard, offset, size = member
+    return f"subfile,,start,{offset},end,{offset + size},,:{shard}"
+
+
 def _class_of(root: str, videos: list[str]) -> list[str] | None:
     """The class folder of each video under ``root``, or None when one lies at the top level."""
     base = root.rstrip("/") + "/" if scheme(root) else os.path.join(root, "")
@@ -137,4 +207,4 @@ def _list_s3(url: str, options: dict[str, Any], sizes: dict[str, int]) -> list[s
     return [u for u, _ in videos]
 
 
-__all__ = ["Labels", "VideoSources", "find_videos"]
+__all__ = ["Labels", "VideoSources", "find_videos", "subfile"]

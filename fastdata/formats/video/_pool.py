@@ -44,8 +44,9 @@ _stuck_readers: list[VideoReader] = []
 
 _RELEASE_ATTR = "_fastdata_release"  # what frees the local copy a reader of a remote video reads
 
-Locate = Callable[[str], tuple[str, Callable[[], None]]]
-"""A remote video's local copy: ``locate(url)`` gives its path and the function that lets it go."""
+Locate = Callable[[str], tuple[str, Callable[[], None] | None]]
+"""What a decoder opens for a video that is not a local file: ``locate(url)`` gives that path (a remote
+video's local copy, a byte range of a shard) and the function that lets it go (None: nothing to let go)."""
 
 
 def _close_reader(reader: VideoReader) -> None:
@@ -175,7 +176,7 @@ class ReaderPool:
 
     def _local(self, path: str) -> tuple[str, Callable[[], None] | None]:
         """The file the decoder opens for ``path``, and what lets it go (None for a local path)."""
-        if self.locate is None or "://" not in path:
+        if self.locate is None:
             return path, None
         return self.locate(path)
 
