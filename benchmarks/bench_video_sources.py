@@ -8,6 +8,8 @@ through a DataLoader with ``--workers`` workers:
 * ``s3-cold``   ``VideoClipDataset("s3://bench/videos/", cache_dir=<empty folder>)``, its probe results
                 known (``index_cache``): each worker downloads a video when it first reads one
 * ``s3-warm``   the same dataset again, every video in the cache (the steady state of later epochs)
+* ``shards``    ``VideoClipDataset("shards/shard-{...}.tar")`` over the shards ``fastdata convert`` made of
+                the folder (each video read in place, a byte range of its shard)
 
 Each source is timed over whole epochs (from ``iter(loader)`` to the last batch), ``--repeats`` times,
 interleaved; the medians and their ratios against ``local`` are printed, and written as JSON. (Reading
@@ -132,7 +134,17 @@ def main() -> None:
             )
             build["s3-probe"] = time.perf_counter() - t0
 
-            times: dict[str, list[float]] = {"local": [], "s3-cold": [], "s3-warm": []}
+            from fastdata.convert import convert
+
+            made = convert(str(work / "videos"), str(work / "shards"), shard_count=4, progress=False, fsync=False)
+            t0 = time.perf_counter()
+            shards = fd.VideoClipDataset(
+                str(work / "shards" / made["pattern"]), index_cache=work / "shard-index.json", **common
+            )
+            build["shards"] = time.perf_counter() - t0
+            assert len(shards) == len(local)
+
+            times: dict[str, list[float]] = {"local": [], "s3-cold": [], "s3-warm": [], "shards": []}
             for r in range(args.repeats):
                 times["local"].append(epoch(local, args))
                 cache = work / f"cache-{r}"  # empty: the workers download what they read
@@ -144,6 +156,7 @@ def main() -> None:
                 misses = cold.counters()["cache_misses"]
                 times["s3-warm"].append(epoch(cold, args))
                 assert cold.counters()["cache_misses"] == misses  # the warm epoch downloaded nothing
+                times["shards"].append(epoch(shards, args))
                 shutil.rmtree(cache)
         clips = len(local)
         medians = {k: statistics.median(v) for k, v in times.items()}
