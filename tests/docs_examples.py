@@ -110,6 +110,13 @@ def _video(s3: Callable[[], Any]) -> None:
     from tests.videogen import make_videos
 
     make_videos("videos", count=4, frames=40)
+    for c, name in enumerate(("jump", "run")):  # class folders: kinetics/<class>/<video>.mp4
+        make_videos(f"kinetics/{name}", count=2, frames=20, seed=c)
+    client = s3().client()
+    client.create_bucket(Bucket="my-videos")
+    upload_files(
+        client, "my-videos", {f"train/{p.relative_to('kinetics')}": p for p in Path("kinetics").rglob("*.mp4")}
+    )
 
 
 def _inspect(s3: Callable[[], Any]) -> None:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fastdata.core.errors import ConfigError
+from fastdata.core.errors import ConfigError, FastdataError
 
 EPILOG = """examples:
   fastdata bench --demo                        build small data for every backend, sweep each, summarise
@@ -382,12 +382,19 @@ def _batches_itself(ds: Any) -> bool:
 
 
 def run_spec(args: argparse.Namespace) -> int:
+    from fastdata.bench._options import skips_said_once
+
+    with skips_said_once():
+        return _run_spec(args)
+
+
+def _run_spec(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     import fastdata.bench as fb
     from fastdata.bench import _report as report
     from fastdata.bench import backends
-    from fastdata.bench._options import grid_size, progress_bar, sweep_args
+    from fastdata.bench._options import as_options, bench_error, grid_size, progress_bar, sweep_args
     from fastdata.bench.backends import public_options
     from fastdata.formats import missing_local
     from fastdata.loading import as_is
@@ -418,7 +425,13 @@ def run_spec(args: argparse.Namespace) -> int:
         # the decode measured (images of different sizes resized, so that batches batch), chosen once
         swept, decode_note = backend.prepare(args.spec, options)
         # open once here, so a bad SPEC or option fails before any worker starts
-        probe_ds = backend.open(args.spec, **swept)
+        try:
+            probe_ds = backend.open(args.spec, **swept)
+        except FastdataError as e:
+            error = bench_error(e, swept)
+            if error is e:
+                raise
+            raise error from e
         factory, name = (lambda: backend.open(args.spec, **swept)), backend.name
         settings = {"spec": args.spec, "format": backend.name, "options": public_options(swept)}
         decoded = swept.get("decode", backend.default_decode)
@@ -443,6 +456,9 @@ def run_spec(args: argparse.Namespace) -> int:
     with progress_bar(console, points, name) as bar:
         task = bar.add_task(f"{name}: sweeping", total=points)
         result = fb.sweep(factory, progress=lambda d, t, p: bar.update(task, completed=d, total=t), **kwargs)
+    for point in result.points:  # the datasets' advice, as this command takes it
+        if point.error:
+            point.error = as_options(point.error)
     result.settings.update(settings)
     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
     report.print_report(

@@ -6,9 +6,13 @@ Shared by ``fastdata bench SPEC`` (:mod:`fastdata.bench`) and ``--demo`` (:mod:`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
-from fastdata.core.errors import ConfigError
+from fastdata.core.errors import BadSampleWarning, ConfigError
 
 
 def _pins(choice: str) -> list[bool] | None:
@@ -74,3 +78,54 @@ def progress_bar(console: Any, total: int, description: str) -> Any:
         console=console,
         transient=True,
     )
+
+
+# a dataset's advice ("pass on_error='skip'", "fields=(...)") in the words of the command line
+_AS_OPTIONS = (
+    (re.compile(r"(?<![\w(-])on_error='skip'"), "-o on_error=skip"),
+    (re.compile(r"(?<![\w-])fields= ?\('(\w+)': '([^']*)'\)"), '-o \'fields={"\\1": "\\2"}\''),
+    (re.compile(r"(?<![\w-])fields=\(\.\.\.\)"), "-o fields=NAME,NAME"),
+    (re.compile(r"(?<![\w'-])fields=(?=[\s,;)]|$)"), "-o fields="),
+)
+
+
+def as_options(message: str) -> str:
+    """``message`` (a dataset's error) with its advice in ``fastdata bench`` terms: ``-o on_error=skip`` for
+    ``on_error='skip'``, ``-o fields=...`` for ``fields=``."""
+    for pattern, words in _AS_OPTIONS:
+        message = pattern.sub(words, message)
+    return message
+
+
+def bench_error(error: Exception, options: dict[str, Any]) -> Exception:
+    """The error to print for ``error``, raised by opening the dataset with ``options``: a bad file (a
+    :class:`~fastdata.core.errors.BadSample`, such as a video shorter than one clip) names ``-o
+    on_error=skip`` unless that is set; the dataset's advice is given as ``-o`` options."""
+    from fastdata.core.errors import BadSample
+
+    message = as_options(str(error))
+    if isinstance(error, BadSample) and options.get("on_error") != "skip" and "-o on_error=skip" not in message:
+        message += "; or pass -o on_error=skip to leave such samples out (counted; each file named once)"
+    if message == str(error):
+        return error
+    return ConfigError(message)
+
+
+@contextlib.contextmanager
+def skips_said_once() -> Iterator[None]:
+    """Each skipped file's warning shown once per run: every point of a sweep opens its own dataset, whose
+    policy warns once per file, so without this a run said each skip once per point. (The ``"once"``
+    warnings filter cannot do it: the sweep's own ``catch_warnings`` clears the registry it keeps.)"""
+    shown = warnings.showwarning
+    seen: set[str] = set()
+
+    def show_once(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, BadSampleWarning):
+            if str(message) in seen:
+                return
+            seen.add(str(message))
+        shown(message, category, *args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show_once
+        yield

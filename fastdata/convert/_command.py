@@ -168,3 +168,12 @@ def summary(manifest: dict[str, Any], out: str) -> None:
             else os.path.join(out, manifest["pattern"])
         )
         print(f"read them with fastdata.{reader}({where!r})", file=sys.stderr)
+        if manifest.get("format") != "hdf5" and _holds_videos(manifest.get("fields") or {}) and "://" not in out:
+            print(f"or their clips with fastdata.VideoClipDataset({where!r}, clip_len=16)", file=sys.stderr)
+
+
+def _holds_videos(fields: dict[str, Any]) -> bool:
+    """Whether the samples' members include videos (a video folder was converted)."""
+    from fastdata.formats.video import VIDEO_EXTENSIONS
+
+    return any(f".{ext}" in VIDEO_EXTENSIONS for ext in fields)

@@ -34,6 +34,7 @@ Every one of these errors carries ``source`` (str): the file, shard or key it is
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
 from collections.abc import Iterator
@@ -262,7 +263,7 @@ class ErrorPolicy:
         seen = source or str(error)
         if seen not in self._warned:
             self._warned.add(seen)
-            message = str(error)
+            message = _SKIP_HINT.sub("", str(error))  # its advice to pass on_error='skip' is taken already
             where = f" in {source}" if source and source not in message else ""  # most messages name it first
             warnings.warn(
                 f"fastdata: skipping bad sample(s){where}: {message} "
@@ -270,6 +271,10 @@ class ErrorPolicy:
                 BadSampleWarning,
                 stacklevel=3,
             )
+
+
+# the advice "(or) pass on_error='skip' (to leave ... out)" that bad-input messages end with
+_SKIP_HINT = re.compile(r"[,;]?\s*(?:or\s+)?(?:pass\s+)?on_error='skip'(?:\s+to leave [^;,.]*)?(?=[,;.]|$)")
 
 
 class BadSampleWarning(UserWarning):

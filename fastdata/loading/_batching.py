@@ -9,6 +9,9 @@ compares anyway), and raise the :class:`~fastdata.core.errors.CannotBatch` it re
 samples and their shapes, and the three fixes (resize as images are decoded, ``transform=``,
 ``collate_fn=``).
 
+Rows of a variable-length HDF5 field (an :class:`~fastdata.HDF5Dataset` sample) name
+``collate_fn=ds.collate``, which batches them as lists.
+
 Samples with different members (shards storing some images as ``.jpg`` and others as ``.png``) stop
 ``default_collate`` with a bare ``KeyError: 'jpg'``: :func:`explain` names the two samples, their members,
 their shards and the fix (the datasets' ``fields=`` alternatives).
@@ -203,6 +206,16 @@ def explain(samples: Sequence[Any]) -> CannotBatch | None:
 
     a, b = leaf(samples[0]), leaf(samples[j])
     clips = path == ("clip",) and isinstance(samples[0], Mapping) and {"frames", "fps"} <= samples[0].keys()
+    # an HDF5Dataset's sample ("__index__", no "__key__") whose field holds rows of different lengths
+    rows = isinstance(samples[0], Mapping) and "__index__" in samples[0] and "__key__" not in samples[0]
+    if rows and len(path) == 1 and a.ndim <= 1 and b.ndim <= 1:
+        return CannotBatch(
+            f"cannot batch {where}: sample {_name(samples[0], 0)} has {len(a)} values and sample "
+            f"{_name(samples[j], j)} {len(b)} (a variable-length field); rows of different lengths do not stack "
+            f"into one tensor. Pass collate_fn=ds.collate to the DataLoader (it gives such a field as the list of "
+            f"its rows; fastdata.Loader(ds) uses it), pad or cut the rows in transform=, or leave {path[0]!r} out of "
+            "fields="
+        )
     return CannotBatch(
         f"cannot batch {where}: sample {_name(samples[0], 0)} has shape {list(a.shape)} and sample "
         f"{_name(samples[j], j)} {list(b.shape)}{_source(samples, 0, j)}; "

@@ -5,7 +5,8 @@ pattern of them (``videos/*.mp4``, ``clips/v{000..099}.mkv``). Options (``-o KEY
 dataset's, ``clip_len`` (default 16), ``frame_stride``, ``clips_per_video``, ``clip_step``,
 ``clip_sampling``, ``size`` (``[h, w]``), ``decoder`` ("pyav", "decord", "opencv", "torchcodec"),
 ``stagger`` (``[low, high]`` seconds), ``stagger_each_open``, ``max_open``, ``decode_threads``,
-``decode_timeout``, ``on_error``, ``index_cache``, ``seed``.
+``decode_timeout``, ``on_error``, ``index_cache``, ``seed``, ``labels``, and for ``s3://`` videos
+``storage_options``, ``cache_dir``, ``cache_limit``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ _OPTIONS = {
     "on_error",
     "index_cache",
     "seed",
+    "labels",
+    "storage_options",
+    "cache_dir",
+    "cache_limit",
 }
 
 
@@ -87,8 +92,8 @@ def _holds_videos(folder: str) -> bool:
 
 def detect(spec: str) -> bool:
     """A name with a video extension (``.mp4``, ``.mkv``, ``.avi`` ...; after brace expansion; also on
-    ``s3://``, so that such a SPEC gets the dataset's "local files only" advice), or a local folder with
-    video files in it or in its subfolders."""
+    ``s3://``, read through the node-local cache), or a local folder with video files in it or in its
+    subfolders."""
     first = next(iter(braceexpand(spec)), spec)
     if os.path.splitext(first)[1].lower() in _extensions():
         return True

@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
@@ -28,8 +29,9 @@ from fastdata.core.errors import (
 )
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.video._plan import ClipSampling, ClipStarts
+from fastdata.datasets.video._remote import RemoteVideos, video_cache
+from fastdata.datasets.video._sources import Labels, find_videos, subfile
 from fastdata.formats.video import (
-    VIDEO_EXTENSIONS,
     DecoderFallbackWarning,
     DecoderName,
     DecodeTimeout,
@@ -44,27 +46,8 @@ from fastdata.formats.video import (
     reader_class,
 )
 from fastdata.loading import ClipBatchSampler
-from fastdata.storage import expand_urls, scheme
-
-
-def expand_video_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    """Local video paths from paths, globs, brace ranges and folders (searched recursively for files
-    with a video extension, in sorted order)."""
-    out: list[str] = []
-    for path in expand_urls(paths):
-        if scheme(path):
-            raise ConfigError(
-                f"{path}: VideoClipDataset reads local files only (the decoders open paths); "
-                "copy the videos to local disk, or pack clips into tar shards"
-            )
-        if os.path.isdir(path):
-            found = sorted(str(p) for p in Path(path).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS)
-            if not found:
-                raise SourceNotFound(f"{path}: the folder holds no video files ({', '.join(sorted(VIDEO_EXTENSIONS))})")
-            out.extend(found)
-        else:
-            out.append(path)
-    return out
+from fastdata.storage.cache import COUNTERS as CACHE_COUNTERS
+from fastdata.storage.cache import CacheDir
 
 
 class _OpenStagger:
@@ -90,11 +73,21 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
     Each sample is a dict::
 
         {"clip": uint8 tensor [T, H, W, 3] (RGB), "video": int (position in paths), "path": str,
-         "frames": int64 tensor [T] (frame numbers in the video), "fps": float}
+         "frames": int64 tensor [T] (frame numbers in the video), "fps": float,
+         "label": int (with class folders, see below)}
 
-    passed through ``transform`` if given. At construction every video is probed once (frame count,
-    frame rate, size; the results are cached in an index file so the next start opens only new or
-    changed videos). In each worker, readers open on first use and stay open in a bounded LRU
+    passed through ``transform`` if given. Class folders give labels, as for images: with ``paths`` one
+    folder (or ``s3://`` prefix) whose videos lie in folders below it (``root/<class>/<video>.mp4``), each
+    first-level folder is a class (sorted by name: :attr:`classes`), and ``sample["label"]`` its number.
+
+    Videos in an object store (``s3://bucket/prefix/`` or ``s3://`` URLs) are read from local copies in
+    the node-local cache (``cache_dir=``; see docs/video.md): each is downloaded once per node, shared by
+    every worker and rank on it, and held while a reader has it open.
+
+    At construction every video is probed once (frame count, frame rate, size; the results are cached
+    in an index file so the next start opens only new or changed videos; a remote video is downloaded
+    into the cache to be probed, and listed ones are known to the index by their listed size). In each
+    worker, readers open on first use and stay open in a bounded LRU
     (``max_open`` per worker); a reader created in the parent (``ds[0]`` before the DataLoader starts)
     is never used or closed by a forked worker. Every open and read runs under a watchdog: one that
     takes longer than ``decode_timeout`` is abandoned and treated as bad input.
@@ -108,8 +101,11 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
     to 0, counted in :attr:`substituted` (see :mod:`fastdata.datasets`).
 
     Args:
-        paths (str | PathLike | list): video files, globs, brace ranges, or folders (searched
-            recursively for video files).
+        paths (str | PathLike | list): video files, globs, brace ranges, folders (searched recursively
+            for video files), ``s3://`` URLs of videos or ``s3://`` prefixes (listed).
+        labels ("auto" | bool): labels from class folders: "auto" when ``paths`` is one folder (or
+            prefix) of class folders; True: such folders are required (else a ConfigError); False: no
+            labels. Defaults to "auto".
         clip_len (int): frames per clip. Defaults to 16.
         frame_stride (int): take every ``frame_stride``-th frame; a clip spans
             ``(clip_len - 1) * frame_stride + 1`` frames. Defaults to 1.
@@ -152,6 +148,15 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             videos), or False for nowhere. Defaults to True.
         seed (int): seeds :meth:`sampler`, random clip starts and ``stagger``. Defaults to 0.
         rank, world_size (int | None): Default to the detected ones.
+        storage_options (dict | None): how to reach the store of ``s3://`` videos (``endpoint_url``,
+            ``region_name``, credentials: :class:`~fastdata.storage.s3.S3Config` fields). Defaults to None
+            (the AWS chain's).
+        cache_dir (str | PathLike | None): the node-local cache folder remote videos are copied into.
+            None: ``$FASTDATA_CACHE_DIR/remote`` when that variable is set, else fastdata's own cache
+            folder. Defaults to None.
+        cache_limit (int | str | None): the most bytes the cache may hold (``"50GB"``); None:
+            ``$FASTDATA_CACHE_LIMIT``, else no limit for a ``cache_dir`` and half of the free disk for
+            fastdata's own folder. Defaults to None.
     """
 
     def __init__(
@@ -177,6 +182,10 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        labels: Labels = "auto",
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         _check_options(
             clip_len,
@@ -193,11 +202,26 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
         if fallback is not None:
             check_choice("fallback", fallback, DecoderName)
         reader_class(decoder)  # an unknown name or a library that cannot load fails now, not in a worker
-        counters = ("timeouts", "reads", "fallbacks", "fallback_reads")
+        sources = find_videos(paths, labels=labels, storage_options=storage_options)
+        self.paths = sources.paths
+        self.classes: list[str] = sources.classes  # label k is classes[k]; empty without class folders
+        self.labels: list[int] = sources.labels  # each video's label (empty without class folders)
+        remote = sources.remote
+        counters: tuple[str, ...] = ("timeouts", "reads", "fallbacks", "fallback_reads")
+        if remote:
+            from fastdata.storage.s3 import COUNTERS as S3_COUNTERS
+
+            counters = (*counters, *S3_COUNTERS, *CACHE_COUNTERS)
         self._init_base(seed=seed, on_error=on_error, rank=rank, world_size=world_size, counters=counters)
+        self.remote: RemoteVideos | None = None
+        if remote:
+            cache = video_cache(cache_dir, cache_limit, remote[0])
+            cache.count_into(self._shared)
+            self.remote = RemoteVideos(cache, remote[0], dict(storage_options or {}), self._shared)
+        self._listed = sources.sizes
+        self._members = sources.members  # videos inside tar shards: (shard, offset, size)
         # the reader pool decodes (and times fetch and decode); the pipeline applies the transform
         self.pipeline = SamplePipeline(None, transform, self._policy)
-        self.paths = expand_video_paths(paths)
         self.clip_len, self.frame_stride = clip_len, frame_stride
         self.span = (clip_len - 1) * frame_stride + 1
         self.clips_per_video = clips_per_video
@@ -218,6 +242,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             before_open=_OpenStagger(seed, self.rank, *stagger) if stagger_each_open and stagger[1] > 0 else None,
             fallback=fallback,
             on_fallback=self._fell_back,
+            locate=self._locate if self.remote is not None or self._members else None,
         )
         self.metas = self._index(index_cache, decoder_key)
         self._starts = [0, *accumulate(self._clip_count(m) for m in self.metas)]
@@ -247,7 +272,7 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
             file = Path(index_cache) if index_cache else None
         self.index = VideoIndex(file, decoder_key)
         try:
-            outcomes = self.index.build(self.paths, self.pool.probe)
+            outcomes = self.index.build(self.paths, self.pool.probe, stat=self._stat)
         finally:
             self.pool.close()  # no reader left open in the parent before a fork
         metas: list[VideoMeta | None] = []
@@ -279,6 +304,26 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
                 stacklevel=3,
             )
         return metas
+
+    def _stat(self, path: str) -> Any:
+        """A video's state for the index (size and time; for a remote one, see RemoteVideos.stat; for one in
+        a shard, its size and the shard's time)."""
+        member = self._members.get(path)
+        if member is not None:
+            return SimpleNamespace(st_size=member[2], st_mtime_ns=os.stat(member[0]).st_mtime_ns)
+        if self.remote is not None and "://" in path:
+            return self.remote.stat(path, self._listed.get(path))
+        return os.stat(path)
+
+    def _locate(self, path: str) -> tuple[str, Callable[[], None] | None]:
+        """What the decoder opens for ``path``: a byte range of its shard, a remote video's cached copy, or
+        the path itself."""
+        member = self._members.get(path)
+        if member is not None:
+            return subfile(member), None
+        if self.remote is not None and "://" in path:
+            return self.remote.locate(path)
+        return path, None
 
     @property
     def fallback_videos(self) -> list[str]:
@@ -369,6 +414,8 @@ class VideoClipDataset(MapDatasetBase, Dataset[Any]):
                 "frames": torch.tensor(frames, dtype=torch.int64),
                 "fps": self.metas[video].fps,  # type: ignore[union-attr]
             }
+            if self.labels:
+                sample["label"] = self.labels[video]
             out[k], _ = pipeline(sample, stages.clock())  # 0.0 unless `fastdata bench` probes
         return out
 

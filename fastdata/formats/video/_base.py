@@ -103,6 +103,8 @@ class VideoMeta:
 def check_exists(path: str) -> None:
     """Raise :class:`SourceNotFound` / :class:`SourceUnreadable` / :class:`VideoUnreadable` early, with
     a message naming the file, instead of the decoder's own (often cryptic) error."""
+    if path.startswith("subfile,"):  # FFmpeg's byte range of a file (a video inside a tar shard)
+        path = path.rpartition(",:")[2]
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:

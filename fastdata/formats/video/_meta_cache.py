@@ -50,7 +50,7 @@ def entry_check(key: str, record: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _trusted(key: str, entry: Any, st: os.stat_result, path: str) -> Outcome | None:
+def _trusted(key: str, entry: Any, st: Any, path: str) -> Outcome | None:
     """The outcome an index entry records for the file as it is now, or None when the entry is stale
     (another size or time), damaged (it does not check) or does not parse: probe the file again."""
     if not isinstance(entry, dict) or entry.get("size") != st.st_size or entry.get("mtime_ns") != st.st_mtime_ns:
@@ -72,9 +72,14 @@ class _Damaged(Exception):
     """An index entry that does not check (see :func:`_trusted`)."""
 
 
+def _key(path: str) -> str:
+    """An index entry's key: the absolute path of a local file, the URL of a remote one."""
+    return path if "://" in path else os.path.abspath(path)
+
+
 def default_index_file(paths: list[str], decoder: str) -> Path:
     """The index file for this list of videos and decoder, in :func:`default_cache_dir`."""
-    digest = hashlib.sha1("\n".join([decoder, *map(os.path.abspath, paths)]).encode()).hexdigest()[:16]
+    digest = hashlib.sha1("\n".join([decoder, *map(_key, paths)]).encode()).hexdigest()[:16]
     return default_cache_dir() / "video-index" / f"{digest}.json"
 
 
@@ -107,22 +112,29 @@ class VideoIndex:
             warnings.warn(f"{self.file}: unreadable video index ({e}); probing the videos again", stacklevel=3)
             return {}
 
-    def build(self, paths: list[str], probe: Callable[[str], VideoMeta]) -> dict[str, Outcome]:
+    def build(
+        self, paths: list[str], probe: Callable[[str], VideoMeta], stat: Callable[[str], Any] = os.stat
+    ) -> dict[str, Outcome]:
         """Each path's :class:`VideoMeta`, or the error that says why it cannot be read; probes only
-        the videos the index file does not know in their current state, and saves the file."""
+        the videos the index file does not know in their current state, and saves the file.
+
+        Args:
+            stat (Callable[[str], Any]): a video's state: ``st_size`` and ``st_mtime_ns`` (``os.stat``'s; for
+                a remote video, its size and a number that changes with its version). Defaults to os.stat.
+        """
         out: dict[str, Outcome] = {}
-        todo: list[tuple[str, os.stat_result]] = []
+        todo: list[tuple[str, Any]] = []
         damaged = 0
         for path in paths:
             try:
-                st = os.stat(path)
+                st = stat(path)
             except FileNotFoundError:
                 out[path] = SourceNotFound(f"{path}: no such video file; check the path")
                 continue
             except PermissionError:
                 out[path] = SourceUnreadable(f"{path}: permission denied")
                 continue
-            key = os.path.abspath(path)
+            key = _key(path)
             try:
                 known = _trusted(key, self._entries.get(key), st, path)
             except _Damaged:
@@ -151,7 +163,7 @@ class VideoIndex:
             except BadSample as e:
                 out[path] = e
                 record["error"] = str(e)
-            key = os.path.abspath(path)
+            key = _key(path)
             record["check"] = entry_check(key, record)
             self._entries[key] = record
         if todo:

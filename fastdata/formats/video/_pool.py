@@ -42,11 +42,36 @@ _STUCK_ATTR = "_fastdata_stuck"
 _stuck_readers: list[VideoReader] = []
 
 
+_RELEASE_ATTR = "_fastdata_release"  # what frees the local copy a reader of a remote video reads
+
+Locate = Callable[[str], tuple[str, Callable[[], None] | None]]
+"""What a decoder opens for a video that is not a local file: ``locate(url)`` gives that path (a remote
+video's local copy, a byte range of a shard) and the function that lets it go (None: nothing to let go)."""
+
+
 def _close_reader(reader: VideoReader) -> None:
     if getattr(reader, _STUCK_ATTR, False):
-        _stuck_readers.append(reader)
-    else:
+        _stuck_readers.append(reader)  # its local copy stays held too: another thread may read it
+        return
+    try:
         reader.close()
+    finally:
+        release = getattr(reader, _RELEASE_ATTR, None)
+        if release is not None:
+            release()
+
+
+def _renamed(error: BaseException, local: str, source: str) -> BaseException:
+    """``error`` naming ``source`` (the video's URL) where it names ``local`` (the cached copy the decoder
+    opened), so that a message names the video the user gave."""
+    if local == source or local not in str(error):
+        return error
+    try:
+        renamed = type(error)(str(error).replace(local, source), source)  # fastdata's errors: (message, source)
+    except Exception:  # noqa: BLE001 - another signature: the message as it is
+        return error
+    renamed.__cause__ = error.__cause__ or error
+    return renamed
 
 
 def _get_frames(reader: VideoReader, frames: Sequence[int], pause: bool) -> np.ndarray:
@@ -57,8 +82,10 @@ def _get_frames(reader: VideoReader, frames: Sequence[int], pause: bool) -> np.n
             reader.pause()
 
 
-def _read_once(cls: type[VideoReader], path: str, frames: Sequence[int], meta: VideoMeta | None) -> np.ndarray:
-    with cls(path, meta=meta) as reader:
+def _read_once(
+    cls: type[VideoReader], path: str, frames: Sequence[int], meta: VideoMeta | None, size: Size | None
+) -> np.ndarray:
+    with cls(path, meta=meta, size=size) as reader:
         return reader.get_frames(frames)
 
 
@@ -95,6 +122,8 @@ class ReaderPool:
             a file is refused (:class:`VideoUnsupported`).
         on_fallback (Callable[[str, VideoUnsupported], object] | None): called in the reading process when
             a read (not a probe) is refused as unsupported and the fallback reads that clip instead.
+        locate (Locate | None): for videos that are not local files (``s3://``): their local copy (the
+            node-local cache's), held while a reader has it open; errors name the URL. None: paths only.
     """
 
     def __init__(
@@ -109,7 +138,9 @@ class ReaderPool:
         before_open: Callable[[], object] | None = None,
         fallback: str | None = None,
         on_fallback: Callable[[str, VideoUnsupported], object] | None = None,
+        locate: Locate | None = None,
     ) -> None:
+        self.locate = locate
         self.decoder = decoder
         self.fallback = fallback if fallback != decoder else None
         self.on_fallback = on_fallback
@@ -143,19 +174,34 @@ class ReaderPool:
         meta = self.metas.get(path)
         return meta.extra.get("decoder", self.decoder) if meta is not None else self.decoder
 
+    def _local(self, path: str) -> tuple[str, Callable[[], None] | None]:
+        """The file the decoder opens for ``path``, and what lets it go (None for a local path)."""
+        if self.locate is None:
+            return path, None
+        return self.locate(path)
+
     def _open(self, path: str) -> VideoReader:
         cls = reader_class(self.decoder_of(path))
         if self.before_open is not None:
             self.before_open()
-        return self.watchdog.call(
-            cls,
-            path,
-            threads=self.threads,
-            size=self.size,
-            meta=self.metas.get(path),
-            what="opening the video",
-            source=path,
-        )
+        local, release = self._local(path)
+        try:
+            reader = self.watchdog.call(
+                cls,
+                local,
+                threads=self.threads,
+                size=self.size,
+                meta=self.metas.get(path),
+                what="opening the video",
+                source=path,
+            )
+        except BaseException as e:  # noqa: BLE001 - raised again, naming the URL
+            if release is not None:
+                release()
+            raise _renamed(e, local, path)  # noqa: B904 - its cause is kept
+        if release is not None:
+            setattr(reader, _RELEASE_ATTR, release)
+        return reader
 
     def probe(self, path: str) -> VideoMeta:
         """The file's :class:`VideoMeta`, found by opening it under the watchdog (then closing it); a file
@@ -170,7 +216,14 @@ class ReaderPool:
 
     def _probe(self, decoder: str | type[VideoReader], path: str) -> VideoMeta:
         cls = reader_class(decoder)
-        return self.watchdog.call(cls.probe, path, threads=self.threads, what="probing the video", source=path)
+        local, release = self._local(path)
+        try:
+            return self.watchdog.call(cls.probe, local, threads=self.threads, what="probing the video", source=path)
+        except BaseException as e:  # noqa: BLE001 - raised again, naming the URL
+            raise _renamed(e, local, path)  # noqa: B904 - its cause is kept
+        finally:
+            if release is not None:
+                release()
 
     def _fallback_class(self, refusal: VideoUnsupported) -> type[VideoReader]:
         assert self.fallback is not None
@@ -208,7 +261,15 @@ class ReaderPool:
             if self.on_fallback is not None:
                 self.on_fallback(path, refusal)
             what = f"decoding frames {min(frames)}..{max(frames)}"
-            return self.watchdog.call(_read_once, cls, path, frames, self.metas.get(path), source=path, what=what)
+            local, release = self._local(path)
+            try:
+                meta = self.metas.get(path)
+                return self.watchdog.call(_read_once, cls, local, frames, meta, self.size, source=path, what=what)
+            except BaseException as e:  # noqa: BLE001 - raised again, naming the URL
+                raise _renamed(e, local, path)  # noqa: B904 - its cause is kept
+            finally:
+                if release is not None:
+                    release()
 
     def _read(self, path: str, frames: Sequence[int], pause: bool) -> np.ndarray:
         t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
@@ -229,9 +290,9 @@ class ReaderPool:
             setattr(reader, _STUCK_ATTR, True)  # another thread is still inside it
             self._readers.discard(path)
             raise
-        except BadSample:
+        except BadSample as e:
             self._readers.discard(path)  # reopen fresh next time: decoder state after an error is unknown
-            raise
+            raise _renamed(e, reader.path, path)  # noqa: B904 - its cause is kept
 
     def close_idle(self) -> None:
         """:meth:`close`, unless a read is in progress in another thread (then leave everything)."""
