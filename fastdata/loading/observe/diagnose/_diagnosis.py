@@ -203,7 +203,7 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
                 + _stage_note(ev)
             ]
         else:
-            how = f"is busy {busy:.0%} of the time it has for them" if busy <= 1 else f"keeps {busy:.2f} cores busy"
+            how = f"is busy {busy:.0%} of the time it has for them" if busy <= 1 else f"wants {busy:.2f} cores"
             found = [
                 f"the main process makes the batches itself and {how} (running, or waiting for a core; its "
                 f"threads together), using {say.cores(ev.w.main_cores, ev.ctx.cores)} cores"
