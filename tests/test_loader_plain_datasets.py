@@ -119,3 +119,34 @@ def test_not_a_dataset_is_refused_naming_public_paths() -> None:
     message = str(e.value)
     assert "torch.utils.data.Dataset" in message and "fastdata.loading.Dataset" in message
     assert "._" not in message
+
+
+class OddSample(UserWarning):
+    """A warning of the user's own, raised in the workers."""
+
+
+class Warns(Squares):
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import warnings
+
+        warnings.warn(f"sample {i % 2} looks odd", OddSample, stacklevel=2)
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_warnings_of_the_workers_reach_the_training_process_once_each(start: str) -> None:
+    import warnings
+
+    with (
+        pytest.warns(OddSample) as caught,
+        fd.Loader(Warns(), batch_size=6, num_workers=2, multiprocessing_context=start) as loader,
+    ):
+        assert sorted(_ids(loader)) == list(range(N))
+    odd = sorted(str(w.message) for w in caught if w.category is OddSample)
+    assert odd == ["sample 0 looks odd", "sample 1 looks odd"]  # each distinct warning once, 60 raised
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OddSample)  # the training process's filters apply to them
+        loader = fd.Loader(Warns(), batch_size=6, num_workers=2, multiprocessing_context="fork")
+        with pytest.raises(OddSample):
+            list(loader)
+        loader.close()

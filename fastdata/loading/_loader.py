@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core.epoch import REMAINDERS, Remainder, ResumeState, Stop, load_state, next_layout, rank_span
+from fastdata.core.epoch import REMAINDERS, Remainder, ResumeState, Stop, WorkerInit, load_state, next_layout, rank_span
 from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.loading import transport as slots
 from fastdata.loading._builder import Transport, build_dataloader, fastdata_worker_init
@@ -50,6 +50,7 @@ from fastdata.loading._plain import PlainView, is_plain
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset, Planned, RankSampler
 from fastdata.loading._tail import ElasticDataset, TailBatches, check_elastic, tail_batches
+from fastdata.loading._warnings import WarningRelay
 from fastdata.loading.observe._session import Session, loader_session
 from fastdata.loading.observe.report import Since, Stats
 from fastdata.loading.observe.tune import AutoTune, Setting
@@ -233,6 +234,7 @@ class Loader:
         self._drop_last = bool(drop_last)
         self._collate_fn = self._user_kwargs.pop("collate_fn", None)  # part of the read plan
         self._worker_init = fastdata_worker_init(worker_init_fn)
+        self._relay: WarningRelay | None = None  # the workers' warnings, carried here (made with the first workers)
         self._kwargs = self._user_kwargs
         if self._session is not None:
             self._kwargs = self._session.kwargs_for(self._user_kwargs, self._session.setting)
@@ -288,11 +290,16 @@ class Loader:
             )
         self._follow_tail()
         if self._dataloader is None:
+            init = self._worker_init
+            if self.num_workers:
+                if self._relay is None:
+                    self._relay = WarningRelay(self._kwargs.get("multiprocessing_context"))
+                init = WorkerInit(self._relay.install, *init.then)  # before the user's function: its warnings too
             self._dataloader = build_dataloader(
                 self.dataset,
                 self._read_plan(),
                 num_workers=self.num_workers,
-                worker_init_fn=self._worker_init,
+                worker_init_fn=init,
                 transport=self.transport,
                 threads_per_worker=self.threads_per_worker,
                 **self._kwargs,
@@ -465,10 +472,15 @@ class Loader:
             restarts = self._session.tuner is not None and not (self.iterable and self._plain is not None)
             reopen = self._reopen if restarts else None
             batches = self._session.run(batches, epoch, start, self._length(), reopen)
+        relay = self._relay
         for batch in batches:
             done += 1
             self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
+            if relay is not None:
+                relay.drain()  # the workers' warnings so far, issued here (a poll of an empty pipe: ~1 us)
             yield batch
+        if relay is not None:
+            relay.drain()
         if self.epoch == epoch:
             self._finished = epoch
 
