@@ -5,6 +5,7 @@ work; and ``Stats`` as a table and a dict, in words checked here (plurals, defau
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -40,6 +41,24 @@ class Spins(Dataset):  # type: ignore[type-arg]
         return torch.tensor(i)
 
 
+class OwnThread(Sleeps):
+    """Sleeps in ``__getitem__`` while a decode thread of its own spins in the process that reads it."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __getitem__(self, i: int) -> Any:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._spin, name="own-decoder", daemon=True)
+            self.thread.start()
+        return super().__getitem__(i)
+
+    def _spin(self) -> None:
+        while not self.stop.is_set():
+            pass
+
+
 def _stats(ds: Any, workers: int) -> Any:
     with fd.Loader(ds, batch_size=3, num_workers=workers, monitor=True, multiprocessing_context="fork") as loader:
         for _ in loader:
@@ -63,6 +82,19 @@ def test_a_spinning_dataset_uses_at_most_one_core_and_wants_about_one() -> None:
         # other threads (main receiving, a worker's helpers) add a little
         assert stats.cores_wanted > 0.7, str(stats)
         assert stats.cores_used <= min(1.3, stats.usable_cores), str(stats)
+
+
+def test_a_thread_the_dataset_owns_is_counted_where_it_runs() -> None:
+    ds = OwnThread()
+    try:
+        stats = _stats(ds, 0)
+    finally:
+        ds.stop.set()
+    # its thread in the main process is the loader's work: always running or runnable, on one core at most
+    # (the dataset's own sleeps alone use ~0: test_a_sleeping_dataset_uses_almost_no_core)
+    assert stats.cores_wanted > 0.7, str(stats)
+    assert 0.2 < stats.cores_used <= min(1.3, stats.usable_cores), str(stats)
+    assert stats.cores_wanted >= stats.cores_used
 
 
 def test_stats_prints_a_short_table_and_gives_a_dict() -> None:

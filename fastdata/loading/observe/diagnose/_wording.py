@@ -68,10 +68,10 @@ def need(ev: Evidence) -> str:
     loader uses 1.60 of the 2 cores and wants 2.4 (its threads running or waiting for a core)"."""
     machine = ev.ctx.cores
     text = f"the loader uses {cores(ev.used, machine)} of the {plural(machine, 'core')}"
-    if ev.demand > machine:
-        return text + f" and wants {ev.demand:.1f} (its threads running or waiting for a core)"
-    if ev.demand - ev.used >= 0.1:
-        return text + f" and wants {ev.demand:.2f} (its threads running or waiting for a core)"
+    if ev.wanted > machine:
+        return text + f" and wants {ev.wanted:.1f} (its threads running or waiting for a core)"
+    if ev.wanted - ev.used >= 0.1:
+        return text + f" and wants {ev.wanted:.2f} (its threads running or waiting for a core)"
     return text
 
 

@@ -100,9 +100,7 @@ class Stats:
         """Cores the loader's threads asked for: running or waiting for a core, per second (a demand: above
         :attr:`cores_used` when threads waited for a core; may pass the machine's cores)."""
         w = self.window
-        if self.loader_threads:
-            return w.main_process_busy
-        return sum(w.worker_busy) + w.main_busy
+        return max(self.cores_used, sum(w.worker_busy) + w.main_process_busy)
 
     @property
     def setting(self) -> str:
