@@ -165,3 +165,16 @@ def test_remote_batches_dealt_to_several_workers_warn_of_the_egress(
         keys, _, got = fetched(narrow, DataLoader(narrow, batch_size=None, num_workers=2, collate_fn=fd.as_is))
     assert len(keys) == 160 and got <= 1.2 * nbytes
     assert Counter(keys) == Counter(f"s{i:06d}" for i in range(160))
+
+
+def test_the_egress_warning_of_a_worker_reaches_the_training_process_once_naming_cache_dir(
+    remote: tuple[str, int], s3_env: dict[str, str]
+) -> None:
+    spec, _ = remote
+    ds = fd.TarShardDataset(spec, shuffle=True, batch_size=5)
+    with pytest.warns(EgressWarning) as caught, fd.Loader(ds, num_workers=2, multiprocessing_context="fork") as loader:
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            assert sum(len(b["__key__"]) for b in loader) == 160
+    egress = [w for w in caught if issubclass(w.category, EgressWarning)]
+    assert len(egress) == 1 and "cache_dir=" in str(egress[0].message)

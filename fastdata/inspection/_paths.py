@@ -176,22 +176,29 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
     The manifest counts samples as readers do, every member of one key in one sample wherever it lies;
     a shard whose keys are split across it (``tar cf`` of a folder) gets no sidecar: readers scan it.
 
+    ``path`` may be local or on S3: an ``s3://bucket/prefix/`` (its ``.tar`` objects), a pattern of them, or
+    one; there the sidecars and manifests are uploaded beside the shards (credentials and endpoint from the
+    environment: ``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` ...).
+
     Raises:
-        ConfigError: a folder already has a manifest (unless ``force``), or the shards are not local.
+        ConfigError: a folder already has a manifest (unless ``force``), or ``path`` names no tar shard.
     """
-    from fastdata.formats.tar import index_url, scan, write_atomic
+    from fastdata.formats.tar import index_url, scan
     from fastdata.storage import open_reader, scheme
 
-    urls = [u for u in find_files(path) if u.endswith(".tar")]
-    if any(scheme(u) for u in urls):
-        raise ConfigError("--write-manifest writes local folders only")
+    if is_prefix(path):
+        urls = sorted(u for u in list_s3_prefix(path)[0] if u.endswith(".tar"))
+        if not urls:
+            raise ConfigError(f"{path}: no .tar object under this prefix; name the shards' prefix or a pattern")
+    else:
+        urls = [u for u in find_files(path) if u.endswith(".tar")]
     by_folder: dict[str, list[str]] = {}
     for u in urls:
-        by_folder.setdefault(os.path.dirname(u), []).append(u)
+        by_folder.setdefault(posixpath.dirname(u) if scheme(u) else os.path.dirname(u), []).append(u)
     written = []
     for folder, shard_urls in sorted(by_folder.items()):
-        target = os.path.join(folder, MANIFEST)
-        if os.path.isfile(target) and not force:
+        target = posixpath.join(folder, MANIFEST) if scheme(folder) else os.path.join(folder, MANIFEST)
+        if _exists(target) and not force:
             raise ConfigError(f"{target}: exists already; delete it or pass --force to replace it")
         shards: list[dict[str, Any]] = []
         for url in shard_urls:
@@ -200,8 +207,8 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
                 index = scan(reader)
                 if index.complete and not index.bad and not index.split:
                     # a damaged shard's index would not pass the readers' check of the sidecar: they scan it
-                    write_atomic(index_url(url), index.to_bytes(), fsync=False)
-                elif index.split and os.path.isfile(index_url(url)):
+                    _put(index_url(url), index.to_bytes())
+                elif index.split and not scheme(url) and os.path.isfile(index_url(url)):
                     # a sidecar lists members in file order, which a key gathered from all over the shard
                     # breaks: readers scan such a shard (and group its keys); an older sidecar would split them
                     os.remove(index_url(url))
@@ -227,6 +234,37 @@ def write_manifest(path: str, *, force: bool = False) -> list[str]:
             "shards": shards,
             "created_by": f"fastdata {__version__} inspect --write-manifest",
         }
-        write_atomic(target, (json.dumps(manifest, indent=1) + "\n").encode(), fsync=False)
+        _put(target, (json.dumps(manifest, indent=1) + "\n").encode())
         written.append(target)
     return written
+
+
+def _exists(url: str) -> bool:
+    from fastdata.storage import open_reader, scheme
+
+    if not scheme(url):
+        return os.path.isfile(url)
+    try:
+        open_reader(url).close()
+    except SourceNotFound:
+        return False
+    return True
+
+
+def _put(url: str, data: bytes) -> None:
+    """Write ``data`` to ``url``: a local file replaced atomically, or an S3 object uploaded (and checked)."""
+    import tempfile
+
+    from fastdata.formats.tar import write_atomic
+    from fastdata.storage import scheme
+
+    if not scheme(url):
+        write_atomic(url, data, fsync=False)
+        return
+    from fastdata.storage.s3 import upload_file
+
+    with tempfile.TemporaryDirectory(prefix="fastdata-manifest-") as tmp:
+        local = os.path.join(tmp, "object")
+        with open(local, "wb") as f:
+            f.write(data)
+        upload_file(local, url)

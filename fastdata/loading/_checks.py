@@ -93,6 +93,40 @@ def check_iterable(
     return int(own)
 
 
+def check_plain_iterable(
+    ds: Any,
+    batch_size: int | None,
+    shuffle: bool | None,
+    remainder: Remainder | None,
+    sampler: Any,
+    batch_sampler: Any,
+    workers: str,
+    num_workers: int | str,
+) -> int | None:
+    """A plain ``IterableDataset`` (not a fastdata one) is read as is: its order, shuffling and split over
+    workers are its own, so the options that would set them here are refused. Returns the batch size (None:
+    items handed out as the dataset yields them)."""
+    name = type(ds).__name__
+    for option, given in (("shuffle", shuffle), ("remainder", remainder), ("sampler", sampler)):
+        if given is not None:
+            raise ConfigError(
+                f"{option}= does not apply to {name}: an IterableDataset is read as is, its order and its split "
+                "over workers and ranks are its own; leave it out (or give the dataset __getitem__ and __len__, "
+                "and the Loader shuffles, splits and resumes it)"
+            )
+    if batch_sampler is not None:
+        raise ConfigError(f"{name} is iterable: a batch_sampler cannot pick its items; pass batch_size= instead")
+    if batch_size is not None:
+        check_positive("batch_size", batch_size)
+    if workers == "threads" and isinstance(num_workers, int) and num_workers > 1:
+        raise ConfigError(
+            f'workers="threads" with num_workers={num_workers}: each loader thread would read all of {name} '
+            "(torch.utils.data.get_worker_info() is None in a thread, so the dataset cannot split itself); "
+            'use worker processes (workers="processes"), or one thread'
+        )
+    return batch_size
+
+
 def check_batch_sampler(
     batch_sampler: Any,
     batch_size: int | None,
@@ -138,4 +172,4 @@ def make_sampler(dataset: Any, sampler: Any, shuffle: bool | None, remainder: Re
     return sampler
 
 
-__all__ = ["Workers", "check_batch_sampler", "check_iterable", "check_mode", "make_sampler"]
+__all__ = ["Workers", "check_batch_sampler", "check_iterable", "check_mode", "check_plain_iterable", "make_sampler"]

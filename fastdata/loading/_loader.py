@@ -34,14 +34,23 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from fastdata.core.epoch import REMAINDERS, Remainder, ResumeState, Stop, load_state, next_layout, rank_span
+from fastdata.core.epoch import REMAINDERS, Remainder, ResumeState, Stop, WorkerInit, load_state, next_layout, rank_span
 from fastdata.core.errors import ConfigError, PlanError, check_positive
 from fastdata.loading import transport as slots
 from fastdata.loading._builder import Transport, build_dataloader, fastdata_worker_init
-from fastdata.loading._checks import Workers, check_batch_sampler, check_iterable, check_mode, make_sampler
+from fastdata.loading._checks import (
+    Workers,
+    check_batch_sampler,
+    check_iterable,
+    check_mode,
+    check_plain_iterable,
+    make_sampler,
+)
+from fastdata.loading._plain import PlainView, is_plain
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset, Planned, RankSampler
 from fastdata.loading._tail import ElasticDataset, TailBatches, check_elastic, tail_batches
+from fastdata.loading._warnings import WarningRelay
 from fastdata.loading.observe._session import Session, loader_session
 from fastdata.loading.observe.report import Since, Stats
 from fastdata.loading.observe.tune import AutoTune, Setting
@@ -72,11 +81,19 @@ class Loader:
                 checkpoint = {"loader": loader.state_dict(), ...}
 
     Args:
-        dataset: a fastdata dataset (:class:`fastdata.loading.Dataset`). Iterable ones
-            (``TarShardDataset``) must be built with ``batch_size``; map-style ones need a ``sampler()``
-            method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``.
+        dataset: a fastdata dataset (:class:`fastdata.loading.Dataset`), or your own torch dataset. Iterable
+            fastdata ones (``TarShardDataset``) must be built with ``batch_size``; map-style ones need a
+            ``sampler()`` method (all fastdata map-style datasets) or ``sampler=``/``batch_sampler=``. Your own
+            map-style dataset (``__getitem__`` and ``__len__``) is read through an
+            :class:`~fastdata.loading.EpochSampler` over its indices (shuffled per epoch from seed 0, or the
+            dataset's ``seed`` attribute; split over ranks; resumable at any batch). Your own
+            ``IterableDataset`` is read as is: its order, shuffling and split over workers
+            (``get_worker_info()``) and ranks are its own, ``state_dict()`` raises ``ConfigError``, and
+            ``num_workers="auto"`` changes the workers between passes only. Either gets its ``set_epoch`` and
+            ``close`` called where it has them.
         batch_size (int | None): samples per batch. Required for map-style datasets (unless
-            ``batch_sampler`` is given); for iterable ones it defaults to the dataset's and must equal it.
+            ``batch_sampler`` is given); for iterable fastdata ones it defaults to the dataset's and must equal
+            it; for your own iterable one, None hands its items out as it yields them.
         num_workers (int | "auto"): DataLoader worker processes, or threads with ``workers="threads"``.
             ``"auto"`` (worker processes only) starts from as many as the cores and memory allow, measures, and
             moves them (and, with ``prefetch_factor="auto"``, the prefetch) at batch boundaries, restarting the
@@ -153,12 +170,19 @@ class Loader:
                 "in_order=False hands batches out as workers finish them, so a count of consumed "
                 "batches no longer names a point to resume from; leave in_order at True"
             )
+        self.dataset: Any = dataset  # what the DataLoader reads: the user's own object, whatever its kind
+        # what the Loader asks of it (epoch, rank, seed, close ...): the dataset itself when it is a fastdata one
+        # (a Dataset, and a MapDataset or a BatchingDataset, checked below), else a PlainView over it
+        self._plain: PlainView | None = None
         if not isinstance(dataset, Dataset):
-            raise ConfigError(
-                f"Loader needs a fastdata dataset (rank, world_size, seed, epoch, set_epoch, worker_world, "
-                f"close: see fastdata.loading.Dataset), not {type(dataset)}"
-            )
-        self.dataset: Any = dataset  # a Dataset, and a MapDataset or a BatchingDataset (checked below)
+            if not is_plain(dataset):
+                raise ConfigError(
+                    f"Loader reads a torch dataset: a map-style one (torch.utils.data.Dataset with __getitem__ and "
+                    f"__len__), an IterableDataset, or a fastdata dataset (fastdata.loading.Dataset); not "
+                    f"{type(dataset).__name__}"
+                )
+            self._plain = PlainView(dataset)
+        self._ds: Any = self._plain if self._plain is not None else dataset
         # --- monitor and autotune (fastdata.loading.observe._session): the session (None without either) and the
         # user's DataLoader options; self._kwargs (below) are the current setting's: those, the probes'
         # hooks and the prefetch ---
@@ -178,7 +202,14 @@ class Loader:
         # iterable dataset, only what a framework calls at each epoch (Lightning: loader.sampler.set_epoch)
         self.sampler: Any = None
         self._batch_sampler = False
-        if self.iterable:
+        self.batch_size: int
+        if self.iterable and self._plain is not None:
+            self.sampler = LoaderEpoch(self)
+            # None (items handed out as the dataset yields them) only here, where no resume state counts samples
+            self.batch_size = check_plain_iterable(  # type: ignore[assignment]
+                dataset, batch_size, shuffle, remainder, sampler, batch_sampler, workers, num_workers
+            )
+        elif self.iterable:
             self.sampler = LoaderEpoch(self)
             if batch_sampler is not None:
                 raise ConfigError(f"{type(dataset).__name__} is iterable and batches itself: pass no batch_sampler")
@@ -193,7 +224,7 @@ class Loader:
                 raise ConfigError("Loader needs batch_size= for a map-style dataset (or a batch_sampler=)")
             check_positive("batch_size", batch_size)
             self.batch_size = batch_size
-            self.sampler = make_sampler(dataset, sampler, shuffle, remainder)
+            self.sampler = make_sampler(self._ds, sampler, shuffle, remainder)
             unit = getattr(self.sampler, "unit", 1)
             if unit > 1 and batch_size != unit:  # a Mix's per-source batches
                 raise ConfigError(
@@ -203,6 +234,7 @@ class Loader:
         self._drop_last = bool(drop_last)
         self._collate_fn = self._user_kwargs.pop("collate_fn", None)  # part of the read plan
         self._worker_init = fastdata_worker_init(worker_init_fn)
+        self._relay: WarningRelay | None = None  # the workers' warnings, carried here (made with the first workers)
         self._kwargs = self._user_kwargs
         if self._session is not None:
             self._kwargs = self._session.kwargs_for(self._user_kwargs, self._session.setting)
@@ -215,7 +247,7 @@ class Loader:
         self._position: tuple[int, int] = (self.epoch, 0)  # (epoch, batches handed out of it)
         self._finished: int | None = None  # the epoch a pass read to its end, until the epoch is set again
         self._tail_offset = 0  # what len() and consumed add to a resumed epoch's tail (see load_state_dict)
-        if len(self) == 0 or self._starves_a_rank():
+        if self._length() == 0 or self._starves_a_rank():
             raise PlanError(
                 f"a rank reads fewer samples per epoch than batch_size={self.batch_size}, so "
                 "drop_last=True leaves it no batch; use a smaller batch_size, fewer ranks, or "
@@ -234,6 +266,8 @@ class Loader:
 
     def _read_plan(self) -> ReadPlan:
         """How the dataset is read: what ``build_dataloader`` and ``ThreadLoader`` both take."""
+        if self.iterable and self._plain is not None:  # read as is, batched by the DataLoader
+            return ReadPlan(self.batch_size, drop_last=self._drop_last, collate_fn=self._collate_fn)
         if self.iterable:
             return ReadPlan(collate_fn=self._collate_fn)
         tail = self._active_tail()
@@ -256,11 +290,16 @@ class Loader:
             )
         self._follow_tail()
         if self._dataloader is None:
+            init = self._worker_init
+            if self.num_workers:
+                if self._relay is None:
+                    self._relay = WarningRelay(self._kwargs.get("multiprocessing_context"))
+                init = WorkerInit(self._relay.install, *init.then)  # before the user's function: its warnings too
             self._dataloader = build_dataloader(
                 self.dataset,
                 self._read_plan(),
                 num_workers=self.num_workers,
-                worker_init_fn=self._worker_init,
+                worker_init_fn=init,
                 transport=self.transport,
                 threads_per_worker=self.threads_per_worker,
                 **self._kwargs,
@@ -287,7 +326,7 @@ class Loader:
     @property
     def epoch(self) -> int:
         """The current epoch (shared with the dataset and its sampler)."""
-        return int(self.dataset.epoch)
+        return int(self._ds.epoch)
 
     @property
     def consumed(self) -> int:
@@ -302,7 +341,7 @@ class Loader:
         framework's loop that calls nothing expects; frameworks that call ``loader.sampler.set_epoch``
         (Lightning) reach this method."""
         self._finished = None
-        self.dataset.set_epoch(epoch)
+        self._ds.set_epoch(epoch)
         if self.sampler is not None and not self.iterable:
             self.sampler.set_epoch(epoch)
         if self._pending is not None and self._pending[0] != epoch:
@@ -331,7 +370,21 @@ class Loader:
         tail = self._tail
         if tail is not None and tail[0] == self.epoch:
             return tail[2] if self.iterable else len(tail[2])  # type: ignore[no-any-return]
+        if self._plain is not None and self.iterable:
+            n = self._plain.batches(self.batch_size, self._drop_last)
+            if n is None:
+                raise TypeError(f"{self._plain.name} has no len(), so neither has a Loader over it")
+            return n
         return len(self.dataset) if self.iterable else len(self._source())
+
+    def _length(self) -> int | None:
+        """``len(self)``, or None for an iterable dataset without ``len()``."""
+        try:
+            return len(self)
+        except TypeError:
+            if self._plain is None:
+                raise
+            return None
 
     # --- an epoch resumed on another number of ranks, or with another batch size (fastdata.core.epoch._elastic) ---
 
@@ -356,7 +409,7 @@ class Loader:
     def _tail_for(self, epoch: int, history: tuple[Stop, ...]) -> Any:
         """What a pass over epoch ``epoch`` read after the stops of ``history`` needs: the tail's batch count
         (iterable: the dataset plans its batches in each worker), or its :class:`TailBatches` (map-style)."""
-        check_elastic(self.dataset, self.sampler, self.iterable)
+        check_elastic(self._ds, self.sampler, self.iterable)
         if self.iterable:
             assert isinstance(self.dataset, ElasticDataset)
             return self.dataset.elastic_length(history)
@@ -384,17 +437,19 @@ class Loader:
     def _open(self, epoch: int, start: int) -> Iterator[Any]:
         """The DataLoader's (or threads') iterator over epoch ``epoch``, after its first ``start`` batches."""
         tail = self._tail if self._tail is not None and self._tail[0] == epoch else None
-        if self.iterable:
+        if self.iterable and self._plain is not None:
+            self._plain.set_epoch(epoch)  # read as is, from its start (the Loader keeps no position in it)
+        elif self.iterable:
             history = tail[1] if tail is not None else ()
             own = self._plan()  # the dataset's own plan (and this Loader's, the same for an iterable dataset)
             self.dataset.load_state_dict(ResumeState(epoch, start, "batches", own, history=history).to_dict())
         elif tail is not None:
-            self.dataset.set_epoch(epoch)
+            self._ds.set_epoch(epoch)
             tail[2].start = start
         else:
             # set for every pass, so that the dataset knows the pass is this epoch's (its workers seed their
             # streams from it: see fastdata.core.epoch._seeding), whatever sampler the Loader reads through
-            self.dataset.set_epoch(epoch)
+            self._ds.set_epoch(epoch)
             # the sampler counts samples; the last batch may be short: k batches are at most the whole epoch
             samples = self.sampler.samples if self._batch_sampler else len(self.sampler)
             consumed = min(start * self.batch_size, samples)
@@ -403,7 +458,7 @@ class Loader:
         self._position = (epoch, start)
         with self._session.opening() if self._session is not None else contextlib.nullcontext():
             batches = iter(self._source())  # auto past the cores for waiting workers: torch's warning silenced
-        if self.iterable:
+        if self.iterable and self._plain is None:
             # the workers (or threads) took their copy of the resume position when the iterator started
             # them (the main process, without workers, when it took the iterator); ours must not apply to a
             # later pass
@@ -413,12 +468,19 @@ class Loader:
     def _count(self, batches: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
         done = start
         if self._session is not None:  # --- monitor and autotune: count, report, restart where told ---
-            reopen = self._reopen if self._session.tuner is not None else None
-            batches = self._session.run(batches, epoch, start, self._epoch_batches(), reopen)
+            # a plain iterable dataset cannot be continued mid-pass: auto's changes wait for the next pass
+            restarts = self._session.tuner is not None and not (self.iterable and self._plain is not None)
+            reopen = self._reopen if restarts else None
+            batches = self._session.run(batches, epoch, start, self._length(), reopen)
+        relay = self._relay
         for batch in batches:
             done += 1
             self._position = (epoch, done)  # before the yield: a state saved while training on it counts it
+            if relay is not None:
+                relay.drain()  # the workers' warnings so far, issued here (a poll of an empty pipe: ~1 us)
             yield batch
+        if relay is not None:
+            relay.drain()
         if self.epoch == epoch:
             self._finished = epoch
 
@@ -463,7 +525,7 @@ class Loader:
     def _plan(self) -> dict[str, int]:
         """What this rank's batches depend on, besides the epoch: a state saved under another plan
         names other samples."""
-        ds = self.dataset
+        ds = self._ds
         plan = {
             "batch_size": self.batch_size,
             "world_size": int(ds.world_size),
@@ -492,6 +554,8 @@ class Loader:
         after the training step of the last batch. It is the same on every rank (except near the end of an
         epoch with ``remainder="uneven"``, where each rank should keep its own).
         """
+        if self.iterable and self._plain is not None:
+            raise self._plain.refuse_resume()
         tail = self._tail
         history = tail[1] if tail is not None and tail[0] == self.epoch else ()
         return ResumeState(self.epoch, self._batches_done(), "batches", self._plan(), history=history).to_dict()
@@ -519,13 +583,15 @@ class Loader:
                 saved (a field of the wrong type or out of range, named), or was saved on another number of
                 ranks for a sampler or dataset that cannot finish an epoch elsewhere.
         """
+        if self.iterable and self._plain is not None:
+            raise self._plain.refuse_resume()
         earlier, self._tail = self._tail, None  # the length checked is the epoch's own, not an earlier tail's
         try:
             s = load_state(state, into="Loader", unit="batches", plan=self._plan(), length=len(self), elastic=True)
         except ConfigError:
             self._tail = earlier
             raise
-        history, position = next_layout(s, int(self.dataset.world_size), self.batch_size)
+        history, position = next_layout(s, int(self._ds.world_size), self.batch_size)
         self.close()  # persistent workers hold a copy of the dataset from before this state
         self.set_epoch(s.epoch)
         whole = self._epoch_batches()  # this run's whole epoch (no tail set yet)
@@ -551,7 +617,7 @@ class Loader:
             self._threads = None
         if self._session is not None:
             self._session.close()
-        self.dataset.close()
+        self._ds.close()
 
     def _drop_dataloader(self) -> None:
         if self._dataloader is not None:

@@ -13,6 +13,10 @@ dataset written outside fastdata can join by offering them. Split by what really
   a :class:`~fastdata.core.epoch.ResumeState`; :class:`Planned`: a dataset whose resume states name its
   data (``resume_plan()``).
 
+A plain torch dataset, without these members, is read by :class:`fastdata.Loader` too: a map-style one through
+an :class:`~fastdata.loading.EpochSampler` over its indices, an ``IterableDataset`` as it is (see the
+Loader's ``dataset`` argument).
+
 The two members core calls itself (``worker_world``, ``warm``) are declared in :mod:`fastdata.core.epoch`.
 """
 

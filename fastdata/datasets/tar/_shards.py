@@ -406,9 +406,10 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             warnings.warn(
                 f"{self!r}: with {world.num_workers} workers, each fetches the windows of "
                 f"{self.window} samples that hold its batches of {unit}: about {times}x the shards' bytes "
-                "are fetched per epoch. To fetch each byte once, read per sample (batch_size=None, the "
-                "DataLoader batching), or shuffle within batches (shuffle_window=batch_size), or use fewer "
-                "workers",
+                "are fetched per epoch. To fetch each byte once, pass cache_dir= (a folder on this node: "
+                "each shard is fetched once, every worker reads the local copy), or read per sample "
+                "(batch_size=None, the DataLoader batching), or shuffle within batches "
+                "(shuffle_window=batch_size), or use fewer workers",
                 EgressWarning,
                 stacklevel=3,
             )

@@ -4,6 +4,7 @@ iterable :class:`~fastdata.TarShardDataset` and the map-style :class:`~fastdata.
 from __future__ import annotations
 
 import os
+import posixpath
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -98,7 +99,8 @@ def choose_cache(
     cache = index_cache(cache_limit)
     fixes = (
         "Pass cache_dir= (and cache_limit=) to choose where, cache_dir=False to read from the store, or write "
-        "sidecars once with 'fastdata inspect --write-manifest'"
+        f"sidecars and a manifest beside the shards once with 'fastdata inspect --write-manifest "
+        f"{posixpath.dirname(first)}/'"
     )
     try:
         usable = cache.prepare()

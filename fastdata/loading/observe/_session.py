@@ -191,7 +191,11 @@ class Session:
     def pass_starts(self, epoch: int = 0) -> Change | None:
         """Called just before ``iter(dataloader)`` for a pass over ``epoch``: returns the change waiting for
         this pass, if any."""
-        change = self.tuning.take("next pass") if self.tuning is not None else None
+        change = None
+        if self.tuning is not None:
+            # a restart still waiting (the pass ended first, or the loader cannot restart mid-pass: a plain
+            # IterableDataset) is made here, before the workers start, rather than just after
+            change = self.tuning.take("next pass") or self.tuning.take("restart")
         if change is not None:
             self.setting = change.after
             self._fresh = True

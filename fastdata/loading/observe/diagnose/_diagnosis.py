@@ -203,7 +203,7 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
                 + _stage_note(ev)
             ]
         else:
-            how = f"is busy {busy:.0%} of the time it has for them" if busy <= 1 else f"keeps {busy:.2f} cores busy"
+            how = f"is busy {busy:.0%} of the time it has for them" if busy <= 1 else f"wants {busy:.2f} cores"
             found = [
                 f"the main process makes the batches itself and {how} (running, or waiting for a core; its "
                 f"threads together), using {say.cores(ev.w.main_cores, ev.ctx.cores)} cores"
@@ -269,7 +269,7 @@ def _cpu_advice(ev: Evidence) -> list[str]:
             top = max(seen, key=lambda k: seen[k]) if seen else ""
             what = f" ({say.WAIT_WORDS[top]} {seen[top]:.0%})" if top and seen[top] >= 0.05 else ""
             return [
-                f"as many workers as cores ({ev.workers}), using {say.cores(ev.demand, ev.ctx.cores)} of them: each "
+                f"as many workers as cores ({ev.workers}), using {say.cores(ev.used, ev.ctx.cores)} of them: each "
                 f"is off the CPU {off:.0%} of the time{what}, which more workers would not change; cheaper decoding or "
                 "transforms help most"
             ]

@@ -120,6 +120,24 @@ class Evidence:
         return w.main_cores / threads if threads else w.main_cores
 
     @property
+    def used(self) -> float:
+        """Cores the loader used: CPU-seconds per second of every thread of its processes (the workers whole;
+        of the main process, the loop thread inside ``next()`` and its other threads, a dataset's own decode
+        threads among them), never more than the machine has. What it would use with more cores is
+        :attr:`demand`."""
+        cpu = sum(self.w.worker_cores) + self.w.main_cores
+        return min(cpu, float(self.ctx.cores))
+
+    @property
+    def wanted(self) -> float:
+        """Cores the loader's threads asked for, as reported beside :attr:`used`: every thread of the workers
+        and of the main process's loader work (the loop thread inside ``next()``, its other threads: a
+        dataset's own decode threads with no workers) running or waiting for a core, per second. At least
+        :attr:`used` (never below it: a thread that ran wanted its core); may pass the machine's cores."""
+        w = self.w
+        return max(self.used, sum(w.worker_busy) + w.main_process_busy)
+
+    @property
     def demand(self) -> float:
         """Cores the loader would keep busy if it had them: each worker's threads running or runnable, and the
         main thread's share. In thread mode the cores the main process keeps busy (never more than the machine

@@ -1,7 +1,8 @@
 """How the diagnosis says its figures: shares, cores and waits in words a user reads without the docs.
 
-Core counts are cores used (CPU-seconds per second, never more than the machine has); what the loader would
-use with more cores is said as a need ("the loader needs 2.4 cores, the machine has 2"); a busy share is
+Core counts are cores used (CPU-seconds per second, never more than the machine has); what the loader's threads
+ask for (running or waiting for a core) is said apart, as what it wants ("the loader uses 1.95 of the 2 cores
+and wants 2.4"); a busy share is
 "busy 57% of the time (running or waiting for a core)"; a wait names what it waits on and the system calls
 seen ("waiting on the network 85% of the time (recvfrom/poll)").
 """
@@ -42,17 +43,18 @@ def gib(n: float) -> str:
 
 
 def workers_text(n: int) -> str:
-    return "no workers" if n == 0 else "1 worker" if n == 1 else f"{n} workers"
+    return "no workers" if n == 0 else plural(n, "worker")
 
 
 def busy(x: float, how: bool = False) -> str:
     """A producer's busy share, with its verb: "is busy 73% of the time", or past one (its threads together)
-    "keeps 1.75 cores busy (its threads together)"; ``how``: saying what busy is, in the same parentheses
-    ("is busy 73% of the time (running or waiting for a core)")."""
+    "wants 1.75 cores (its threads together)": a demand, not cores used (a thread waiting for a core is busy
+    without using one); ``how``: saying what busy is, in the same parentheses ("is busy 73% of the time
+    (running or waiting for a core)")."""
     what = "running or waiting for a core"
     if x <= 1.0:
         return f"is busy {x:.0%} of the time" + (f" ({what})" if how else "")
-    return f"keeps {x:.2f} cores busy (its threads together" + (f", {what})" if how else ")")
+    return f"wants {x:.2f} cores (its threads together" + (f", {what})" if how else ")")
 
 
 def cores(used: float, machine: int) -> str:
@@ -61,11 +63,23 @@ def cores(used: float, machine: int) -> str:
 
 
 def need(ev: Evidence) -> str:
-    """What the loader asks of the cores: "the loader needs 2.4 cores, the machine has 2", or "the loader uses
-    1.2 of the 2 cores"."""
-    if ev.demand > ev.ctx.cores:
-        return f"the loader needs {ev.demand:.1f} cores, the machine has {ev.ctx.cores}"
-    return f"the loader uses {cores(ev.demand, ev.ctx.cores)} of the {ev.ctx.cores} cores"
+    """Cores the loader used (CPU time over wall time, never above the machine) and, apart, what its threads
+    wanted (running or waiting for a core) where that differs: "the loader uses 0.25 of the 2 cores", "the
+    loader uses 1.60 of the 2 cores and wants 2.4 (its threads running or waiting for a core)"."""
+    machine = ev.ctx.cores
+    text = f"the loader uses {cores(ev.used, machine)} of the {plural(machine, 'core')}"
+    if ev.wanted > machine:
+        return text + f" and wants {ev.wanted:.1f} (its threads running or waiting for a core)"
+    if ev.wanted - ev.used >= 0.1:
+        return text + f" and wants {ev.wanted:.2f} (its threads running or waiting for a core)"
+    return text
+
+
+def plural(n: float, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 worker", "2 workers", "0 workers", "3 batches"."""
+    if n == 1:
+        return f"{n:g} {noun}"
+    return f"{n:g} {noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{n:g} {noun}s"
 
 
 def producers(ev: Evidence) -> str:
@@ -105,6 +119,7 @@ __all__ = [
     "gib",
     "need",
     "pct",
+    "plural",
     "producers",
     "threads_text",
     "workers_text",

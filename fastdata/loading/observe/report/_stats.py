@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from fastdata.loading.observe.diagnose._wording import plural
 from fastdata.loading.observe.measure._window import OfWindow, Window
 
 
@@ -91,6 +92,28 @@ class Stats:
     pss = OfWindow[float]()
 
     @property
+    def cores_used(self) -> float:
+        """Cores the loader used: CPU-seconds per second of all threads of its workers, and of the main process
+        the loop thread inside ``next()`` and its other threads (a dataset's own threads counted where they
+        run), never more than :attr:`usable_cores`."""
+        w = self.window
+        return min(float(self.usable_cores), sum(w.worker_cores) + w.main_cores)
+
+    @property
+    def cores_wanted(self) -> float:
+        """Cores the loader's threads asked for: running or waiting for a core, per second (a demand: above
+        :attr:`cores_used` when threads waited for a core; may pass the machine's cores)."""
+        w = self.window
+        return max(self.cores_used, sum(w.worker_busy) + w.main_process_busy)
+
+    @property
+    def setting(self) -> str:
+        """The setting in words: "no workers", "1 worker, prefetch 2 (default)", "3 loader threads"."""
+        if self.loader_threads:
+            return plural(self.loader_threads, "loader thread")
+        return _setting_text({"workers": self.workers, "prefetch": self.prefetch_factor})
+
+    @property
     def wait_ms(self) -> float:
         """Per batch, the wait for it."""
         w = self.window
@@ -147,9 +170,7 @@ class Stats:
         """The report in one line (what the log gets)."""
         main = self.processes[0] if self.processes else None
         workers = self.processes[1:]
-        setting = "no workers" if not self.workers else f"{self.workers} workers (prefetch {self.prefetch_factor})"
-        if self.loader_threads:
-            setting = f"{self.loader_threads} loader threads"
+        setting = self.setting
         who = f"rank {self.rank}/{self.world_size} " if self.world_size > 1 else ""
         parts = [
             f"{who}epoch {self.epoch} batch {self.position}: {self.samples_per_s:,.0f} samples/s, "
@@ -161,7 +182,8 @@ class Stats:
             vol, invol = sum(p.voluntary for p in workers), sum(p.involuntary for p in workers)
             parts.append(f"workers {cpu} cores, switches {vol} vol/{invol} invol")
         if main is not None:
-            parts.append(f"main {main.cores:.2f} cores, {main.threads} threads")
+            parts.append(f"main {main.cores:.2f} cores, {plural(main.threads, 'thread')}")
+        parts.append(self._cores_text())
         known = {s: v["ms_per_sample"] for s, v in self.stages.items() if v.get("ms_per_sample") is not None}
         if known:
             parts.append("per sample " + " ".join(f"{s} {ms:.2f} ms" for s, ms in known.items()))
@@ -179,15 +201,56 @@ class Stats:
             parts.append(f"auto: {_setting_text(c['from'])} -> {_setting_text(c['to'])} ({c['at']}): {c['reason']}")
         return "; ".join(parts)
 
+    def _cores_text(self) -> str:
+        used, wanted, machine = self.cores_used, self.cores_wanted, self.usable_cores
+        text = f"loader uses {used:.2f} of {plural(machine, 'core')}"
+        if wanted - used >= 0.1:
+            text += f", wants {wanted:.2f} (running or waiting for a core)"
+        return text
+
+    def __str__(self) -> str:
+        """The report as a short table: one figure a row."""
+        rows = [
+            (
+                "throughput",
+                f"{self.samples_per_s:,.0f} samples/s ({plural(self.batches, 'batch')} in {self.seconds:.1f} s)",
+            ),
+            ("data stall", f"{self.stall:.0%} (wait {self.wait_ms:.1f} ms/batch, step {self.step_ms:.1f} ms/batch)"),
+            ("setting", self.setting + (" [auto]" if self.auto else "")),
+            ("cores", self._cores_text()),
+        ]
+        procs = self.processes
+        if procs:
+            rows.append(("processes", "; ".join(f"{p.role} {p.cores:.2f}" for p in procs) + " cores"))
+        rows.append(("memory", f"PSS {self.pss / 2**30:.2f} GiB, {self.memory_available / 2**30:.1f} GiB available"))
+        rows.append(("diagnosis", f"{self.label}: {self.evidence[0]}" if self.evidence else self.label))
+        rows += [("advice", a) for a in self.advice[:2]]
+        rows += [
+            ("auto", f"{_setting_text(c['from'])} -> {_setting_text(c['to'])} ({c['at']}): {c['reason']}")
+            for c in self.changes
+        ]
+        who = f", rank {self.rank}/{self.world_size}" if self.world_size > 1 else ""
+        head = f"fastdata loader{who}, epoch {self.epoch} batch {self.position}"
+        width = max(len(k) for k, _ in rows)
+        return "\n".join([head, *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
+
 
 # the figures a JSON-lines report holds beside its fields, in this order
-FIGURES = "seconds batches samples samples_per_s stall wait_ms step_ms stages waits machine_cores others_cores pss"
+FIGURES = (
+    "seconds batches samples samples_per_s stall wait_ms step_ms cores_used cores_wanted setting stages waits "
+    "machine_cores others_cores pss"
+)
 WAIT_NAMES = {"runq": "waiting for a core"}  # the rest of Window.waits' kinds read as they are
 
 
 def _setting_text(s: dict[str, Any]) -> str:
-    w = s["workers"]
-    return "0 workers" if not w else f"{w} workers (prefetch {s['prefetch']})"
+    """ "no workers", "1 worker, prefetch 2 (default)", "4 workers, prefetch 3": the prefetch as a value, the
+    DataLoader's default (2) said where none was given."""
+    w, prefetch = s["workers"], s.get("prefetch")
+    if not w:
+        return "no workers"
+    shown = "2 (default)" if prefetch is None else str(prefetch)
+    return f"{plural(w, 'worker')}, prefetch {shown}"
 
 
 __all__ = ["FIGURES", "WAIT_NAMES", "ProcessStats", "Stats"]
