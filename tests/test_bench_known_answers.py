@@ -21,7 +21,7 @@ from tests.known_answers import CASES, FULL, QUICK, Case, busy_core
 
 # what each label's evidence must say: the measurement that decided it
 EVIDENCE: dict[str, str | tuple[str, ...]] = {
-    "cpu": ("busy", "uses"),
+    "cpu": ("busy", "uses", "using"),  # the cores it uses, as measured
     "sleep": "sleeping",
     "lock": "waiting on a lock",
     "shuffle-fill": "a shuffle buffer",
