@@ -174,6 +174,6 @@ def summary(manifest: dict[str, Any], out: str) -> None:
 
 def _holds_videos(fields: dict[str, Any]) -> bool:
     """Whether the samples' members include videos (a video folder was converted)."""
-    from fastdata.formats.video import VIDEO_EXTENSIONS
+    from fastdata.formats import VIDEO_EXTENSIONS
 
     return any(f".{ext}" in VIDEO_EXTENSIONS for ext in fields)

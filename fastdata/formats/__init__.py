@@ -13,12 +13,14 @@ if TYPE_CHECKING:
     from fastdata.formats._fields import Fields, FieldSpec, MissingField, with_fields
     from fastdata.formats._images import ResizeMethod
     from fastdata.formats._manifest import MANIFEST, missing_local, read_manifest, resolve_sources, shard_listing
+    from fastdata.formats._suffixes import VIDEO_EXTENSIONS
 
 __getattr__, __dir__ = lazy_exports(__name__)
 
 __all__ = [
     "IMAGE_EXTS",
     "MANIFEST",
+    "VIDEO_EXTENSIONS",
     "DecodeMode",
     "Decoder",
     "FieldSpec",

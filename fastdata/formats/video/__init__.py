@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from fastdata.core import lazy_exports
 from fastdata.core.errors import ConfigError
+from fastdata.formats._suffixes import VIDEO_EXTENSIONS
 from fastdata.formats.video._base import (
     DecoderFallbackWarning,
     DecoderUnavailable,
@@ -37,10 +38,6 @@ from fastdata.formats.video._base import (
 
 DecoderName = Literal["pyav", "decord", "opencv", "torchcodec"]
 
-VIDEO_EXTENSIONS = frozenset(
-    {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts", ".flv", ".wmv", ".3gp"}
-)
-"""File suffixes taken for videos when a folder is searched (by the dataset and by ``fastdata inspect``)."""
 
 # name -> (module, class, the extra that installs its library)
 _DECODERS: dict[str, tuple[str, str, str]] = {
@@ -107,6 +104,7 @@ __getattr__, __dir__ = lazy_exports(__name__)
 
 
 __all__ = [
+    "VIDEO_EXTENSIONS",
     "DecodeTimeout",
     "DecoderFallbackWarning",
     "DecoderName",
