@@ -160,7 +160,10 @@ def worker_init(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Reco
 
 def main_process(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
     """Batches of long Python lists: the main process unpickles them all."""
-    ds = HeavyBatchDataset()
+    # items that wait 10 ms: 4 workers make 100 batches/s, twice what the main process unpickles on a fast
+    # core (~4.6 ms an item), so the main process is the limit with a margin (at the default 20 ms the two
+    # were within 10% of each other on CI's machine, and the workers' sleep was sometimes the limit)
+    ds = HeavyBatchDataset(delay=0.01)
     result = fd.bench.sweep(ds, workers=[4, 8], batch_size=4, collate_fn=ds.collate_fn, **timing)
     return fd.bench.recommend(result)
 
