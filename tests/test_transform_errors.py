@@ -4,6 +4,7 @@ and under ``on_error="skip"`` counted and left out like a failed decode, on ever
 
 from __future__ import annotations
 
+import multiprocessing
 import warnings
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,16 @@ def test_tar_through_workers_names_the_shard_sample_and_key(shards: list[str]) -
     message = str(caught.value)
     assert "train-00000" in message and ".tar: sample " in message and "(key 's0000" in message
     assert "transform wrong_member raised KeyError: 'png'" in message and "'jpg'" in message
+
+
+def test_closing_after_a_worker_error_stops_the_workers_at_once(shards: list[str]) -> None:
+    # the error's traceback keeps the pass's iterator alive: the workers must stop when the Loader closes,
+    # not when the garbage collector finds the iterator (then each waited out torch's 5 s and was killed)
+    ds = fd.TarShardDataset(shards, batch_size=4, decode="torch", transform=wrong_member)
+    with pytest.raises(TransformFailed) as caught, fd.Loader(ds, num_workers=2) as loader:
+        list(loader)
+    assert caught.value.__traceback__ is not None
+    assert multiprocessing.active_children() == []
 
 
 def test_indexed_tar_names_the_sample_number_in_its_shard(shards: list[str]) -> None:

@@ -29,6 +29,7 @@ and samplers also work with) keeps one state per worker and refuses a different 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -234,6 +235,7 @@ class Loader:
         self._drop_last = bool(drop_last)
         self._collate_fn = self._user_kwargs.pop("collate_fn", None)  # part of the read plan
         self._worker_init = fastdata_worker_init(worker_init_fn)
+        self._live: weakref.ref[Any] | None = None  # the current pass's DataLoader iterator (see _drop_dataloader)
         self._relay: WarningRelay | None = None  # the workers' warnings, carried here (made with the first workers)
         self._kwargs = self._user_kwargs
         if self._session is not None:
@@ -458,6 +460,7 @@ class Loader:
         self._position = (epoch, start)
         with self._session.opening() if self._session is not None else contextlib.nullcontext():
             batches = iter(self._source())  # auto past the cores for waiting workers: torch's warning silenced
+        self._live = weakref.ref(batches) if hasattr(batches, "_shutdown_workers") else None  # not kept alive
         if self.iterable and self._plain is None:
             # the workers (or threads) took their copy of the resume position when the iterator started
             # them (the main process, without workers, when it took the iterator); ours must not apply to a
@@ -620,6 +623,13 @@ class Loader:
         self._ds.close()
 
     def _drop_dataloader(self) -> None:
+        # the pass's iterator, shut down now: left to the garbage collector (an error's traceback keeps it, in
+        # a reference cycle), its workers were told to stop only after their queues were gone, and each
+        # was killed after torch's 5 s wait
+        live, self._live = (self._live() if self._live is not None else None), None
+        shutdown = getattr(live, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
         if self._dataloader is not None:
             self._dataloader = None  # the DataLoader's iterator shuts its workers down when it is dropped
             slots.release()
