@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -121,11 +122,17 @@ class Filler:
         self._full = False
 
     def cancel(self) -> None:
-        """Drop the fills not started (a download under way finishes: it is of use next time)."""
+        """Drop the fills not started; wait for a download under way to finish (it is of use next time), so
+        that once the dataset is closed none of its files is still open here."""
         self._mine()
-        for f in self._fills.values():
-            f.cancel()
+        fills = list(self._fills.values())
         self._fills.clear()
+        for f in fills:
+            f.cancel()
+        for f in fills:
+            if not f.cancelled():
+                with contextlib.suppress(Exception):  # its error is the next reader's to see, not close()'s
+                    f.result()
 
 
 __all__ = ["Filler"]
