@@ -92,9 +92,11 @@ def test_slots_fall_back_to_the_stock_way_when_dev_shm_is_small(tmp_path: Path) 
         write_tar(shards[-1], [{"__key__": f"{s}-{i:02d}", "bin": rng.bytes(1 << 20)} for i in range(32)])
     expected = sorted(f"{s}-{i:02d}" for s in range(2) for i in range(32))
     for transport in ("stock", "slots"):
-        done = _run_with_small_shm(tmp_path, transport, shards)
+        # 6 MB: no 8 MB batch fits, so the fallback is certain (at 24 MB, whether one did depended on how
+        # many batches were in flight: every one went through slots in one CI run)
+        done = _run_with_small_shm(tmp_path, transport, shards, size_mb=6)
         assert done.returncode == 0, (transport, done.stderr[-3000:])
-        assert " 24576 " in done.stderr  # the child really had a 24 MB /dev/shm
+        assert " 6144 " in done.stderr  # the child really had a 6 MB /dev/shm
         keys = next(line for line in done.stdout.splitlines() if line.startswith("KEYS ")).split(" ", 1)[1]
         assert sorted(keys.split(",")) == expected, transport  # every sample once
         if transport == "slots":
