@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _readme as readme
 from bench_tar import corpus_files, make_corpus, warm
 
 from fastdata.convert import convert
@@ -335,11 +336,43 @@ def main(argv: list[str] | None = None) -> int:
         result["disk_fsync_mb_per_s"] = disk_probe(work, result["corpus"]["bytes"])
     result["machine"]["load_average_end"] = os.getloadavg()
     result["summary"] = summarize(result)
+    readme.stamp(result, readme_rows(result), result["machine"]["load_average_start"])
     out = Path(args.out or work / "bench_convert.json")
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps(result["summary"], indent=1))
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def readme_rows(result: dict[str, Any]) -> list[dict[str, str]]:
+    """This run's figures for README.md's table (tools/readme_figures.py)."""
+    s, rows = result["summary"], []
+    cli = "cli_corpus_fastdata_cli_workers2_vs_tar_cf"
+    if cli in s:
+        corpus = result["cli_corpus"]
+        fsync = s.get("cli_corpus_fastdata_cli_workers2_fsync_vs_tar_cf")
+        rows.append(
+            readme.row(
+                "tar",
+                f"conversion from the command line, `--workers 2 --no-fsync`, vs `tar cf` (MB/s), "
+                f"{corpus['files']:,} files, {corpus['bytes'] / 1e9:.2f} GB, page cache hot, sync before each run",
+                f"{s[cli]:.2f} median ({s[cli + '_best_repeats']:.2f} best repeats)"
+                + (f"; {fsync:.2f} with fsync, the default" if fsync else ""),
+                ">= 0.8",
+            )
+        )
+    local = "fastdata_workers2_vs_tar_cf"
+    if local in s:
+        rows.append(
+            readme.row(
+                "tar",
+                f"conversion from Python, `workers=2`, vs `tar cf` (MB/s), {result['corpus']['files']:,} files",
+                f"{s[local]:.2f} median ({s[local + '_best_repeats']:.2f} best repeats); vs webdataset's "
+                f"ShardWriter {s.get('fastdata_workers2_vs_shardwriter', float('nan')):.1f}x",
+                ">= 0.8",
+            )
+        )
+    return rows
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _readme as readme
+
 import fastdata as fd
 from fastdata.convert._hdf5 import CHUNK_BYTES, LABEL_CHUNK_ROWS, VLEN_CHUNK_ROWS
 
@@ -349,6 +352,43 @@ def summarise(results: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return s
 
 
+KIND_WORDS = {"array": "decoded", "jpeg": "JPEG bytes", "gzip": "gzip"}
+
+
+def readme_rows(summary: dict[str, Any], args: Any) -> list[dict[str, str]]:
+    """This run's figures for README.md's table (tools/readme_figures.py)."""
+    rows = []
+    against = [
+        f"{summary[k]['random_vs_open_per_item']:.1f}x {KIND_WORDS[k]}"
+        for k in args.kinds
+        if "random_vs_open_per_item" in summary.get(k, {})
+    ]
+    if against:
+        rows.append(
+            readme.row(
+                "HDF5",
+                f"random order vs opening the file in every `__getitem__` (best worker count), {args.samples:,} "
+                f"samples of {args.size}",
+                ", ".join(against),
+                ">= 3x",
+            )
+        )
+    first = summary.get(args.kinds[0], {})
+    if "sequential_vs_raw" in first:
+        cpu = (
+            f" ({first['sequential_vs_raw_cpu_w0']:.2f} per CPU-second)" if "sequential_vs_raw_cpu_w0" in first else ""
+        )
+        rows.append(
+            readme.row(
+                "HDF5",
+                f"sequential vs a raw read of the same bytes ({KIND_WORDS[args.kinds[0]]})",
+                f"{first['sequential_vs_raw']:.2f}{cpu}",
+                ">= 0.8",
+            )
+        )
+    return rows
+
+
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """One row per (data, reader, order), one column per worker count (samples/s), and the CPU figure."""
     rows = [r for r in results if "workers" in r]
@@ -441,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "results": results,
     }
+    readme.stamp(report, readme_rows(summary, args), load_before)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     print(markdown_table(results))

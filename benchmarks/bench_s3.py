@@ -57,6 +57,9 @@ from torch.utils.data import DataLoader, Dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _readme as readme  # noqa: E402
 
 import fastdata as fd  # noqa: E402
 from fastdata.loading._sampler import EpochSampler  # noqa: E402
@@ -582,6 +585,59 @@ def summarize(results: dict[str, Any], args: argparse.Namespace) -> dict[str, An
     return summary
 
 
+def readme_rows(summary: dict[str, Any], args: argparse.Namespace) -> list[dict[str, str]]:
+    """This run's figures for README.md's table (tools/readme_figures.py)."""
+    rows = []
+    objects = f"{args.objects:,} objects of ~{args.object_kb:g} KB, moto on loopback"
+    if "small_fastdata_of_ceiling" in summary:
+        rows.append(
+            readme.row(
+                "S3",
+                f"small objects vs the server's ceiling (best worker count: {summary['small_best_workers']}), "
+                + objects,
+                f"{summary['small_fastdata_of_ceiling']:.2f}",
+                ">= 0.85",
+            )
+        )
+    for key, peer, target in (
+        ("small_fastdata_vs_naive", "a new boto3 client per item", ">= 3x"),
+        ("small_fastdata_vs_s3torchconnector", "s3torchconnector's map-style dataset", ">= 1x"),
+    ):
+        if key in summary:
+            counts = [int(w) for w in summary[key]]
+            rows.append(
+                readme.row(
+                    "S3",
+                    f"vs {peer} {readme.workers_label(counts)}",
+                    readme.per_workers(summary[key], counts),
+                    target,
+                )
+            )
+    latency = f"latency_{args.latency_ms:g}ms_fastdata_vs_per_worker"
+    if latency in summary:
+        counts = [int(w) for w in summary[latency]]
+        rows.append(
+            readme.row(
+                "S3",
+                f"{args.latency_ms:g} ms latency per request, vs one client per worker without prefetch "
+                + readme.workers_label(counts),
+                readme.per_workers(summary[latency], counts),
+                ">= 4x",
+            )
+        )
+    if "faults_throughput_vs_fault_free" in summary:
+        intact = "every object intact" if summary["faults_every_object_intact"] else "OBJECTS DAMAGED"
+        rows.append(
+            readme.row(
+                "S3",
+                "through 10% `503 SlowDown` + 10% bodies cut midway, vs fault-free",
+                f"{summary['faults_throughput_vs_fault_free']:.2f}, {intact}",
+                ">= 0.7",
+            )
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--objects", type=int, default=1000, help="small objects (default 1000)")
@@ -628,6 +684,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)  # collate stalls with 2 intra-op threads on a busy machine (docs/bench.md)
     rng = np.random.default_rng(args.seed)
     t_start = time.time()
+    load_start = os.getloadavg()
     results: dict[str, Any] = {}
     with MotoServer() as server, FaultProxy(server.endpoint_url) as proxy:
         for name, value in server.env().items():
@@ -691,6 +748,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "results": results,
         "summary": summarize(results, args),
     }
+    readme.stamp(report, readme_rows(report["summary"], args), load_start)
     print(json.dumps(report["summary"], indent=2))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

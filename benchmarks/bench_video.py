@@ -41,6 +41,9 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _readme as readme
+
 import fastdata as fd
 from fastdata.core.process._handles import open_files
 
@@ -259,6 +262,30 @@ def versions() -> dict[str, str]:
     return out
 
 
+def readme_rows(summary: dict[str, Any], args: Any, decoder: str | None) -> list[dict[str, str]]:
+    """This run's figures for README.md's table (tools/readme_figures.py)."""
+    rows = []
+    counts = [w for w in args.workers if f"random workers={w}" in summary]
+    data = f"{args.videos} videos of {args.frames} frames at {args.size}px ({args.codec}), clips of {args.clip_len}"
+    for name, what, target in (
+        ("fastdata", f"default decoder ({decoder})", ">= 2x"),
+        ("fastdata-decord", "decord path", ">= 1.5x"),
+    ):
+        ratios = {w: summary[f"random workers={w}"].get(f"{name}/naive-opencv") for w in counts}
+        if not counts or any(r is None for r in ratios.values()):
+            continue
+        rows.append(
+            readme.row(
+                "video",
+                f"random clips, {what} vs a new `cv2.VideoCapture` + seek per clip {readme.workers_label(counts)}, "
+                + data,
+                readme.per_workers({w: float(r or 0) for w, r in ratios.items()}, counts),
+                target,
+            )
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench-out/bench_video.json")
@@ -312,6 +339,7 @@ def main() -> None:
         "sequential": list(range(len(clips))),
     }
     started = time.perf_counter()
+    load_start = os.getloadavg()
     # first, while this process holds no reader of any loader: what each fastdata worker holds open
     open_files = {str(w): max_open_per_worker(paths, clips, orders["random"], w, args) for w in args.workers}
     if "fastdata" in loaders:
@@ -406,6 +434,7 @@ def main() -> None:
         "results": results,
         "summary": summary,
     }
+    readme.stamp(report, readme_rows(summary, args, report["default_decoder"]), load_start)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps(summary, indent=2))

@@ -51,3 +51,22 @@ def test_rows_come_from_each_json_with_its_machine_and_date(tmp_path: Path) -> N
     (results / "a.json").write_text(json.dumps({"results": {}}))  # no rows: none in the table
     table = figures.render(results).splitlines()
     assert table[2:] == ["| tar | a \\| b | 2.0x | >= 3x | `python b.py` | x86_64, 2 cores, 2026-12-05 |"]
+
+
+def test_where_a_report_says_where_it_ran_and_the_load_the_row_shows_it(tmp_path: Path) -> None:
+    figures = tool()
+    results = tmp_path / "results"
+    results.mkdir()
+    row = {"backend": "HDF5", "comparison": "c", "figure": "0.9", "target": ">= 0.8", "command": "python h.py"}
+    report = {
+        "machine": {"cpus": 2},  # a benchmark's own record of the machine: not a line for the table
+        "measured_on": "x86_64, 2 cores, load 1.0 at start, 2.0 at end",
+        "date": "2026-12-06",
+        "readme_rows": [row],
+    }
+    (results / "h.json").write_text(json.dumps(report))
+    assert (
+        figures.render(results)
+        .splitlines()[2]
+        .endswith("| x86_64, 2 cores, load 1.0 at start, 2.0 at end, 2026-12-06 |")
+    )

@@ -5,7 +5,7 @@ ratio and video figures older than docs/).
 
 Every ``benchmarks/results/*.json`` that carries ``readme_rows`` (a benchmark's own choice of its figures,
 each ``{"backend", "comparison", "figure", "target", "command"}``) gives rows, with the machine and date it
-was measured on (its ``machine`` and ``date``); the table replaces what lies between the README's
+was measured on (its ``measured_on`` or ``machine``, and ``date``); the table replaces what lies between the README's
 ``<!-- figures:begin -->`` and ``<!-- figures:end -->`` markers.
 
     python tools/readme_figures.py            # rewrite the block
@@ -40,7 +40,10 @@ def render(results: Path) -> str:
     for path in sorted(results.glob("*.json")):
         report = json.loads(path.read_text())
         rows = report.get("readme_rows") or []
-        where = f"{report.get('machine', 'machine not recorded')}, {report.get('date', 'date not recorded')}"
+        machine = report.get("measured_on") or report.get("machine")
+        if not isinstance(machine, str):
+            machine = "machine not recorded"
+        where = f"{machine}, {report.get('date', 'date not recorded')}"
         for row in rows:
             missing = [f for f in FIELDS if f not in row]
             if missing:
