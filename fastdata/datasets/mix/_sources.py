@@ -29,7 +29,7 @@ import numpy as np
 
 from fastdata.core import SKIP, stages
 from fastdata.core.epoch import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at
-from fastdata.core.errors import collecting
+from fastdata.core.errors import ConfigError, collecting
 from fastdata.core.process import SharedState
 from fastdata.datasets._substitute import find_substitute
 from fastdata.loading import block_sequence
@@ -46,6 +46,11 @@ class SourceReader:
 
     def __init__(self, ds: Any, seed: int, shuffle: bool) -> None:
         self.ds, self.seed, self.shuffle = ds, seed, shuffle
+        if getattr(ds, "stream", False) is True:
+            raise ConfigError(
+                f"Mix: {ds!r} is streamed (stream=True): it counts no samples, so a mix cannot draw from it by "
+                "position; build it without stream=True"
+            )
         self.n = int(ds.total) if isinstance(self, TarReader) else len(ds)  # TarShardDataset's len is its rank's
         self._orders: dict[int, Any] = {}  # pass -> its order (two kept: a batch may straddle passes)
 
