@@ -7,6 +7,8 @@ per stored byte, the shard readers opened, and the time of a shuffled epoch, for
 * ``cache_limit``: ``TarShardDataset(cache_dir=..., cache_limit=2x the shards)``;
 * ``default_cache``: no ``cache_dir``: fastdata's own cache folder, which has a limit (half the free disk);
 * ``no_cache``: ``cache_dir=False``, every byte read from the store;
+* ``stream``: ``cache_dir=False, stream=True``: each shard fetched whole once per epoch, no scan to count;
+* ``no_cache_batched`` / ``stream_batched``: the same two with ``batch_size=--batch`` (the dataset batches);
 * ``mix_remote``: ``fd.Mix`` of two halves of the shards, each a remote ``TarShardDataset(cache_dir=False)``,
   read in batches of ``--batch`` through ``fd.Loader``, against ``mix_local`` (the same over local files)
   and ``half_remote`` (its slower source alone, per sample).
@@ -39,7 +41,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CONTENDERS = ("local", "cache_limit", "default_cache", "no_cache", "mix_local", "half_remote", "mix_remote")
+CONTENDERS = (
+    "local",
+    "cache_limit",
+    "default_cache",
+    "no_cache",
+    "stream",
+    "no_cache_batched",
+    "stream_batched",
+    "mix_local",
+    "half_remote",
+    "mix_remote",
+)
+BATCHED = ("no_cache_batched", "stream_batched")
 BUCKET = "bench-remote"
 
 
@@ -59,7 +73,9 @@ def make_shards(args: argparse.Namespace, folder: Path) -> dict[str, bytes]:
     return shards
 
 
-def build(what: str, local: list[str], remote: list[str], options: dict[str, Any], work: Path, seed: int) -> Any:
+def build(
+    what: str, local: list[str], remote: list[str], options: dict[str, Any], work: Path, seed: int, batch: int
+) -> Any:
     import fastdata as fd
 
     half = len(local) // 2
@@ -73,8 +89,16 @@ def build(what: str, local: list[str], remote: list[str], options: dict[str, Any
         )
     if what == "default_cache":
         return tar(remote, shuffle=True, seed=seed, storage_options=options)
-    if what == "no_cache":
-        return tar(remote, shuffle=True, seed=seed, storage_options=options, cache_dir=False)
+    if what in ("no_cache", "stream", *BATCHED):
+        return tar(
+            remote,
+            shuffle=True,
+            seed=seed,
+            storage_options=options,
+            cache_dir=False,
+            stream=what.startswith("stream"),
+            batch_size=batch if what in BATCHED else None,
+        )
     if what == "mix_local":
         return fd.Mix({"a": tar(local[:half], shuffle=True), "b": tar(local[half:], shuffle=True)}, seed=seed)
     if what == "half_remote":
@@ -96,7 +120,7 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        ds = build(what, local, remote, dict(args.options), work, args.seed)
+        ds = build(what, local, remote, dict(args.options), work, args.seed, args.batch)
         built_s = time.perf_counter() - t0
     epochs = []
     for epoch in range(args.epochs):
@@ -110,7 +134,8 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
                 ds, batch_size=None, num_workers=args.workers, multiprocessing_context=context, collate_fn=fd.as_is
             )
         t = time.perf_counter()
-        n = sum(len(b["__key__"]) if isinstance(ds, fd.Mix) else 1 for b in loader)
+        batched = isinstance(ds, fd.Mix) or what in BATCHED
+        n = sum(len(b["__key__"]) if batched else 1 for b in loader)
         seconds = time.perf_counter() - t + (built_s if epoch == 0 else 0.0)
         fetched = proxy.stats().get("bytes", 0)
         proxy.reset()
@@ -128,6 +153,9 @@ def readme_rows(results: dict[str, Any], ratios: dict[str, float], args: argpars
         "cache_limit": "`cache_dir=` with `cache_limit=`",
         "default_cache": "no `cache_dir` (fastdata's own cache, limited)",
         "no_cache": "`cache_dir=False`",
+        "stream": "`cache_dir=False, stream=True`",
+        "no_cache_batched": f"`cache_dir=False, batch_size={args.batch}`",
+        "stream_batched": f"`cache_dir=False, stream=True, batch_size={args.batch}`",
     }
     for c, how in named.items():
         if c not in results or "local" not in results:

@@ -89,6 +89,9 @@ def test_what_streaming_gives_up_is_refused_with_the_fix(corpus: tuple[list[str]
         ds.state_dict()
     with pytest.raises(ConfigError, match="cannot draw from it by position; build it without stream=True"):
         fd.Mix({"a": ds, "b": ds})
+    few = fd.TarShardDataset(urls, storage_options=via(fault_proxy), rank=0, world_size=8, stream=True)
+    with pytest.warns(UserWarning, match="6 shards for 8 rank"):
+        assert len(list(few)) == SAMPLES  # rank 0 of 8 reads one whole shard; ranks 6 and 7 none
     with pytest.raises(ConfigError, match="pass cache_dir= without stream=True"):
         fd.TarShardDataset(urls, storage_options=via(fault_proxy), cache_dir="/tmp/x", stream=True)
 

@@ -42,7 +42,7 @@ from fastdata.datasets.tar._epoch_reader import (
 )
 from fastdata.datasets.tar._resume import TarResume
 from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
-from fastdata.datasets.tar._stream import stream_epoch
+from fastdata.datasets.tar._stream import stream_epoch, warm_client
 from fastdata.formats import DecodeMode, Decoder, FieldSpec, make_decoder, with_fields
 from fastdata.loading.transport import batch_default_collate, slot_samples, stacking
 from fastdata.storage import scheme
@@ -210,6 +210,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         if stream:  # no plan: nothing counted, nothing to lay out over ranks
             self._reads = self.window = self.shuffle_window if shuffle else 1
             self._resume, self._progress = None, None
+            warm_client(shard_urls, storage_options, self._shared)
             return
         # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote
         # shard's part of a window is fetched whole)
@@ -451,7 +452,8 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
                 "are fetched per epoch. To fetch each byte once, pass cache_dir= (a folder on this node: "
                 "each shard is fetched once, every worker reads the local copy), or read per sample "
                 "(batch_size=None, the DataLoader batching), or shuffle within batches "
-                "(shuffle_window=batch_size), or use fewer workers",
+                "(shuffle_window=batch_size), or stream the shards (stream=True: each fetched once, each worker "
+                "batching its own; no len() or resume position), or use fewer workers",
                 EgressWarning,
                 stacklevel=3,
             )
