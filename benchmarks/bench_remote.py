@@ -11,7 +11,9 @@ per stored byte, the shard readers opened, and the time of a shuffled epoch, for
 * ``no_cache_batched`` / ``stream_batched``: the same two with ``batch_size=--batch`` (the dataset batches);
 * ``mix_remote``: ``fd.Mix`` of two halves of the shards, each a remote ``TarShardDataset(cache_dir=False)``,
   read in batches of ``--batch`` through ``fd.Loader``, against ``mix_local`` (the same over local files)
-  and ``half_remote`` (its slower source alone, per sample).
+  and ``half_remote`` (its slower source alone, per sample);
+* ``mix_lanes``: the same ``fd.Mix`` with ``lanes=--workers, batch_size=--batch``: each worker's batches
+  draw from blocks of their own.
 
 Bytes are counted at a proxy in front of a moto server on 127.0.0.1 (never by a reader's own counters);
 opens by the dataset's ``shard_opens`` counter. Each contender reads ``--epochs`` shuffled epochs with
@@ -52,6 +54,7 @@ CONTENDERS = (
     "mix_local",
     "half_remote",
     "mix_remote",
+    "mix_lanes",
 )
 BATCHED = ("no_cache_batched", "stream_batched")
 BUCKET = "bench-remote"
@@ -74,7 +77,14 @@ def make_shards(args: argparse.Namespace, folder: Path) -> dict[str, bytes]:
 
 
 def build(
-    what: str, local: list[str], remote: list[str], options: dict[str, Any], work: Path, seed: int, batch: int
+    what: str,
+    local: list[str],
+    remote: list[str],
+    options: dict[str, Any],
+    work: Path,
+    seed: int,
+    batch: int,
+    workers: int,
 ) -> Any:
     import fastdata as fd
 
@@ -104,8 +114,11 @@ def build(
     if what == "half_remote":
         return tar(remote[half:], shuffle=True, seed=seed, storage_options=options, cache_dir=False)
     parts = {"a": remote[:half], "b": remote[half:]}
+    lanes = {"lanes": workers, "batch_size": batch} if what == "mix_lanes" and workers > 1 else {}
     return fd.Mix(
-        {k: tar(v, shuffle=True, storage_options=options, cache_dir=False) for k, v in parts.items()}, seed=seed
+        {k: tar(v, shuffle=True, storage_options=options, cache_dir=False) for k, v in parts.items()},
+        seed=seed,
+        **lanes,
     )
 
 
@@ -120,7 +133,7 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        ds = build(what, local, remote, dict(args.options), work, args.seed, args.batch)
+        ds = build(what, local, remote, dict(args.options), work, args.seed, args.batch, args.workers)
         built_s = time.perf_counter() - t0
     epochs = []
     for epoch in range(args.epochs):
@@ -173,15 +186,17 @@ def readme_rows(results: dict[str, Any], ratios: dict[str, float], args: argpars
                 "command": "python benchmarks/bench_remote.py",
             }
         )
-    if "mix_remote" in results:
-        r = results["mix_remote"]
+    for m, how in (("mix_remote", ""), ("mix_lanes", f" with `lanes={args.workers}, batch_size={args.batch}`")):
+        if m not in results:
+            continue
+        r = results[m]
         rows.append(
             {
                 "backend": "S3 tar",
-                "comparison": f"`fd.Mix` of two remote halves (`cache_dir=False`), {args.workers} workers, vs its "
+                "comparison": f"`fd.Mix` of two remote halves (`cache_dir=False`){how}, {args.workers} workers, vs its "
                 "slower source alone",
                 "figure": f"fetched {r[f'epoch{last}_fetched_per_stored']:.2f}x the stored bytes per epoch; "
-                f"{ratios.get('mix_remote_speed_vs_slower_source_alone', float('nan')):.2f}x the speed",
+                f"{ratios.get(f'{m}_speed_vs_slower_source_alone', float('nan')):.2f}x the speed",
                 "target": "<= 1.05x bytes, >= 0.9x speed",
                 "command": "python benchmarks/bench_remote.py",
             }
@@ -248,14 +263,15 @@ def main() -> None:
     last = args.epochs - 1
     ratios = {}
     for c in contenders:
-        ref = "mix_local" if c == "mix_remote" else "local"
+        ref = "mix_local" if c.startswith("mix_") else "local"
         if ref in results:
             ratios[f"{c}_time_vs_{ref}"] = round(results[c][f"epoch{last}_s"] / results[ref][f"epoch{last}_s"], 2)
-    if "mix_remote" in results and "half_remote" in results:
-        # reads per second of the mix against its slower source alone (samples/s, the later epoch)
-        mix = results["mix_remote"][f"epoch{last}_samples"] / results["mix_remote"][f"epoch{last}_s"]
-        alone = results["half_remote"][f"epoch{last}_samples"] / results["half_remote"][f"epoch{last}_s"]
-        ratios["mix_remote_speed_vs_slower_source_alone"] = round(mix / alone, 2)
+    for m in ("mix_remote", "mix_lanes"):
+        if m in results and "half_remote" in results:
+            # reads per second of the mix against its slower source alone (samples/s, the later epoch)
+            mix = results[m][f"epoch{last}_samples"] / results[m][f"epoch{last}_s"]
+            alone = results["half_remote"][f"epoch{last}_samples"] / results["half_remote"][f"epoch{last}_s"]
+            ratios[f"{m}_speed_vs_slower_source_alone"] = round(mix / alone, 2)
     report = {
         "benchmark": "bench_remote",
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
