@@ -122,6 +122,12 @@ def build(
     )
 
 
+def shard_opens(ds: Any) -> int:
+    """Shard readers opened so far by the dataset's processes (a Mix: its sources', ``NAME/shard_opens``)."""
+    counters = ds.counters()
+    return sum(v for k, v in counters.items() if k == "shard_opens" or k.endswith("/shard_opens"))
+
+
 def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[str], proxy: Any, work: Path) -> dict:
     from torch.utils.data import DataLoader
 
@@ -138,7 +144,7 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
     epochs = []
     for epoch in range(args.epochs):
         ds.set_epoch(epoch)
-        opens0 = ds.counters().get("shard_opens", 0) if hasattr(ds, "counters") else 0
+        opens0 = shard_opens(ds)
         context = "fork" if args.workers else None
         if isinstance(ds, fd.Mix):  # read as a Mix is: batches of fd.Loader (its workers deal them in turn)
             loader: Any = fd.Loader(ds, batch_size=args.batch, num_workers=args.workers)
@@ -152,7 +158,7 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
         seconds = time.perf_counter() - t + (built_s if epoch == 0 else 0.0)
         fetched = proxy.stats().get("bytes", 0)
         proxy.reset()
-        opens = ds.counters().get("shard_opens", 0) - opens0 if hasattr(ds, "counters") else None
+        opens = shard_opens(ds) - opens0
         epochs.append({"samples": n, "seconds": seconds, "fetched_per_stored": fetched / stored, "shard_opens": opens})
     return {"epochs": epochs, "stored_bytes": stored}
 
