@@ -7,9 +7,13 @@ per stored byte, the shard readers opened, and the time of a shuffled epoch, for
 * ``cache_limit``: ``TarShardDataset(cache_dir=..., cache_limit=2x the shards)``;
 * ``default_cache``: no ``cache_dir``: fastdata's own cache folder, which has a limit (half the free disk);
 * ``no_cache``: ``cache_dir=False``, every byte read from the store;
+* ``stream``: ``cache_dir=False, stream=True``: each shard fetched whole once per epoch, no scan to count;
+* ``no_cache_batched`` / ``stream_batched``: the same two with ``batch_size=--batch`` (the dataset batches);
 * ``mix_remote``: ``fd.Mix`` of two halves of the shards, each a remote ``TarShardDataset(cache_dir=False)``,
   read in batches of ``--batch`` through ``fd.Loader``, against ``mix_local`` (the same over local files)
-  and ``half_remote`` (its slower source alone, per sample).
+  and ``half_remote`` (its slower source alone, per sample);
+* ``mix_lanes``: the same ``fd.Mix`` with ``lanes=--workers, batch_size=--batch``: each worker's batches
+  draw from blocks of their own.
 
 Bytes are counted at a proxy in front of a moto server on 127.0.0.1 (never by a reader's own counters);
 opens by the dataset's ``shard_opens`` counter. Each contender reads ``--epochs`` shuffled epochs with
@@ -39,7 +43,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CONTENDERS = ("local", "cache_limit", "default_cache", "no_cache", "mix_local", "half_remote", "mix_remote")
+CONTENDERS = (
+    "local",
+    "cache_limit",
+    "default_cache",
+    "no_cache",
+    "stream",
+    "no_cache_batched",
+    "stream_batched",
+    "mix_local",
+    "half_remote",
+    "mix_remote",
+    "mix_lanes",
+)
+BATCHED = ("no_cache_batched", "stream_batched")
 BUCKET = "bench-remote"
 
 
@@ -59,7 +76,16 @@ def make_shards(args: argparse.Namespace, folder: Path) -> dict[str, bytes]:
     return shards
 
 
-def build(what: str, local: list[str], remote: list[str], options: dict[str, Any], work: Path, seed: int) -> Any:
+def build(
+    what: str,
+    local: list[str],
+    remote: list[str],
+    options: dict[str, Any],
+    work: Path,
+    seed: int,
+    batch: int,
+    workers: int,
+) -> Any:
     import fastdata as fd
 
     half = len(local) // 2
@@ -73,16 +99,33 @@ def build(what: str, local: list[str], remote: list[str], options: dict[str, Any
         )
     if what == "default_cache":
         return tar(remote, shuffle=True, seed=seed, storage_options=options)
-    if what == "no_cache":
-        return tar(remote, shuffle=True, seed=seed, storage_options=options, cache_dir=False)
+    if what in ("no_cache", "stream", *BATCHED):
+        return tar(
+            remote,
+            shuffle=True,
+            seed=seed,
+            storage_options=options,
+            cache_dir=False,
+            stream=what.startswith("stream"),
+            batch_size=batch if what in BATCHED else None,
+        )
     if what == "mix_local":
         return fd.Mix({"a": tar(local[:half], shuffle=True), "b": tar(local[half:], shuffle=True)}, seed=seed)
     if what == "half_remote":
         return tar(remote[half:], shuffle=True, seed=seed, storage_options=options, cache_dir=False)
     parts = {"a": remote[:half], "b": remote[half:]}
+    lanes = {"lanes": workers, "batch_size": batch} if what == "mix_lanes" and workers > 1 else {}
     return fd.Mix(
-        {k: tar(v, shuffle=True, storage_options=options, cache_dir=False) for k, v in parts.items()}, seed=seed
+        {k: tar(v, shuffle=True, storage_options=options, cache_dir=False) for k, v in parts.items()},
+        seed=seed,
+        **lanes,
     )
+
+
+def shard_opens(ds: Any) -> int:
+    """Shard readers opened so far by the dataset's processes (a Mix: its sources', ``NAME/shard_opens``)."""
+    counters = ds.counters()
+    return sum(v for k, v in counters.items() if k == "shard_opens" or k.endswith("/shard_opens"))
 
 
 def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[str], proxy: Any, work: Path) -> dict:
@@ -96,12 +139,12 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        ds = build(what, local, remote, dict(args.options), work, args.seed)
+        ds = build(what, local, remote, dict(args.options), work, args.seed, args.batch, args.workers)
         built_s = time.perf_counter() - t0
     epochs = []
     for epoch in range(args.epochs):
         ds.set_epoch(epoch)
-        opens0 = ds.counters().get("shard_opens", 0) if hasattr(ds, "counters") else 0
+        opens0 = shard_opens(ds)
         context = "fork" if args.workers else None
         if isinstance(ds, fd.Mix):  # read as a Mix is: batches of fd.Loader (its workers deal them in turn)
             loader: Any = fd.Loader(ds, batch_size=args.batch, num_workers=args.workers)
@@ -110,11 +153,12 @@ def run_one(what: str, args: argparse.Namespace, local: list[str], remote: list[
                 ds, batch_size=None, num_workers=args.workers, multiprocessing_context=context, collate_fn=fd.as_is
             )
         t = time.perf_counter()
-        n = sum(len(b["__key__"]) if isinstance(ds, fd.Mix) else 1 for b in loader)
+        batched = isinstance(ds, fd.Mix) or what in BATCHED
+        n = sum(len(b["__key__"]) if batched else 1 for b in loader)
         seconds = time.perf_counter() - t + (built_s if epoch == 0 else 0.0)
         fetched = proxy.stats().get("bytes", 0)
         proxy.reset()
-        opens = ds.counters().get("shard_opens", 0) - opens0 if hasattr(ds, "counters") else None
+        opens = shard_opens(ds) - opens0
         epochs.append({"samples": n, "seconds": seconds, "fetched_per_stored": fetched / stored, "shard_opens": opens})
     return {"epochs": epochs, "stored_bytes": stored}
 
@@ -128,6 +172,9 @@ def readme_rows(results: dict[str, Any], ratios: dict[str, float], args: argpars
         "cache_limit": "`cache_dir=` with `cache_limit=`",
         "default_cache": "no `cache_dir` (fastdata's own cache, limited)",
         "no_cache": "`cache_dir=False`",
+        "stream": "`cache_dir=False, stream=True`",
+        "no_cache_batched": f"`cache_dir=False, batch_size={args.batch}`",
+        "stream_batched": f"`cache_dir=False, stream=True, batch_size={args.batch}`",
     }
     for c, how in named.items():
         if c not in results or "local" not in results:
@@ -145,15 +192,17 @@ def readme_rows(results: dict[str, Any], ratios: dict[str, float], args: argpars
                 "command": "python benchmarks/bench_remote.py",
             }
         )
-    if "mix_remote" in results:
-        r = results["mix_remote"]
+    for m, how in (("mix_remote", ""), ("mix_lanes", f" with `lanes={args.workers}, batch_size={args.batch}`")):
+        if m not in results:
+            continue
+        r = results[m]
         rows.append(
             {
                 "backend": "S3 tar",
-                "comparison": f"`fd.Mix` of two remote halves (`cache_dir=False`), {args.workers} workers, vs its "
+                "comparison": f"`fd.Mix` of two remote halves (`cache_dir=False`){how}, {args.workers} workers, vs its "
                 "slower source alone",
                 "figure": f"fetched {r[f'epoch{last}_fetched_per_stored']:.2f}x the stored bytes per epoch; "
-                f"{ratios.get('mix_remote_speed_vs_slower_source_alone', float('nan')):.2f}x the speed",
+                f"{ratios.get(f'{m}_speed_vs_slower_source_alone', float('nan')):.2f}x the speed",
                 "target": "<= 1.05x bytes, >= 0.9x speed",
                 "command": "python benchmarks/bench_remote.py",
             }
@@ -220,14 +269,15 @@ def main() -> None:
     last = args.epochs - 1
     ratios = {}
     for c in contenders:
-        ref = "mix_local" if c == "mix_remote" else "local"
+        ref = "mix_local" if c.startswith("mix_") else "local"
         if ref in results:
             ratios[f"{c}_time_vs_{ref}"] = round(results[c][f"epoch{last}_s"] / results[ref][f"epoch{last}_s"], 2)
-    if "mix_remote" in results and "half_remote" in results:
-        # reads per second of the mix against its slower source alone (samples/s, the later epoch)
-        mix = results["mix_remote"][f"epoch{last}_samples"] / results["mix_remote"][f"epoch{last}_s"]
-        alone = results["half_remote"][f"epoch{last}_samples"] / results["half_remote"][f"epoch{last}_s"]
-        ratios["mix_remote_speed_vs_slower_source_alone"] = round(mix / alone, 2)
+    for m in ("mix_remote", "mix_lanes"):
+        if m in results and "half_remote" in results:
+            # reads per second of the mix against its slower source alone (samples/s, the later epoch)
+            mix = results[m][f"epoch{last}_samples"] / results[m][f"epoch{last}_s"]
+            alone = results["half_remote"][f"epoch{last}_samples"] / results["half_remote"][f"epoch{last}_s"]
+            ratios[f"{m}_speed_vs_slower_source_alone"] = round(mix / alone, 2)
     report = {
         "benchmark": "bench_remote",
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),

@@ -341,6 +341,28 @@ def test_a_per_source_mix_resumes_mid_epoch_with_any_num_workers(data: Path) -> 
     resumed.close()
 
 
+def test_a_mix_with_lanes_resumes_mid_epoch_with_any_num_workers(data: Path) -> None:
+    # lanes decide the order (each worker's batches draw from blocks of their own), not the workers that read it:
+    # 5 batches read by 2 workers, the rest after a resume by 1, give the batches one process reads
+    def loader(workers: int, lanes: int = 2) -> fd.Loader:
+        mix = fd.Mix(make_mix_sources(data), seed=1, lanes=lanes, batch_size=4)
+        return fd.Loader(mix, batch_size=4, num_workers=workers)
+
+    whole = batch_keys("mix", _at(loader(0), 1))
+    plain = batch_keys("mix", _at(loader(0, lanes=1), 1))
+    assert sorted(k for b in whole for k in b) == sorted(k for b in plain for k in b)  # the same samples
+    stopped = _at(loader(2), 1)
+    head = batch_keys("mix", stopped, 5)
+    state = stopped.state_dict()
+    stopped.close()
+    resumed = loader(1)
+    resumed.load_state_dict(state)
+    assert head + batch_keys("mix", resumed) == whole
+    resumed.close()
+    with pytest.raises(ConfigError, match="lanes"):  # saved under other lanes: another order, refused
+        loader(0, lanes=3).load_state_dict(state)
+
+
 def _at(loader: fd.Loader, e: int) -> fd.Loader:
     loader.set_epoch(e)
     return loader

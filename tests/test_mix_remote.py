@@ -35,3 +35,35 @@ def test_a_mix_of_remote_tar_sources_fetches_each_byte_about_once_per_epoch(
         # the blocks its batches draw from, and every worker's batches draw from every block: about once per
         # worker (one fetch per node needs a cache: cache_dir=); reading each batch's samples alone was 5-9x
         assert fault_proxy.stats()["bytes"] <= 1.05 * max(1, workers) * stored, (epoch, fault_proxy.stats())
+
+
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
+def test_with_lanes_each_worker_fetches_blocks_of_its_own(
+    s3_server: Any, s3_bucket: str, fault_proxy: Any, workers: int, context: str | None
+) -> None:
+    # Mix(lanes=2, batch_size=8) read by 2 workers in batches of 8: each block of a source is fetched by the one
+    # worker whose batches draw from it, so each stored byte about once per epoch (without lanes: once per worker)
+    data = {f"s{i:02d}.tar": webdataset_shard(shard_samples(i)) for i in range(6)}
+    urls = upload(s3_server, s3_bucket, data)
+    stored = sum(map(len, data.values()))
+
+    def source(part: list[str]) -> fd.TarShardDataset:
+        return fd.TarShardDataset(part, shuffle=True, storage_options=via(fault_proxy), cache_dir=False)
+
+    mix = fd.Mix({"a": source(urls[:3]), "b": source(urls[3:])}, seed=1, lanes=2, batch_size=8)
+    loader = fd.Loader(mix, batch_size=8, num_workers=workers, multiprocessing_context=context)
+    orders = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        fault_proxy.reset()
+        keys = [k for batch in loader for k in batch["__key__"]]
+        # every sample once per epoch (the epoch draws one pass of each source)
+        assert sorted(keys) == sorted(f"s{i:02d}-{j:04d}" for i in range(6) for j in range(SAMPLES))
+        assert fault_proxy.stats()["bytes"] <= 1.05 * stored, (epoch, fault_proxy.stats())
+        orders.append(keys)
+    assert orders[0] != orders[1]
+
+
+def test_lanes_need_the_loaders_batch_size() -> None:
+    with pytest.raises(fd.ConfigError, match=r"needs batch_size= \(the Loader's batch size\)"):
+        fd.Mix({"a": list(range(4)), "b": list(range(4))}, lanes=2)

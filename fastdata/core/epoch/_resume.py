@@ -102,7 +102,9 @@ PLAN_KEYS: dict[str, PlanKey] = {
     "files": PlanKey("the files (their names, order and sample counts)", digest=True),
     "mix": PlanKey("the Mix's sources (their names and sizes)", digest=True),
     "mix_counts": PlanKey("the samples each Mix source supplies per epoch (weights, epoch_size)", digest=True),
-    "mix_orders": PlanKey("the Mix sources' orders (shuffle; a tar source's shuffle, window, shards)", digest=True),
+    "mix_orders": PlanKey(
+        "the Mix sources' orders (shuffle; lanes and batch_size; a tar source's shuffle, window, shards)", digest=True
+    ),
     "block_mix": PlanKey("mix (chunks shuffled together)", 1, option="mix"),
     "chunks": PlanKey("the HDF5 chunks (where each starts)", digest=True),
 }

@@ -14,6 +14,7 @@ from fastdata.core.errors import ConfigError, TooManyBadSamples, check_choice, c
 from fastdata.core.process import REPEAT_FLAG
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.mix._ahead import ReadAhead
+from fastdata.datasets.mix._lanes import lane_draws
 from fastdata.datasets.mix._parts import (
     SOURCE_KEY,
     SourceBatch,
@@ -23,7 +24,7 @@ from fastdata.datasets.mix._parts import (
     named,
     weights_of,
 )
-from fastdata.datasets.mix._sources import SourceReader, reader_for
+from fastdata.datasets.mix._sources import SourceReader, TarReader, reader_for
 from fastdata.loading import EpochSampler
 from fastdata.loading.transport import checked_default_collate
 
@@ -70,9 +71,15 @@ class Mix(MapDatasetBase, Dataset[Any]):
             sum of the sources' sizes.
         batches ("mixed" | "per_source"): see :data:`Batches`. Defaults to "mixed".
         batch_size (int | None): with ``batches="per_source"``, the batch size (required; the Loader must
-            read in batches of it). Defaults to None.
+            read in batches of it); with ``lanes``, the Loader's batch size (required). Defaults to None.
         shuffle (bool): map-style sources: a new order every pass. A ``TarShardDataset`` follows its own
             ``shuffle`` and ``shuffle_window``. Defaults to True.
+        lanes (int): for remote ``TarShardDataset`` sources read without a cache by ``n`` Loader workers: pass
+            ``lanes=n`` (and ``batch_size=``, the Loader's), and each worker's batches draw from blocks of the
+            source of their own, so each stored byte is fetched about once per epoch, not ``n`` times (a
+            source's shuffle then spans a ``1 / lanes`` share of its pass; the order depends on ``lanes`` and
+            ``batch_size``, never on the workers that read; see :mod:`fastdata.datasets.mix`). ``batches="mixed"``
+            only. Defaults to 1.
         rank, world_size (int | None): Default to the detected ones.
 
     Under ``on_error="skip"`` (set on the sources), a bad sample is left out by its source and the next good
@@ -98,8 +105,15 @@ class Mix(MapDatasetBase, Dataset[Any]):
         shuffle: bool = True,
         rank: int | None = None,
         world_size: int | None = None,
+        lanes: int = 1,
     ) -> None:
         check_choice("batches", batches, Batches)
+        check_positive("lanes", lanes)
+        if lanes > 1 and (batch_size is None or batches != "mixed"):
+            raise ConfigError(
+                f"Mix(lanes={lanes}) lays each Loader worker's batches out in a lane of their own: it needs "
+                'batch_size= (the Loader\'s batch size) and batches="mixed"'
+            )
         self.names, self.sources = named(datasets)
         self._init_base(
             seed=seed,
@@ -128,6 +142,16 @@ class Mix(MapDatasetBase, Dataset[Any]):
         self.counts = units * self.unit  # samples of each source per epoch
         """Samples each source supplies per epoch (``numpy`` array, by source)."""
         self.sequence = MixSequence(units)
+        self.lanes = lanes
+        # with lanes: per remote-capable tar source, the lane-major number of each draw of an epoch
+        self._relabel: dict[int, np.ndarray] = {}
+        if lanes > 1:
+            assert batch_size is not None
+            every, draws = self.sequence.at(np.arange(int(units.sum()), dtype=np.int64))
+            for s, reader in enumerate(self._readers):
+                if isinstance(reader, TarReader):
+                    relabel, reader.lanes = lane_draws(every, draws, self.counts, s, batch_size, lanes)
+                    self._relabel[s] = relabel
         self._ahead = ReadAhead()
         self._plan: dict[str, int] | None = None  # resume_plan(), made on first use
         self._end = len(self)  # where this rank's part of the sequence ends (set by sampler()): read no further
@@ -217,7 +241,7 @@ class Mix(MapDatasetBase, Dataset[Any]):
         and the orders of their passes (``shuffle``; a ``TarShardDataset``'s own shuffle, window and shards; an
         ``HDF5Dataset``'s chunks), as digests."""
         if self._plan is None:  # once: the sources do not change
-            orders: list[Any] = [self.shuffle]
+            orders: list[Any] = [self.shuffle, *(("lanes", self.lanes, self.batch_size) if self.lanes > 1 else ())]
             for ds in self.sources:
                 if is_tar(ds):
                     orders.append({k: v for k, v in ds.resume_plan().items() if k in ("shuffle", "window", "shards")})
@@ -251,6 +275,9 @@ class Mix(MapDatasetBase, Dataset[Any]):
         at = at % n
         units, offset = np.divmod(at, self.unit)
         sources, draws = self.sequence.at(units)
+        for s, relabel in self._relabel.items():  # lanes: a tar source's draws numbered lane by lane
+            mine = sources == s
+            draws[mine] = relabel[draws[mine]]
         return sources, self.epoch * self.counts[sources] + draws * self.unit + offset
 
     def __getitem__(self, i: int) -> Any:

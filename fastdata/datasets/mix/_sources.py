@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from fastdata.core import SKIP, stages
-from fastdata.core.epoch import EXACT_ORDER_MAX, WindowShuffle, epoch_order, order_at
-from fastdata.core.errors import collecting
+from fastdata.core.epoch import EXACT_ORDER_MAX, WindowShuffle, derive_seed, epoch_order, order_at
+from fastdata.core.errors import ConfigError, collecting
 from fastdata.core.process import SharedState
 from fastdata.datasets._substitute import find_substitute
+from fastdata.datasets.mix._lanes import SegmentShuffle, pass_bounds
 from fastdata.loading import block_sequence
 
 
@@ -46,6 +47,11 @@ class SourceReader:
 
     def __init__(self, ds: Any, seed: int, shuffle: bool) -> None:
         self.ds, self.seed, self.shuffle = ds, seed, shuffle
+        if getattr(ds, "stream", False) is True:
+            raise ConfigError(
+                f"Mix: {ds!r} is streamed (stream=True): it counts no samples, so a mix cannot draw from it by "
+                "position; build it without stream=True"
+            )
         self.n = int(ds.total) if isinstance(self, TarReader) else len(ds)  # TarShardDataset's len is its rank's
         self._orders: dict[int, Any] = {}  # pass -> its order (two kept: a batch may straddle passes)
 
@@ -141,32 +147,50 @@ class TarReader(SourceReader):
 
     _found: SharedState | None = None
     _blocks: dict[tuple[int, int], dict[int, Any]] | None = None  # (pass, block) -> raw samples not yet drawn
+    lanes: np.ndarray | None = None  # with Mix(lanes=): where each lane's draws of an epoch start (see _lanes)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_blocks": None}
 
-    def _make_order(self, q: int) -> tuple[Any, WindowShuffle]:
-        return self.ds.whole_pass(self.seed, q)  # type: ignore[no-any-return]
+    def _make_order(self, q: int) -> tuple[Any, WindowShuffle | SegmentShuffle]:
+        reader, shuffled = self.ds.whole_pass(self.seed, q)
+        if self.lanes is None:
+            return reader, shuffled
+        # each lane's blocks in a segment of the pass of its own (see fastdata.datasets.mix._lanes)
+        block = max(1, int(getattr(self.ds, "_reads", 1)))
+        bounds = pass_bounds(self.lanes, self.n)
+        seed = derive_seed(self.seed, 0x1A7E)
+        return reader, SegmentShuffle(self.n, bounds, block, shuffle=self.ds.window > 1, seed=seed, epoch=q)
 
-    def _raw(self, q: int, reader: Any, positions: np.ndarray) -> dict[int, Any]:
-        """The raw samples at ``positions`` of pass ``q`` (bad ones left out): remote, through the blocks held."""
+    def _raw(self, q: int, reader: Any, positions: np.ndarray, shuffled: Any = None) -> dict[int, Any]:
+        """The raw samples at ``positions`` of pass ``q`` (bad ones left out): remote, through the blocks held
+        (with lanes, the blocks of ``shuffled``, a :class:`SegmentShuffle`)."""
         block = int(getattr(self.ds, "_reads", 0))
         if not getattr(self.ds, "remote", False) or block <= 1:
             return reader.raw(positions)  # type: ignore[no-any-return]
         if self._blocks is None:
             self._blocks = {}
+        segments = shuffled if isinstance(shuffled, SegmentShuffle) else None
+        keys = segments.block_of(positions) if segments is not None else positions // block
+        lanes = 1 if self.lanes is None else len(self.lanes) - 1
         out: dict[int, Any] = {}
-        for b in np.unique(positions // block).tolist():
+        for b in np.unique(keys).tolist():
             key = (q, b)
             held = self._blocks.pop(key, None)
             if held is None:
-                held = reader.raw(np.arange(b * block, min(self.n, (b + 1) * block), dtype=np.int64))
-            for p in positions[positions // block == b].tolist():
+                span = (
+                    segments.span(b)
+                    if segments is not None
+                    else np.arange(b * block, min(self.n, (b + 1) * block), dtype=np.int64)
+                )
+                held = reader.raw(span)
+            for p in positions[keys == b].tolist():
                 if p in held:
                     out[p] = held.pop(p)
             if held:
                 self._blocks[key] = held  # most recently used last
-                while len(self._blocks) > BLOCKS_HELD:
+                # a process reading every lane (no workers) draws from a block of each at once
+                while len(self._blocks) > BLOCKS_HELD * lanes:
                     self._blocks.pop(next(iter(self._blocks)))
         return out
 
@@ -181,7 +205,7 @@ class TarReader(SourceReader):
             positions = shuffled.at(at[mine])
             # read shard by shard in file order (a shard's samples in one call, a remote one's in few ranged
             # GETs), decoded in the draws' order (bad ones handled by the source's policy)
-            raw = self._raw(q, reader, positions)
+            raw = self._raw(q, reader, positions, shuffled)
             t = stages.clock()  # 0.0 unless `fastdata bench` probes this process
             for k, p in zip(mine.tolist(), positions.tolist()):
                 sample = raw.pop(p, None)

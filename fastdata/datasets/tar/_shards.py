@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any
 
@@ -22,7 +22,7 @@ from fastdata.core.epoch import (
     split_counts,
     worker_ranges,
 )
-from fastdata.core.errors import OnError, PlanError, check_choice, check_positive
+from fastdata.core.errors import ConfigError, OnError, PlanError, check_choice, check_positive
 from fastdata.core.process import EGRESS_FLAG
 from fastdata.datasets._base import DatasetBase
 from fastdata.datasets._substitute import find_substitute
@@ -42,10 +42,13 @@ from fastdata.datasets.tar._epoch_reader import (
 )
 from fastdata.datasets.tar._resume import TarResume
 from fastdata.datasets.tar._source import Sample, TarSource, choose_cache, remote_counters, tar_urls
+from fastdata.datasets.tar._stream import stream_epoch, warm_client
 from fastdata.formats import DecodeMode, Decoder, FieldSpec, make_decoder, with_fields
 from fastdata.loading.transport import batch_default_collate, slot_samples, stacking
 from fastdata.storage import scheme
 from fastdata.storage.cache import CacheCheck, CacheDir
+
+NOT_PLANNED = "a TarShardDataset(stream=True) counts no samples and plans no positions, so it"
 
 
 class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
@@ -115,6 +118,18 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             and node (a HEAD by the first process that opens it: one replaced between epochs is read as
             it is now), or once per node after the dataset was built (fewer requests; a replacement is
             seen by a dataset built later). Defaults to "epoch".
+        stream (bool): read without an index or a count, as webdataset does: the epoch's shards (in a
+            seeded order with ``shuffle``) dealt whole to every worker of every rank in turn, each fetched
+            whole, once, and read in one pass, its samples shuffled through a buffer of ``shuffle_window``
+            samples (cut to ``shuffle_bytes``), batched by each worker with ``batch_size``. For remote
+            shards without ``.idx`` sidecars or a manifest and no cache (``cache_dir=False``, or none can be
+            written): building the dataset fetches nothing and every epoch fetches each stored byte once
+            (indexed, the first epoch fetches them twice: once to count the samples). Given up: ``len()``
+            (raises ``TypeError``), ``state_dict()`` (raises ``ConfigError``), the same batches for any
+            ``num_workers``, equal samples per rank (a rank reads its shards' samples: with DDP, stop each
+            epoch at a fixed number of steps), use in :class:`fastdata.Mix` and :class:`fastdata.Loader` (both
+            plan from the counts: read it with torch's ``DataLoader``); not with ``cache_dir=``. Every sample
+            is still read once per epoch. Defaults to False.
     """
 
     def __init__(
@@ -140,7 +155,15 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         cache_dir: CacheDir = None,
         cache_limit: int | str | None = None,
         cache_check: CacheCheck = "epoch",
+        stream: bool = False,
     ) -> None:
+        if stream and cache_dir:
+            raise ConfigError(
+                f"TarShardDataset(stream=True, cache_dir={str(cache_dir)!r}): a streamed dataset fetches each shard "
+                "once per epoch and keeps no copy; pass cache_dir= without stream=True (each shard fetched once per "
+                "node, counted from the copy), or stream=True without cache_dir="
+            )
+        self.stream = stream
         if shuffle_window is not None:
             check_positive("shuffle_window", shuffle_window)
         if shuffle_bytes is not None:
@@ -149,7 +172,7 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             check_positive("batch_size", batch_size)
         check_choice("remainder", remainder, Remainder)
         shard_urls = tar_urls(urls, storage_options)
-        cache = choose_cache(cache_dir, cache_limit, shard_urls, storage_options)
+        cache = None if stream else choose_cache(cache_dir, cache_limit, shard_urls, storage_options)
         self._init_base(
             seed=seed,
             on_error=on_error,
@@ -181,8 +204,15 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             streaming=True,
             cache=cache,
             cache_check=cache_check,
+            counted=not stream,
         )
-        self.total = sum(self.source.counts)
+        self.stream_options = options
+        self.total = -1 if stream else sum(self.source.counts)
+        if stream:  # no plan: nothing counted, nothing to lay out over ranks
+            self._reads = self.window = self.shuffle_window if shuffle else 1
+            self._resume, self._progress = None, None
+            warm_client(shard_urls, storage_options, self._shared)
+            return
         # samples read together: shuffle_window cut to shuffle_bytes, also without shuffling (a remote
         # shard's part of a window is fetched whole)
         self._reads = window_size(self.shuffle_window, shuffle_bytes, self.source.counts, self.source.sizes)
@@ -205,6 +235,8 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
 
     def _rank_changed(self) -> None:
         """This rank's span of the epoch, for the rank read now (at construction, or where it reads)."""
+        if self.stream:
+            return  # shards are dealt to ranks when each pass starts
         remainder = self.remainder
         self._span = rank_span(self.total, self.rank, self.world_size, remainder)
         # the last rank reads the fewest (remainder="uneven"): every rank refuses a plan that starves it
@@ -222,7 +254,16 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
 
     def __len__(self) -> int:
         """Samples per epoch on this rank, or batches when ``batch_size`` is set (in an epoch resumed on another
-        number of ranks and loaded, not yet read: the batches of its tail)."""
+        number of ranks and loaded, not yet read: the batches of its tail).
+
+        Raises:
+            TypeError: ``stream=True``: the samples are not counted."""
+        if self.stream:
+            raise TypeError(
+                f"{self!r} has no len(): stream=True reads its shards without counting their samples; build it "
+                "without stream=True for a length (the shards are counted from their .idx sidecars or manifest, "
+                "or scanned), or write them once with 'fastdata inspect --write-manifest'"
+            )
         self.follow_rank(use=False)
         resume = self._resume
         if resume is not None and resume[4] and resume[0] == self.epoch:
@@ -237,6 +278,9 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         # for the iterator, so it applies to exactly one pass.
         self.begin_pass()
         world = self.worker_world()
+        if self.stream:
+            streamed = stream_epoch(self, world)
+            return slot_samples(streamed) if self.batch_size is None else streamed
         start, length = self._span
         if self.batch_size is not None and self.drop_last:
             length -= length % self.batch_size
@@ -409,7 +453,8 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
                 "are fetched per epoch. To fetch each byte once, pass cache_dir= (a folder on this node: "
                 "each shard is fetched once, every worker reads the local copy), or read per sample "
                 "(batch_size=None, the DataLoader batching), or shuffle within batches "
-                "(shuffle_window=batch_size), or use fewer workers",
+                "(shuffle_window=batch_size), or stream the shards (stream=True: each fetched once, each worker "
+                "batching its own; no len() or resume position), or use fewer workers",
                 EgressWarning,
                 stacklevel=3,
             )
@@ -421,13 +466,33 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
         """The reader of pass ``epoch`` over every shard, as one rank alone would read it, and the window
         shuffle of its ``total`` positions (what :class:`fastdata.Mix` draws a tar source through)."""
         order = epoch_order(len(self.urls), shuffle=self.shuffle, seed=seed, epoch=epoch)
+        if self.stream:
+            raise ConfigError(f"{self!r}: {NOT_PLANNED} cannot be drawn from by position (fastdata.Mix)")
         reader = EpochReader(self.source, 0, self.total, split_counts(self.source.counts, order), order)
         return reader, WindowShuffle(self.total, self.window, seed=seed, epoch=epoch, rank=0)
+
+    def state_dict(self, batches: int | None = None) -> dict[str, Any]:
+        if self.stream:
+            raise ConfigError(
+                f"{self!r}: {NOT_PLANNED} has no resume position; build it without stream=True to save and "
+                "resume a position (the shards are then counted first)"
+            )
+        return super().state_dict(batches)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.stream:
+            self.state_dict()  # the same refusal
+        super().load_state_dict(state)
 
     def close(self) -> None:
         self.source.close()
 
     def __repr__(self) -> str:
+        if self.stream:
+            return (
+                f"TarShardDataset({len(self.urls)} shards, streamed, shuffle={self.shuffle}, "
+                f"batch_size={self.batch_size})"
+            )
         return (
             f"TarShardDataset({len(self.urls)} shards, {self.total} samples, rank {self.rank}/"
             f"{self.world_size}, shuffle={self.shuffle}, batch_size={self.batch_size})"
