@@ -107,3 +107,36 @@ def test_a_missing_shard_is_handed_to_on_error(corpus: tuple[list[str], int], fa
     strict = fd.TarShardDataset(gone, storage_options=via(fault_proxy), stream=True)
     with pytest.raises(FileNotFoundError, match=r"missing\.tar"):
         list(strict)
+
+
+@pytest.mark.parametrize(("workers", "batched"), [(0, False), (2, True)])
+def test_fastdata_loader_reads_a_streamed_dataset_as_is(
+    corpus: tuple[list[str], int], fault_proxy: Any, workers: int, batched: bool
+) -> None:
+    urls, stored = corpus
+    ds = fd.TarShardDataset(
+        urls,
+        shuffle=True,
+        storage_options=via(fault_proxy),
+        cache_dir=False,
+        stream=True,
+        batch_size=4 if batched else None,
+    )
+    # the dataset batches itself, or the Loader batches its samples; never both
+    loader = fd.Loader(ds, num_workers=workers) if batched else fd.Loader(ds, batch_size=4, num_workers=workers)
+    with loader:
+        orders = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            fault_proxy.reset()
+            keys = keys_of(loader, batched=True)
+            assert sorted(keys) == ALL_KEYS, epoch  # every sample once per epoch
+            assert fault_proxy.stats()["bytes"] <= 1.02 * stored
+            orders.append(keys)
+        assert orders[0] != orders[1]  # the Loader's epoch reaches the dataset
+        with pytest.raises(ConfigError, match="has no resume position; build it without stream=True"):
+            loader.state_dict()  # the dataset's own reason, not a plain IterableDataset's
+        with pytest.raises(TypeError, match=r"TarShardDataset has no len\(\), so neither has a Loader over it"):
+            len(loader)
+    with pytest.raises(ConfigError, match="the dataset batches itself; pass one or the other"):
+        fd.Loader(fd.TarShardDataset(urls, storage_options=via(fault_proxy), stream=True, batch_size=4), batch_size=4)

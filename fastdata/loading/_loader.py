@@ -47,7 +47,7 @@ from fastdata.loading._checks import (
     check_plain_iterable,
     make_sampler,
 )
-from fastdata.loading._plain import PlainView, is_plain
+from fastdata.loading._plain import PlainView, is_plain, reads_as_is
 from fastdata.loading._plan import ReadPlan
 from fastdata.loading._protocol import Dataset, Planned, RankSampler
 from fastdata.loading._tail import ElasticDataset, TailBatches, check_elastic, tail_batches
@@ -183,6 +183,14 @@ class Loader:
                     f"{type(dataset).__name__}"
                 )
             self._plain = PlainView(dataset)
+        elif reads_as_is(dataset):  # streamed: no length and no position, so read as is, like a plain iterable
+            self._plain = PlainView(dataset)
+            own = getattr(dataset, "batch_size", None)
+            if batch_size is not None and own is not None:
+                raise ConfigError(
+                    f"batch_size={batch_size} with {type(dataset).__name__}(batch_size={own}): "
+                    "the dataset batches itself; pass one or the other"
+                )
         self._ds: Any = self._plain if self._plain is not None else dataset
         # --- monitor and autotune (fastdata.loading.observe._session): the session (None without either) and the
         # user's DataLoader options; self._kwargs (below) are the current setting's: those, the probes'

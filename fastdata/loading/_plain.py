@@ -15,6 +15,9 @@ view for the rest:
   a ``ConfigError`` saying so, and ``num_workers="auto"`` changes the workers between passes only.
 
 Both get the dataset's own ``set_epoch(epoch)`` and ``close()`` called, where it has them.
+
+A fastdata dataset that counts nothing ahead (``TarShardDataset(stream=True)``: no length, no position
+inside its epoch) is read the same way, as is (:func:`reads_as_is`); its own error says why it cannot resume.
 """
 
 from __future__ import annotations
@@ -96,13 +99,25 @@ class PlainView(RankFollower):
             own()
 
     def refuse_resume(self) -> ConfigError:
-        """The error of a resume state asked of an iterable dataset read as is."""
+        """The error of a resume state asked of an iterable dataset read as is (a streamed fastdata dataset's
+        own, which names its fix)."""
+        if reads_as_is(self.inner):
+            try:
+                self.inner.state_dict()
+            except ConfigError as own:
+                return own
         return ConfigError(
             f"{self.name} is a plain IterableDataset: its order and its split over workers and ranks are its own, so "
             "fastdata.Loader cannot name a point inside its epoch to resume from. Save the epoch and call "
             "loader.set_epoch(epoch) to start it again, or read through a map-style dataset "
             "(__getitem__ and __len__: the Loader resumes it at any batch) or a fastdata dataset"
         )
+
+
+def reads_as_is(dataset: Any) -> bool:
+    """Whether ``dataset`` is a fastdata dataset that counts nothing ahead (``TarShardDataset(stream=True)``),
+    which the Loader reads as is, like a plain ``IterableDataset``."""
+    return isinstance(dataset, IterableDataset) and getattr(dataset, "stream", False) is True
 
 
 def is_plain(dataset: Any) -> bool:
@@ -115,4 +130,4 @@ def is_plain(dataset: Any) -> bool:
     return has and isinstance(dataset, (TorchDataset, Sequence))
 
 
-__all__ = ["PlainView", "is_plain"]
+__all__ = ["PlainView", "is_plain", "reads_as_is"]

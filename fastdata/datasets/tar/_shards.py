@@ -127,9 +127,10 @@ class TarShardDataset(TarResume, DatasetBase, IterableDataset[Any]):
             (indexed, the first epoch fetches them twice: once to count the samples). Given up: ``len()``
             (raises ``TypeError``), ``state_dict()`` (raises ``ConfigError``), the same batches for any
             ``num_workers``, equal samples per rank (a rank reads its shards' samples: with DDP, stop each
-            epoch at a fixed number of steps), use in :class:`fastdata.Mix` and :class:`fastdata.Loader` (both
-            plan from the counts: read it with torch's ``DataLoader``); not with ``cache_dir=``. Every sample
-            is still read once per epoch. Defaults to False.
+            epoch at a fixed number of steps), use in :class:`fastdata.Mix` (it plans from the counts); not with
+            ``cache_dir=``. :class:`fastdata.Loader` reads it as is (its batches, or batch_size= to batch its
+            samples; no state_dict), as does torch's ``DataLoader``. Every sample is still read once per epoch.
+            Defaults to False.
     """
 
     def __init__(
