@@ -5,11 +5,13 @@ fetched 5-9x the shards' bytes per epoch at a tenth of the source's own speed. O
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
 
 import fastdata as fd
+from fastdata.core.errors import EgressWarning
 from tests.cache_datagen import SAMPLES, shard_samples, upload, via, webdataset_shard
 
 
@@ -26,15 +28,22 @@ def test_a_mix_of_remote_tar_sources_fetches_each_byte_about_once_per_epoch(
 
     mix = fd.Mix({"a": source(urls[:3]), "b": source(urls[3:])}, seed=1)
     loader = fd.Loader(mix, batch_size=8, num_workers=workers)
+    said: list[str] = []
     for epoch in range(2):
         loader.set_epoch(epoch)
         fault_proxy.reset()
-        keys = [k for batch in loader for k in batch["__key__"]]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            keys = [k for batch in loader for k in batch["__key__"]]
+        said += [str(w.message) for w in caught if issubclass(w.category, EgressWarning)]
         assert sorted(keys) == sorted(f"s{i:02d}-{j:04d}" for i in range(6) for j in range(SAMPLES))
         # (the index scan at construction is not counted: the proxy was reset after it). Each worker fetches
         # the blocks its batches draw from, and every worker's batches draw from every block: about once per
         # worker (one fetch per node needs a cache: cache_dir=); reading each batch's samples alone was 5-9x
         assert fault_proxy.stats()["bytes"] <= 1.05 * max(1, workers) * stored, (epoch, fault_proxy.stats())
+    # with workers and no lanes, the workers' warning names the fix, once
+    assert len(said) == (1 if workers else 0), said
+    assert all("pass Mix(..., lanes=2, batch_size=the Loader's batch size)" in m and "'a', 'b'" in m for m in said)
 
 
 @pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
@@ -56,7 +65,9 @@ def test_with_lanes_each_worker_fetches_blocks_of_its_own(
     for epoch in range(2):
         loader.set_epoch(epoch)
         fault_proxy.reset()
-        keys = [k for batch in loader for k in batch["__key__"]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", EgressWarning)  # lanes match the workers: nothing to say
+            keys = [k for batch in loader for k in batch["__key__"]]
         # every sample once per epoch (the epoch draws one pass of each source)
         assert sorted(keys) == sorted(f"s{i:02d}-{j:04d}" for i in range(6) for j in range(SAMPLES))
         assert fault_proxy.stats()["bytes"] <= 1.05 * stored, (epoch, fault_proxy.stats())

@@ -15,7 +15,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import fastdata as fd
-from fastdata.datasets.tar._epoch_reader import EgressWarning, WindowWarning, worker_span
+from fastdata.core.errors import EgressWarning
+from fastdata.datasets.tar._epoch_reader import WindowWarning, worker_span
 from fastdata.formats._decode import make_decoder
 from tests.datagen import make_shards
 from tests.s3_server import MotoServer, upload_files

@@ -281,6 +281,11 @@ class BadSampleWarning(UserWarning):
     """Warned once per file when ``on_error="skip"`` drops a sample from it."""
 
 
+class EgressWarning(UserWarning):
+    """Remote data: a setting makes stored bytes be fetched more than once per epoch (the message names the
+    setting that fetches each once)."""
+
+
 class SubstituteWarning(BadSampleWarning):
     """Warned once per dataset when a substitute sample first stands in for bad ones (a batch of only bad
     samples, or ``ds[i]`` of a bad one, under ``on_error="skip"``; see :mod:`fastdata.datasets`)."""
@@ -294,6 +299,7 @@ __all__ = [
     "ConfigError",
     "CorruptShard",
     "DecodeFailed",
+    "EgressWarning",
     "ErrorPolicy",
     "FastdataError",
     "OnError",

@@ -304,7 +304,8 @@ class Loader:
             if self.num_workers:
                 if self._relay is None:
                     self._relay = WarningRelay(self._kwargs.get("multiprocessing_context"))
-                init = WorkerInit(self._relay.install, *init.then)  # before the user's function: its warnings too
+                # first of all: what seeding and warming the dataset and the user's function warn is carried too
+                init = WorkerInit(*init.then, before=(self._relay.install, *init.before))
             self._dataloader = build_dataloader(
                 self.dataset,
                 self._read_plan(),

@@ -108,14 +108,20 @@ class WorkerInit:
 
     Args:
         *then: the user's own init functions, called after ours with the worker id.
+        before: functions called first, with the worker id (the Loader's warning relay: so that what seeding
+            and warming the dataset warn reaches the training process too). Defaults to none.
     """
 
-    def __init__(self, *then: Callable[[int], object]) -> None:
+    def __init__(self, *then: Callable[[int], object], before: tuple[Callable[[int], object], ...] = ()) -> None:
         self.then = then
+        self.before = before
 
     def __call__(self, worker_id: int) -> None:
         global _reseed, _seeded_token, _seeded_epoch
         from torch.utils.data import get_worker_info
+
+        for fn in self.before:
+            fn(worker_id)
 
         info = get_worker_info()
         dataset = info.dataset if info is not None else None
@@ -136,7 +142,7 @@ class WorkerInit:
             fn(worker_id)
 
     def __repr__(self) -> str:
-        return f"WorkerInit(then={self.then!r})"
+        return f"WorkerInit(then={self.then!r}, before={self.before!r})"
 
 
 worker_init_fn = WorkerInit()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any, Literal
@@ -9,8 +10,17 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from fastdata.core.epoch import MixSequence, Remainder, apportion, derive_seed, digest, ints_digest, rank_span
-from fastdata.core.errors import ConfigError, TooManyBadSamples, check_choice, check_positive
+from fastdata.core.epoch import (
+    MixSequence,
+    Remainder,
+    apportion,
+    current_worker,
+    derive_seed,
+    digest,
+    ints_digest,
+    rank_span,
+)
+from fastdata.core.errors import ConfigError, EgressWarning, TooManyBadSamples, check_choice, check_positive
 from fastdata.core.process import REPEAT_FLAG
 from fastdata.datasets._base import MapDatasetBase
 from fastdata.datasets.mix._ahead import ReadAhead
@@ -389,10 +399,37 @@ class Mix(MapDatasetBase, Dataset[Any]):
     # --- lifetime ---
 
     def warm(self) -> None:
-        """Called by ``worker_init_fn``: warm every source up (open its first file ...)."""
+        """Called by ``worker_init_fn``: warm every source up (open its first file ...); say when the workers
+        will fetch remote sources' bytes once each (see :meth:`_warn_egress`)."""
+        self._warn_egress()
         for ds in self.sources:
             if callable(getattr(ds, "warm", None)):
                 ds.warm()
+
+    def _warn_egress(self) -> None:
+        """In a worker of ``n > 1`` with ``lanes != n``: an :class:`~fastdata.core.errors.EgressWarning` naming
+        the remote tar sources read without a cache, whose blocks every worker draws from (about ``n`` times
+        their bytes per epoch: measured 1.97x with 2 workers, 0.99x with ``lanes=2``;
+        ``benchmarks/bench_remote.py``)."""
+        worker, workers = current_worker()
+        if worker != 0 or workers <= 1 or self.lanes == workers:
+            return
+        remote = [
+            name
+            for name, r in zip(self.names, self._readers)
+            if isinstance(r, TarReader) and getattr(r.ds, "remote", False) and int(getattr(r.ds, "_reads", 0)) > 1
+        ]
+        if not remote:
+            return
+        batch = self.batch_size if self.batch_size is not None else "the Loader's batch size"
+        warnings.warn(
+            f"Mix(lanes={self.lanes}) read by {workers} workers: each worker draws from every block of the remote "
+            f"source(s) {', '.join(map(repr, remote))}, so their stored bytes are fetched about "
+            f"{workers if self.lanes == 1 else 'several'} times per epoch; pass Mix(..., lanes={workers}, "
+            f"batch_size={batch}), or give the sources a cache_dir=",
+            EgressWarning,
+            stacklevel=2,
+        )
 
     def close(self) -> None:
         for ds in self.sources:

@@ -211,10 +211,6 @@ class EpochReader:
         return [self.source.urls[i] for i in dict.fromkeys(shards.tolist())]
 
 
-class EgressWarning(UserWarning):
-    """Remote shards: a setting makes every byte be fetched more than once per epoch."""
-
-
 class WindowWarning(UserWarning):
     """A ``shuffle_window`` asked for is cut by ``shuffle_bytes``."""
 
@@ -223,7 +219,6 @@ __all__ = [
     "DEFAULT_WINDOW",
     "DEFAULT_WINDOW_BYTES",
     "Ahead",
-    "EgressWarning",
     "EpochReader",
     "WindowWarning",
     "by_window",

@@ -22,7 +22,7 @@ from fastdata.core.epoch import (
     split_counts,
     worker_ranges,
 )
-from fastdata.core.errors import ConfigError, OnError, PlanError, check_choice, check_positive
+from fastdata.core.errors import ConfigError, EgressWarning, OnError, PlanError, check_choice, check_positive
 from fastdata.core.process import EGRESS_FLAG
 from fastdata.datasets._base import DatasetBase
 from fastdata.datasets._substitute import find_substitute
@@ -32,7 +32,6 @@ from fastdata.datasets.tar._epoch_reader import (
     DEFAULT_WINDOW_BYTES,
     LOCAL_CHUNK,
     Ahead,
-    EgressWarning,
     EpochReader,
     WindowWarning,
     by_window,
