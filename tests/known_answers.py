@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from fastdata.bench._synthetic import (
     SlowStartDataset,
 )
 from fastdata.core.system._procfs import pss
-from fastdata.loading.observe import Stats
+from fastdata.loading.observe import Monitor, Stats
 from tests.user_workloads import (
     cold_reads,
     cold_reads_live,
@@ -214,6 +215,78 @@ def storage(folder: Path, timing: dict[str, Any], *, s3: Any = None, **_: Any) -
     return fd.bench.recommend(result)
 
 
+def gzip_hdf5(folder: Path, n: int = 2048) -> str:
+    """A gzip-compressed HDF5 file of 64x64x3 images in chunks of 8 rows, in the page cache (built once per
+    folder): every read decompresses inside h5py, on the CPU, under h5py's lock."""
+    import h5py
+
+    path = folder / "gzip.h5"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        rng = np.random.default_rng(0)
+        with h5py.File(path, "w") as f:
+            images = rng.integers(0, 64, (n, 64, 64, 3), dtype=np.uint8)  # compressible, not trivially
+            f.create_dataset("image", data=images, chunks=(8, 64, 64, 3), compression="gzip", compression_opts=6)
+            f.create_dataset("label", data=rng.integers(0, 10, n))
+    path.read_bytes()  # in the page cache
+    return str(path)
+
+
+def hdf5_cached(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """A page-cached local gzip HDF5 file read by 2 workers while another program holds a core: the workers
+    decompress in fetch and wait for a core, and the looks see no network, no disk. Issue 35: labelled
+    "Storage-bound ... the wait is on the network or a remote store" from fetch time above CPU time alone."""
+    path = gzip_hdf5(folder / "h5")
+    result = fd.bench.sweep(lambda: fd.HDF5Dataset(path), workers=[2], batch_size=32, **timing)
+    return fd.bench.recommend(result)
+
+
+def hdf5_threads(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """The same file read by 4 loader threads of one process: h5py serialises its calls on one lock per
+    process, and the threads are starved of cores besides; CPU-bound, the lock named, processes advised."""
+    path = gzip_hdf5(folder / "h5")
+    result = fd.bench.sweep(lambda: fd.HDF5Dataset(path), modes=["threads"], threads=[4], batch_size=32, **timing)
+    return fd.bench.recommend(result)
+
+
+RESTART_SETUP = 0.12  # seconds of set-up per worker and epoch (an index opened per process)
+RESTART_EPOCH = 8 * 48  # samples an epoch: 48 batches of 8, about a second of 20 ms steps
+
+
+def restarts(folder: Path, timing: dict[str, Any], **_: Any) -> fd.bench.Recommendation:
+    """A training step of 20 ms and epochs of about a second, workers started at every epoch (the default),
+    each with 0.12 s of set-up: the loop mostly keeps up, and what it waits is most of it the restarts (below
+    a third of the time: issue 35's DDP case, which the monitor called "unknown")."""
+    result = fd.bench.sweep(
+        SlowStartDataset(n=RESTART_EPOCH, setup=RESTART_SETUP),
+        workers=[2],
+        batch_size=8,
+        step_time=0.02,
+        persistent_workers=[False],
+        **timing,
+    )
+    return fd.bench.recommend(result)
+
+
+def restarts_live(folder: Path, timing: dict[str, Any]) -> Stats:
+    """The same inside a training loop: fd.Loader under the monitor, epochs one after another."""
+    loader = fd.Loader(
+        SlowStartDataset(n=RESTART_EPOCH, setup=RESTART_SETUP),
+        batch_size=8,
+        num_workers=2,
+        monitor=Monitor(to=lambda s: None, seconds=3600),
+    )
+    try:
+        for _ in range(4):
+            for _batch in loader:
+                time.sleep(0.02)  # the training step (a GPU's): the workload, not synchronisation
+        stats = loader.stats(since="start")
+    finally:
+        loader.close()
+    assert stats is not None
+    return stats
+
+
 @dataclass(frozen=True)
 class Case:
     """A loader whose bottleneck is known.
@@ -224,6 +297,9 @@ class Case:
         needs_s3 (bool): the case reads the local S3 server behind the fault proxy.
         live: ``live(folder, timing)``: the same loader inside a training loop under the monitor, its report
             over the run (None: the case is offline only); the label must be the same as offline.
+        says (tuple[str, ...]): words the diagnosis (and the live report's evidence and advice) must hold.
+        full (bool): measured again at the fuller timing too; False where the quick run already decides the
+            label from the same evidence (the fuller one only costs time).
     """
 
     name: str
@@ -231,6 +307,8 @@ class Case:
     run: Callable[..., fd.bench.Recommendation]
     needs_s3: bool = False
     live: Callable[..., Stats] | None = None
+    says: tuple[str, ...] = ()
+    full: bool = True
 
 
 USERS = (
@@ -255,6 +333,15 @@ CASES = (
     Case("100 ms training step", "step", step_bound),
     Case("workers over the memory budget", "memory", memory),
     Case("S3 with 100 ms of latency (fault proxy)", "storage", storage, needs_s3=True),
+    Case("page-cached gzip HDF5, 2 workers, a core taken", "cpu", hdf5_cached, says=("waiting for a core",)),
+    Case("gzip HDF5 in 4 loader threads: h5py's lock", "cpu", hdf5_threads, says=("lock",)),
+    Case(
+        "workers restarted every epoch, 0.12 s set-up, 20 ms step",
+        "worker-init",
+        restarts,
+        live=restarts_live,
+        says=("persistent_workers=True would save the workers' launch and set-up",),
+    ),
 )
 
 __all__ = ["CASES", "FULL", "QUICK", "USERS", "Case", "busy_core"]

@@ -184,6 +184,7 @@ class Session:
             start_method=self.start_method,
             where="training",
             auto=self.tuning is not None,
+            persistent=self.persistent,
         )
 
     # -- the pass ------------------------------------------------------------------------------------
