@@ -1,8 +1,8 @@
 """The known-answer suite: one real loader per label (tests/known_answers.py), each labelled right
-while another program keeps one core busy, and the same label from a --quick and a fuller measurement; and
-users' workloads (tests/user_workloads.py: plain torch datasets waiting on a loopback HTTP server, sleeps, a
-lock, the disk; Python and JPEG decoding in loader threads), each also live, under the monitor inside a
-training loop, which must give the same label as the offline sweep.
+while another program keeps one core busy, and the same label from a --quick and (where a longer run sees
+more: ``Case.full``) a fuller measurement; and users' workloads (tests/user_workloads.py: plain torch datasets
+waiting on a loopback HTTP server, sleeps, a lock, the disk; Python and JPEG decoding in loader threads), each
+also live, under the monitor inside a training loop, which must give the same label as the offline sweep.
 
 Real DataLoaders, real worker processes, real page-cached JPEG decode from tar, real video decode on the
 watchdog's helper thread, the local S3 server behind the fault proxy. The assertions are the labels and

@@ -233,6 +233,26 @@ def test_the_saving_claimed_for_persistent_workers_is_launch_and_set_up_not_the_
     assert "0.83 s" not in note.split("takes 0.83 s", 1)[1], note  # the whole wait is never the claimed saving
 
 
+@pytest.mark.parametrize(
+    ("looks", "expected"),
+    [
+        (None, "storage"),  # no looks (a hand-made point): time in fetch above the CPU used is the sign left
+        ({"computing": 40}, "cpu"),  # the looks saw them running or waiting for a core, never on storage
+        ({"computing": 32, "network/recvfrom": 8}, "storage"),  # ... or on the network, 20% of the time
+    ],
+)
+def test_time_in_fetch_above_the_cpu_is_storage_only_where_the_looks_see_storage(
+    looks: dict[str, int] | None, expected: str
+) -> None:
+    # issue 35: a page-cached gzip HDF5 file decompressing in fetch, on a machine with a core taken: the workers
+    # were busy (running 30%, waiting for a core 70%) and labelled "Storage-bound ... the network or a remote store"
+    starved = pt(2, 1000, worker_busy=[1.0, 1.0], per_worker_cores=[0.3, 0.3], looks=looks, **WAITING)
+    rec = fd.bench.recommend(sweep_of(pt(0, 400), starved))
+    assert rec.bottleneck == expected, rec.text()
+    if expected == "cpu":
+        assert "wait for a core 70% of the time and compute 30%" in rec.text(), rec.text()
+
+
 def test_measurements_that_disagree_make_the_label_uncertain() -> None:
     noisy = pt(2, 300, spread=0.7, round_labels=["cpu", "storage"], worker_busy=[0.9, 0.9])
     rec = fd.bench.recommend(sweep_of(pt(0, 100), noisy))

@@ -22,12 +22,19 @@ and the sentences of evidence behind it. The rules, in order:
   process with its helper threads 0.8 cores' worth of the time it has between steps. Unless the looks at
   the producers show them waiting (off the CPU) more than computing.
 * ``storage``, ``lock``, ``sleep``, ``wait`` (waiting producers): the looks at the producers' threads
-  (:class:`fastdata.core.system.ThreadSampler`) find them off the CPU a third of the time or more, and more
-  than computing (waiting for a core left out: that is other programs' crowding), and say on what: the
+  (:class:`fastdata.core.system.ThreadSampler`) find them off the CPU a third of the time they were not
+  waiting for a core or more, and more than computing (waiting for a core left out: that is other programs'
+  crowding), and say on what: the
   network or the disk (``storage``), a lock (``lock``), a sleep (``sleep``), another system call (``wait``,
-  naming it); in thread mode a wait on a futex, likely the GIL, does not outweigh a busy core. Without
-  looks (a hand-made window), the older signs of a wait on storage: the time in ``fetch`` far above the CPU
-  the producers use, block-I/O delay, threads seen in D state.
+  naming it); in thread mode a wait on a futex, likely the GIL, does not outweigh a busy core. The other
+  signs of a wait on storage: block-I/O delay, threads seen in D state, and the time in ``fetch`` far above
+  the CPU the producers use, this one only where no looks were made or they saw the network or the disk (a
+  gzip HDF5 file decompressing in fetch on a crowded machine waits for a core as long, on no storage).
+  Producers seen waiting for a core more than computing are starved of cores: ``cpu``, saying so.
+* whatever the label, workers restarted at every epoch whose launch and set-up are 10% or more of the
+  loop's wait for data: the advice names ``persistent_workers=True`` and that saving (``fork`` and
+  ``worker-init`` also fire where epochs' first batches are half of a training loop's wait for data or more,
+  below a third of its time).
 * ``ipc``: the main process waits in the middle of receiving batches (the hand-over of each tensor's
   shared memory) while neither side computes.
 * ``unknown``: none of the above, and the looks could not say either (none were made, or the producers

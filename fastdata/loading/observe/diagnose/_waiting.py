@@ -47,8 +47,11 @@ def waiting(ev: Evidence) -> tuple[str, float, float] | None:
         return None
     off = sum(ev.w.waits.get(k, 0.0) for k in OFF_CPU)
     # against computing alone: waiting for a core is the machine's crowding (another program's), not work
-    # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing
-    if off < WAITS or off <= ev.w.waits.get("computing", 0.0):
+    # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing.
+    # For the same reason the share is of the time the producer was not kept waiting for a core: a reader of a
+    # cold disk on a crowded machine (computing 13%, waiting for a core 54%, on the disk 29%) waits on the disk
+    had = 1.0 - ev.w.waits.get("runq", 0.0)
+    if had <= 0 or off < WAITS * had or off <= ev.w.waits.get("computing", 0.0):
         return None
     top = max(OFF_CPU, key=lambda k: ev.w.waits.get(k, 0.0))
     return top, ev.w.waits.get(top, 0.0), off
