@@ -343,7 +343,7 @@ CASES = (
         "worker-init",
         restarts,
         live=restarts_live,
-        says=("persistent_workers=True would save the workers' launch and set-up",),
+        says=("persistent_workers=True would save the workers' launch, set-up",),
     ),
 )
 

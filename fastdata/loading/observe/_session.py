@@ -248,6 +248,7 @@ class Session:
                 try:
                     batch = next(it)
                 except StopIteration:
+                    counter.ended(asked, counter.clocks())  # the pass's end: workers that do not persist stop here
                     return
                 finally:
                     counter.inside = False

@@ -41,30 +41,45 @@ def waits(ev: Evidence) -> tuple[float, float]:
     return first, first + w.stall * (1 - first)
 
 
+def shutdown_cost(ev: Evidence) -> float:
+    """Seconds the loop waited at each pass's end (the ``next()`` that found it over: workers that do not
+    persist are shut down there), 0 where none ended in the window or the workers persist."""
+    w = ev.w
+    if not w.ends or not ev.workers or ev.ctx.persistent:
+        return 0.0
+    return w.end_wait_s / w.ends
+
+
 def persistent_saving(ev: Evidence) -> tuple[float, float, str] | None:
     """What ``persistent_workers=True`` would save: ``(seconds per epoch, share of the loop's wait for data,
     the sentence that says it)``; None where it saves nothing measurable (see :func:`restart_cost`). Persistent
-    workers start once too: the saving is each start after the first."""
-    per = restart_cost(ev)
+    workers start once too: the saving is each start after the first, and each pass's end (their shutdown)."""
+    start = restart_cost(ev)
     split = ev.ctx.start
-    if not per or split is None or split.total <= 0:
+    if not start or split is None or split.total <= 0:
         return None
+    end = shutdown_cost(ev)
+    per = start + end
     first, wait = waits(ev)
     w = ev.w
     epochs = ""
     if w.first_wait_s and w.starts > 1 and w.seconds > 0:
-        saved = min(per * (w.starts - 1), w.first_wait_s)  # never more than the first batches were waited for
+        # never more than the first batches and the passes' ends were waited for
+        saved = min(start * (w.starts - 1), w.first_wait_s) + min(end * (w.starts - 1), w.end_wait_s)
         time_share = saved / w.seconds
         epochs = f"{saved:.2f} s over the {w.starts - 1} restarts seen, "
     else:
-        time_share = first * min(1.0, per / split.total)  # of each epoch's first wait, the part it saves
+        time_share = first * min(1.0, start / split.total)  # of each epoch's first wait, the part it saves
+        if w.seconds > 0:
+            time_share += w.end_wait_s / w.seconds
     share = time_share / wait if wait > 0 else 0.0
     where = "the time the loop waits for data" if w.step else "the time"
     rest = split.fill + split.produce + split.deliver
+    parts = f"launch {split.launch:.2f} s + set-up {split.init:.2f} s" + (f" + shutdown {end:.2f} s" if end else "")
     text = (
-        f"persistent_workers=True would save the workers' launch and set-up, {per:.2f} s an epoch after the first "
-        f"(launch {split.launch:.2f} s + set-up {split.init:.2f} s; {epochs}{share:.0%} of {where}); not the first "
-        f"batch's own reading and delivery ({rest:.2f} s), which persistent workers pay at every epoch too"
+        f"persistent_workers=True would save the workers' launch, set-up{' and shutdown' if end else ''}, "
+        f"{per:.2f} s an epoch after the first ({parts}; {epochs}{share:.0%} of {where}); not the first batch's "
+        f"own reading and delivery ({rest:.2f} s), which persistent workers pay at every epoch too"
     )
     return per, share, text
 
@@ -168,4 +183,4 @@ def start_up(ev: Evidence) -> Verdict | None:
     return None
 
 
-__all__ = ["persistent_advice", "persistent_saving", "restart_cost", "start_up", "waits"]
+__all__ = ["persistent_advice", "persistent_saving", "restart_cost", "shutdown_cost", "start_up", "waits"]
