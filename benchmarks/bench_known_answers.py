@@ -7,8 +7,10 @@ training loop, with the same label offline and live.
 Each run measures every case of tests/known_answers.py (one real loader per label: tar JPEG decode with
 a 20 ms step, video decode on a helper thread at 0 workers, a shuffle window that fills the first
 batch, a 2 GiB parent, a slow per-worker set-up, huge Python batches, cheap items, a 100 ms step,
-workers over a memory budget, S3 behind a latency-injecting proxy) at the --quick timing and at the
-fuller one, while a busy-loop subprocess holds one core. The S3 case starts a local moto server and
+workers over a memory budget, S3 behind a latency-injecting proxy; issue 35's page-cached gzip HDF5 file
+read by workers and by loader threads, and a training loop whose workers restart every epoch) at the --quick
+timing and at the fuller one (every case at both here, where the test suite runs the fuller one only where
+it sees more), while a busy-loop subprocess holds one core. The S3 case starts a local moto server and
 the fault proxy (tests/fault_proxy.py). JSON out with the counts, every run's labels, the load average
 and library versions.
 

@@ -45,9 +45,11 @@ def window_of(
     first_wait: float = 0.0,
     wait: float | None = None,
     producers: int | None = None,
+    looks: dict[str, int] | None = None,
 ) -> Window:
     """A window of ``SECONDS`` whose figures are the ones given (the defaults: an unremarkable loader);
-    ``producers``: what stage shares are per (the loader threads, in thread mode)."""
+    ``producers``: what stage shares are per (the loader threads, in thread mode); ``looks``: each worker's looks
+    at its threads by ``"kind/call"`` (none by default: a hand-made window)."""
     s = SECONDS
     samples = int(sps * s)
     wait_s = (wait if wait is not None else stall if stall is not None else 1.0) * s
@@ -78,6 +80,7 @@ def window_of(
                 threads=1,
                 pss=pss[k],
                 by_thread=threads,
+                looks=dict(looks or {}),
             )
         )
     producers = producers or max(1, workers)

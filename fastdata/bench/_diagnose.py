@@ -98,10 +98,12 @@ def context(p: Point, result: SweepResult) -> Context:
     """What the label rules need beside one point's window."""
     split = p.restart_split or p.start_split
     first_wait = None
-    if not p.window.first_wait_s and p.restart_s is None and result.epoch_samples and p.samples_per_s:
-        # no epoch ended while measuring: the first batch's wait against an epoch's time, predicted
+    if not p.window.first_wait_s and result.epoch_samples and p.samples_per_s:
+        # the windows hold no epoch's first wait (none ended while measuring, or between two windows): the
+        # first batch's wait against an epoch's time, predicted, from a later epoch's restart where one was timed
         epoch_s = result.epoch_samples / p.samples_per_s
-        first_wait = p.startup_s / (p.startup_s + epoch_s)
+        startup = p.restart_s if p.restart_s is not None else p.startup_s
+        first_wait = startup / (startup + epoch_s)
     return Context(
         cores=result.usable_cores,
         # loader threads are threads of the main process: their CPU is in its figures, read per thread
@@ -113,6 +115,7 @@ def context(p: Point, result: SweepResult) -> Context:
         blkio_known=p.blkio_known,
         first_wait=first_wait,
         stage_totals=p.stage_totals,
+        persistent=bool(p.config.persistent_workers),
     )
 
 
@@ -329,16 +332,7 @@ def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) ->
     share = startup_share(result, rec)
     measured_persistent = any(p.config.persistent_workers for p in result.ok_points())
     if share is not None and share >= STARTUP_NOTE and rec.config.processes and not rec.config.persistent_workers:
-        if measured_persistent:
-            out.append(
-                f"Starting the workers takes {rec.startup_s:.2f} s, {share:.0%} of an epoch; persistent_workers=True "
-                "was measured and was not faster here."
-            )
-        else:
-            out.append(
-                f"Starting the workers takes {rec.startup_s:.2f} s, {share:.0%} of an epoch: persistent_workers=True "
-                "would save it at every epoch, but was not measured (--persistent measures it)."
-            )
+        out.append(_startup_note(result, rec, share, measured_persistent))
     if result.step_time and rec.stall is not None and rec.stall >= stall_target:
         stalls = [p.stall for p in result.ok_points() if p.stall is not None]
         if stalls and min(stalls) >= stall_target:
@@ -348,6 +342,28 @@ def _notes(result: SweepResult, rec: Point, best: Point, stall_target: float) ->
                 "recommendation is the fastest loader."
             )
     return out
+
+
+def _startup_note(result: SweepResult, rec: Point, share: float, measured: bool) -> str:
+    """The first batch's wait, and the part of it persistent workers would save: launching the workers and
+    their set-up, never the first batch's own reading (a persistent worker reads it at every epoch too)."""
+    split = rec.restart_split or rec.start_split
+    first = f"The first batch of an epoch takes {rec.startup_s:.2f} s, {share:.0%} of an epoch"
+    if split:
+        s = StartSplit(**split)
+        saved = s.launch + s.init
+        epoch_s = (result.epoch_samples or 0) / rec.samples_per_s if rec.samples_per_s else 0.0
+        of_epoch = f", {saved / epoch_s:.0%} of an epoch" if epoch_s > 0 else ""
+        first += (
+            f": launching the workers {s.launch:.2f} s and their set-up {s.init:.2f} s, which persistent_workers=True "
+            f"would save ({saved:.2f} s{of_epoch}); the rest ({s.fill + s.produce + s.deliver:.2f} s) is making and "
+            "delivering the batch itself, paid at every epoch either way"
+        )
+    else:
+        first += ": persistent_workers=True would save the workers' launch and set-up in it"
+    if measured:
+        return first + "; persistent_workers=True was measured and was not faster here."
+    return first + "; --persistent measures it."
 
 
 def step_words(settings: dict[str, object]) -> str:

@@ -184,6 +184,7 @@ class Session:
             start_method=self.start_method,
             where="training",
             auto=self.tuning is not None,
+            persistent=self.persistent,
         )
 
     # -- the pass ------------------------------------------------------------------------------------
@@ -247,6 +248,7 @@ class Session:
                 try:
                     batch = next(it)
                 except StopIteration:
+                    counter.ended(asked, counter.clocks())  # the pass's end: workers that do not persist stop here
                     return
                 finally:
                     counter.inside = False

@@ -22,12 +22,19 @@ and the sentences of evidence behind it. The rules, in order:
   process with its helper threads 0.8 cores' worth of the time it has between steps. Unless the looks at
   the producers show them waiting (off the CPU) more than computing.
 * ``storage``, ``lock``, ``sleep``, ``wait`` (waiting producers): the looks at the producers' threads
-  (:class:`fastdata.core.system.ThreadSampler`) find them off the CPU a third of the time or more, and more
-  than computing (waiting for a core left out: that is other programs' crowding), and say on what: the
+  (:class:`fastdata.core.system.ThreadSampler`) find them off the CPU a third of the time they were not
+  waiting for a core or more, and more than computing (waiting for a core left out: that is other programs'
+  crowding), and say on what: the
   network or the disk (``storage``), a lock (``lock``), a sleep (``sleep``), another system call (``wait``,
-  naming it); in thread mode a wait on a futex, likely the GIL, does not outweigh a busy core. Without
-  looks (a hand-made window), the older signs of a wait on storage: the time in ``fetch`` far above the CPU
-  the producers use, block-I/O delay, threads seen in D state.
+  naming it); in thread mode a wait on a futex, likely the GIL, does not outweigh a busy core. The other
+  signs of a wait on storage: block-I/O delay, threads seen in D state, and the time in ``fetch`` far above
+  the CPU the producers use, this one only where no looks were made or they saw the network or the disk (a
+  gzip HDF5 file decompressing in fetch on a crowded machine waits for a core as long, on no storage).
+  Producers seen waiting for a core more than computing are starved of cores: ``cpu``, saying so.
+* whatever the label, workers restarted at every epoch whose launch and set-up are 10% or more of the
+  loop's wait for data: the advice names ``persistent_workers=True`` and that saving (``fork`` and
+  ``worker-init`` also fire where epochs' first batches are half of a training loop's wait for data or more,
+  below a third of its time).
 * ``ipc``: the main process waits in the middle of receiving batches (the hand-over of each tensor's
   shared memory) while neither side computes.
 * ``unknown``: none of the above, and the looks could not say either (none were made, or the producers
@@ -41,11 +48,12 @@ from __future__ import annotations
 
 from fastdata.loading.observe.diagnose import _wording as say
 from fastdata.loading.observe.diagnose._evidence import Evidence
-from fastdata.loading.observe.diagnose._startup import start_up
+from fastdata.loading.observe.diagnose._startup import persistent_advice, start_up
 from fastdata.loading.observe.diagnose._verdict import (
     COMPUTING,
     CORES_SATURATED,
     LEADING,
+    LOOKS_ENOUGH,
     MAIN_BUSY,
     MEMORY_NEAR,
     RECEIVE,
@@ -110,7 +118,19 @@ def _receive_advice() -> list[str]:
 
 
 def classify(ev: Evidence, stall_target: float = STALL_TARGET) -> Verdict:
-    """The label of one configuration's window, and its evidence (see the module docstring)."""
+    """The label of one configuration's window, and its evidence (see the module docstring); where workers
+    restart at every epoch and their launch and set-up are a measurable share of the loop's wait for data, the
+    advice names ``persistent_workers=True`` with what it would save, whatever the label."""
+    v = _classify(ev, stall_target)
+    if v.label in ("memory", "fork", "worker-init", "step"):
+        return v  # start-up verdicts say it themselves; a loop that keeps up has nothing to save
+    persist = persistent_advice(ev)
+    if persist is not None:
+        v.advice.append(persist)
+    return v
+
+
+def _classify(ev: Evidence, stall_target: float) -> Verdict:
     if ev.ctx.memory and ev.w.pss >= MEMORY_NEAR * ev.ctx.memory:
         return Verdict(
             "memory",
@@ -213,14 +233,24 @@ def _in_main_process(ev: Evidence, waits: tuple[str, float, float] | None) -> Ve
         gil = _one_core_note(ev)
         if gil:
             found.append(gil)
+        advice = _cpu_advice(ev) if label == "cpu" else ["collate less: let the dataset batch (batch_size= on it)"]
+        lock = ev.w.waits.get("lock", 0.0)
+        if ev.ctx.threads and lock >= LOCK_SEEN:
+            # a futex wait in a loader thread: the GIL, or a library lock held across the call (h5py holds one for
+            # every call, decompression included); threads of one process share both, processes do not
+            found.append(
+                f"the loader threads wait on a lock {lock:.0%} of the time{say.calls(ev, 'lock')}: the GIL, or a "
+                "library's lock that serialises its calls within a process (h5py's, a client's)"
+            )
+            advice = [
+                "worker processes (fd.Loader(workers='processes'), or the hybrid) each have their own interpreter "
+                "and library locks: loader threads share one",
+                *advice,
+            ]
         detail = say.breakdown(ev)
         if detail:
             found.append(detail)
-        return Verdict(
-            label,
-            found,
-            _cpu_advice(ev) if label == "cpu" else ["collate less: let the dataset batch (batch_size= on it)"],
-        )
+        return Verdict(label, found, advice)
     if waits is not None:
         return waits_verdict(ev, waits)
     if storage:
@@ -256,7 +286,20 @@ def _one_core_note(ev: Evidence) -> str:
     )
 
 
+LOCK_SEEN = 0.2  # loader threads seen waiting on a lock this share of their time: say so beside a cpu verdict
+STARVED = 1 / 3  # producers waiting for a core this share of their time, more than computing: starved of cores
+
+
 def _cpu_advice(ev: Evidence) -> list[str]:
+    runq, computing = ev.w.waits.get("runq", 0.0), ev.w.waits.get("computing", 0.0)
+    if ev.looked >= LOOKS_ENOUGH and runq >= STARVED and runq > computing:
+        # the looks saw the producers runnable, not running: the machine's cores, not the loader's work or a wait
+        return [
+            f"{say.producers(ev)} wait for a core {runq:.0%} of the time and compute {computing:.0%}: other programs "
+            f"used {ev.w.others_cores:.1f} of the {say.plural(ev.ctx.cores, 'core')}; the cores are the limit: free "
+            "them (fewer other jobs, or fewer workers than cores for the training process), cheaper decoding, or "
+            "more cores"
+        ]
     if _one_core_note(ev):
         return [
             "worker processes (or the hybrid) run such code in parallel: loader threads help where the work "
@@ -323,4 +366,4 @@ def agree(labels: list[Label], pooled: Label, spread: float) -> tuple[bool, str]
     return False, f"{len(labels)} measurements said {', '.join(labels)}, with throughputs {spread:.0%} apart"
 
 
-__all__ = ["IDLE_LEFT", "MAJORITY", "ONE_CORE", "agree", "classify"]
+__all__ = ["IDLE_LEFT", "LOCK_SEEN", "MAJORITY", "ONE_CORE", "STARVED", "agree", "classify"]

@@ -41,6 +41,8 @@ class Context:
             "bench".
         auto (bool): ``num_workers="auto"`` moves the worker count (the advice then leaves it to it).
             Defaults to False.
+        persistent (bool): the worker processes persist between passes (``persistent_workers=True``): no
+            launch or set-up to save. Defaults to False.
     """
 
     cores: int
@@ -54,6 +56,7 @@ class Context:
     stage_totals: Mapping[str, tuple[float, float]] | None = None
     where: Literal["bench", "training"] = "bench"
     auto: bool = False
+    persistent: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from fastdata.loading.observe.diagnose._verdict import (
     KIND_LABEL,
     LOOKS_ENOUGH,
     OFF_CPU,
+    STORAGE_SEEN,
     WAITS,
     Verdict,
 )
@@ -46,19 +47,34 @@ def waiting(ev: Evidence) -> tuple[str, float, float] | None:
         return None
     off = sum(ev.w.waits.get(k, 0.0) for k in OFF_CPU)
     # against computing alone: waiting for a core is the machine's crowding (another program's), not work
-    # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing
-    if off < WAITS or off <= ev.w.waits.get("computing", 0.0):
+    # the producer has to do; a CPU-bound producer on a crowded machine still waits off the CPU for nothing.
+    # For the same reason the share is of the time the producer was not kept waiting for a core: a reader of a
+    # cold disk on a crowded machine (computing 13%, waiting for a core 54%, on the disk 29%) waits on the disk
+    had = 1.0 - ev.w.waits.get("runq", 0.0)
+    if had <= 0 or off < WAITS * had or off <= ev.w.waits.get("computing", 0.0):
         return None
     top = max(OFF_CPU, key=lambda k: ev.w.waits.get(k, 0.0))
     return top, ev.w.waits.get(top, 0.0), off
 
 
+def storage_seen(ev: Evidence) -> float:
+    """Share of the looks at the producers that found them waiting on the network or the disk (0 with no looks)."""
+    return sum(ev.w.waits.get(k, 0.0) for k in ("network", "disk"))
+
+
 def storage_signs(ev: Evidence) -> list[str]:
-    """The measurements that show a wait on storage without looks at the threads (empty when none does)."""
+    """The measurements that show a wait on storage without looks at the threads (empty when none does).
+
+    Time in ``fetch`` beyond the CPU used is a wait, but not necessarily on storage: a reader that decompresses
+    inside fetch (h5py's gzip filter) on a crowded machine waits for a core, or for a library's lock, as long.
+    Where the threads were looked at, that sign counts only if the looks saw them on the network or the disk
+    (:data:`STORAGE_SEEN` of them); the kernel's own signs (block-I/O delay, D state) count regardless.
+    """
     signs = []
     wait = fetch_wait(ev)
     who = "each worker" if ev.workers else "each loader thread" if ev.ctx.threads else "the main process"
-    if wait >= FETCH_WAIT:
+    looked = ev.looked >= LOOKS_ENOUGH and bool(ev.w.waits)
+    if wait >= FETCH_WAIT and (not looked or storage_seen(ev) >= STORAGE_SEEN):
         fetch_ms = ev.stage_ms.get("fetch")
         ms = f" ({fetch_ms:.2f} ms per sample)" if fetch_ms is not None else ""
         fetch = ev.stage_busy.get("fetch") or 0.0
@@ -144,6 +160,7 @@ __all__ = [
     "fetch_wait",
     "more_concurrency",
     "network_note",
+    "storage_seen",
     "storage_signs",
     "waiting",
     "waits_verdict",

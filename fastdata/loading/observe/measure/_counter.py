@@ -26,6 +26,8 @@ class BatchCounter:
             threads), counted only when ``step_threads`` (not in thread mode, where loader threads work then).
         loop_s (float): inside passes: from each pass's start to its last batch.
         first_wait_s (float), starts (int): waits for a pass's first batch (or the first after a restart).
+        end_wait_s (float), ends (int): the ``next()`` that found a pass over (where workers that do not
+            persist are shut down), counted as a wait: a training loop waits there too.
         recv_s, recv_cpu_s, pin_s (float | None): rebuilding and pinning received batches, where the caller
             times them (the sweep's envelope); None otherwise.
         inside (bool): the loop is inside ``next()`` now (whoever iterates sets it around the call): the
@@ -33,8 +35,9 @@ class BatchCounter:
     """
 
     def __init__(self, step_threads: bool = True) -> None:
-        self.batches = self.samples = self.nbytes = self.starts = 0
+        self.batches = self.samples = self.nbytes = self.starts = self.ends = 0
         self.wait_s = self.wait_cpu_s = self.step_s = self.step_cpu_s = self.loop_s = self.first_wait_s = 0.0
+        self.end_wait_s = 0.0
         self.step_others_s = 0.0
         self.step_threads = step_threads
         self.recv_s: float | None = None
@@ -75,6 +78,22 @@ class BatchCounter:
         self._last = got
         self.batches += 1
         self.samples += samples
+
+    def ended(self, asked: Clocks, got: Clocks) -> None:
+        """The ``next()`` asked at ``asked`` found the pass over at ``got``: its time (shutting down workers
+        that do not persist) is a wait of the loop's, and the end of the pass."""
+        t0, c0, _ = asked
+        t1, c1, _ = got
+        self.wait_s += t1 - t0
+        self.wait_cpu_s += c1 - c0
+        self.end_wait_s += t1 - t0
+        self.ends += 1
+        if self._last is not None:
+            last_t, last_c, _ = self._last
+            self.step_s += max(0.0, t0 - last_t)
+            self.step_cpu_s += max(0.0, c0 - last_c)
+            self.loop_s += t1 - last_t
+        self._last = None
 
     def received(self, recv_s: float, recv_cpu_s: float, pin_s: float, nbytes: int) -> None:
         """Add what the sweep's envelope timed for the batch just counted."""

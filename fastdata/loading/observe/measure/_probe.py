@@ -181,6 +181,8 @@ class Probe:
             step_others_s=c.step_others_s,
             first_wait_s=c.first_wait_s,
             starts=c.starts,
+            end_wait_s=c.end_wait_s,
+            ends=c.ends,
             recv_s=c.recv_s,
             recv_cpu_s=c.recv_cpu_s,
             pin_s=c.pin_s,

@@ -84,6 +84,8 @@ class Window:
             threads): the step's, not the loader's (0 in thread mode, where the loader threads run then).
         first_wait_s (float): waiting for a pass's first batch (starting the workers, refilling buffers),
             and after each restart; starts (int): those passes and restarts.
+        end_wait_s (float): the ``next()`` that found a pass over (shutting down workers that do not persist);
+            ends (int): those passes.
         recv_s, recv_cpu_s, pin_s (float | None): the main process rebuilding received batches (wall, CPU;
             tensor hand-over waits included in the wall) and pinning them, timed batch by batch by the
             sweep's envelope (None where not measured: the monitor estimates receiving from ``wait_cpu_s``).
@@ -112,6 +114,8 @@ class Window:
     step_others_s: float = 0.0
     first_wait_s: float = 0.0
     starts: int = 0
+    end_wait_s: float = 0.0
+    ends: int = 0
     recv_s: float | None = None
     recv_cpu_s: float | None = None
     pin_s: float | None = None
