@@ -78,6 +78,9 @@ def test_the_loader_reports_every_n_batches_to_a_function(shards: list[str]) -> 
         assert len(pids) >= 3 and os.getpid() not in pids
         assert max(len(r.processes) for r in reports) == 3
         assert loader.stats() is reports[-1]
+        # what fork copied the page tables of, for the fork verdict ("the 0.0 GiB parent" before it was read)
+        session = loader._session
+        assert session is not None and session.context().parent_rss > 50e6  # torch alone is more
     finally:
         loader.close()
 

@@ -27,7 +27,7 @@ from typing import Any
 from fastdata.core import stages
 from fastdata.core.errors import ConfigError
 from fastdata.core.process import SharedState
-from fastdata.core.system import memory_available, usable_cores, usable_memory
+from fastdata.core.system import memory_available, rss, usable_cores, usable_memory
 from fastdata.loading.observe.diagnose._evidence import Context
 from fastdata.loading.observe.measure import _stage_table as stage_table
 from fastdata.loading.observe.measure._counter import BatchCounter
@@ -108,6 +108,7 @@ class Session:
         has_skips = counters is not None and "skipped" in counters.counters
         self.ledger = Ledger(counters) if tuner is not None and counters is not None and has_skips else None
         self.start_method, self.persistent = start_method, persistent
+        self.parent_rss = 0.0  # the main process's resident bytes when the workers last started
         self.counter = BatchCounter(step_threads=threads == 0)
         self.probe = Probe(rows, self.counter, loader_threads=threads > 0)
         stall_target = tuner.options.stall_target if tuner is not None else 0.05
@@ -182,6 +183,7 @@ class Session:
             memory=self.probe.memory,
             start=self._split,
             start_method=self.start_method,
+            parent_rss=self.parent_rss,
             where="training",
             auto=self.tuning is not None,
             persistent=self.persistent,
@@ -205,6 +207,7 @@ class Session:
             self.probe.start()
         self.probe.table.new_epoch()  # each producer marks its next batch as this pass's first
         if self.setting.workers:
+            self.parent_rss = rss()  # what fork copies the page tables of (the fork verdict names it)
             self.probe.detach_main()
         else:
             self.probe.attach_main()  # the main process makes the batches: it writes into row 0
