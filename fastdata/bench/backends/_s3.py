@@ -13,10 +13,17 @@ Endpoint, region and credentials come from the standard AWS chain (``AWS_ENDPOIN
 the environment), or from ``-o endpoint_url=http://127.0.0.1:9000`` and the other non-secret fields of
 :class:`~fastdata.storage.s3.S3Config` (``region_name``, ``profile_name``, ``anonymous``,
 ``max_attempts``, ``concurrency`` ...). Credentials are not taken as options: options are written to
-the report; from Python, pass ``config=S3Config(...)`` (its repr hides them). Other options: ``decode``,
-``on_error``, ``seed``; for objects ``lookahead``, ``on_missing``, ``cache``, ``page_size``; for shards
-``indexed``, ``shuffle``, ``shuffle_window``, ``max_open`` and the reader's ``readahead``, ``part_size``,
-``coalesce_gap``, ``prefetch``, ``max_prefetch``, ``cache_bytes``, ``open_bytes``.
+the report; from Python, pass ``config=S3Config(...)`` (its repr hides them).
+
+The pipeline measured is the local tar backend's (:mod:`fastdata.bench.backends`): ``decode`` defaults
+to "torch" and images of different sizes are resized so that they batch; ``size`` (``HxW``),
+``batch_size`` (shards batch in the dataset, ``--batch-size`` by default, ``null`` for the DataLoader;
+objects are batched by the DataLoader at ``batch_size``), ``on_error``, ``seed``; ``cache_dir``,
+``cache_limit``, ``cache_check`` (the command gives the sweep a temporary fetch cache unless
+``cache_dir`` is given; ``false`` reads uncached); for objects ``lookahead``, ``on_missing``, ``cache``
+(the listing), ``page_size``; for shards the tar backend's ``fields``, ``indexed``, ``shuffle``,
+``shuffle_window``, ``max_open`` and the reader's ``readahead``, ``part_size``, ``coalesce_gap``,
+``prefetch``, ``max_prefetch``, ``cache_bytes``, ``open_bytes``.
 """
 
 from __future__ import annotations
@@ -196,6 +203,7 @@ def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str, di
     opts = dict(src.options)
     cache = {k: opts.pop(k) for k in list(opts) if k in _CACHE}
     facts: dict[str, Any] = {"fetched_bytes": 0}
+    urls: list[str] | None = None  # the shards, or None: objects
 
     if src.shards:
         urls = src.shard_urls()
@@ -203,6 +211,7 @@ def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str, di
         facts["source"] = f"s3 tar shards ({len(urls)})"
 
         def look() -> list[Any]:
+            # the first shard only: through the fetch cache it is then read by the sweep, not fetched again
             samples, fetched = peek(urls[:1], PEEK, storage_options={"config": src.config, **reader}, **cache)
             facts["fetched_bytes"] += fetched
             return samples
@@ -228,7 +237,7 @@ def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str, di
                 ds.close()
 
         out, note = plan_decode(opts, DEFAULT_DECODE, look_objects, batches=True)
-    facts["stored_bytes"] = src.stored_bytes(urls if src.shards else None)
+    facts["stored_bytes"] = src.stored_bytes(urls)
     out.update(cache)
     out["config"], out["shards"] = src.config, src.shards
     return out, note, facts

@@ -86,14 +86,15 @@ def _peek(urls: list[str]) -> list[Any]:
     return peek(urls, PEEK)[0]
 
 
-def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The options to sweep, ``decode`` chosen so that batches batch (see the module doc), and which
-    decode that is, in words, for the report."""
+def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The options to sweep, ``decode`` chosen so that batches batch (see the module doc), which decode
+    that is, in words, and what is read, for the report."""
     from fastdata.bench.backends._sizing import plan_decode
 
     _check(options)
     urls = _urls(spec)
-    return plan_decode(options, DEFAULT_DECODE, lambda: _peek(urls), batches=True)
+    out, note = plan_decode(options, DEFAULT_DECODE, lambda: _peek(urls), batches=True)
+    return out, note, {"source": f"local tar shards ({len(urls)})"}
 
 
 def open(spec: str, **options: Any) -> Any:
