@@ -56,6 +56,8 @@ def bench(spec: str, args: argparse.Namespace, out: Path, env: dict[str, str]) -
         str(args.batch),
         "--seconds",
         str(args.seconds),
+        "--rounds",
+        str(args.rounds),
         "--json",
         str(out),
     ]
@@ -126,6 +128,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workers", default="0,1,2", help="the bench's --workers; the hand loop runs each")
     p.add_argument("--seconds", type=float, default=3.0, help="the bench's --seconds per point")
+    p.add_argument("--rounds", type=int, default=3, help="the bench's --rounds (medians of interleaved passes)")
     p.add_argument("--epochs", type=int, default=6, help="epochs timed per hand loop, after a warm one")
     p.add_argument("--repeats", type=int, default=3, help="rounds of the hand loops (medians)")
     p.add_argument("--seed", type=int, default=0)

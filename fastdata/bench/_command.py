@@ -402,7 +402,10 @@ def fetch_cache(options: dict[str, Any], run_scope: contextlib.ExitStack) -> str
         return f"{given} (-o cache_dir)"
     folder = run_scope.enter_context(tempfile.TemporaryDirectory(prefix="fastdata-bench-fetch-"))
     options["cache_dir"] = folder
-    return "a temporary folder, removed after the run; -o cache_dir=DIR keeps one, -o cache_dir=false reads uncached"
+    return (
+        "a temporary folder, removed after the run; the points read its copies, as training with cache_dir= does "
+        "after its first epoch; -o cache_dir=false reads from the store"
+    )
 
 
 def _run_spec(args: argparse.Namespace, run_scope: contextlib.ExitStack) -> int:
