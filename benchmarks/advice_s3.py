@@ -13,8 +13,8 @@
 4. the same hand loop over the local shards at the setting the local bench recommends.
 
 The bench's samples/s per setting is set beside the hand loop's at the same setting; the bytes the bench
-fetched from the server beside the bytes stored. Contenders take turns (bench S3, bench local, hand
-loops); ``--repeats`` rounds of the hand loops, medians.
+fetched from the server beside the bytes stored. ``--repeats`` rounds, each the S3 bench, its hand loops,
+the local bench, its hand loop, in turn (load from other programs shared among them); medians.
 
     python benchmarks/advice_s3.py --json benchmarks/results/advice_s3.json
     python benchmarks/advice_s3.py --seconds 1 --epochs 3 --repeats 1     # quick
@@ -127,10 +127,10 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=100, help="JPEGs per shard (128x128, ~8 KB each)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workers", default="0,1,2", help="the bench's --workers; the hand loop runs each")
-    p.add_argument("--seconds", type=float, default=3.0, help="the bench's --seconds per point")
-    p.add_argument("--rounds", type=int, default=3, help="the bench's --rounds (medians of interleaved passes)")
+    p.add_argument("--seconds", type=float, default=2.0, help="the bench's --seconds per point")
+    p.add_argument("--rounds", type=int, default=1, help="the bench's own --rounds, in each of --repeats")
     p.add_argument("--epochs", type=int, default=6, help="epochs timed per hand loop, after a warm one")
-    p.add_argument("--repeats", type=int, default=3, help="rounds of the hand loops (medians)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds of bench and hand loops, in turn (medians)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
@@ -158,28 +158,41 @@ def main() -> None:
         env = {**os.environ, **server.env(), "XDG_CACHE_HOME": str(root / "xdg"), "PYTHONPATH": str(ROOT)}
         os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]
         print(f"{len(local)} shards, {len(local) * args.samples} JPEGs, {stored / 1e6:.1f} MB", flush=True)
-        on_s3 = bench(f"s3://{BUCKET}/train/", args, root / "bench-s3.json", env)
-        print(f"bench s3: {on_s3['heading']}\n  recommends {on_s3['code']}", flush=True)
-        on_disk = bench(pattern, args, root / "bench-local.json", env)
-        print(f"bench local: {on_disk['heading']}\n  recommends {on_disk['code']}", flush=True)
-
-        settings = {p: kw for p, kw in _settings(on_s3, args).items()}
         config = S3Config(**server.options())
-        hand: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
+        benches_s3: list[dict[str, Any]] = []
+        benches_local: list[dict[str, Any]] = []
+        settings: dict[str, dict[str, Any]] = {}
+        hand: dict[str, list[dict[str, Any]]] = {}
         hand_local: list[dict[str, Any]] = []
-        for r in range(args.repeats):
+        for r in range(args.repeats):  # each round: the bench, then the hand loops, S3 then local
+            benches_s3.append(bench(f"s3://{BUCKET}/train/", args, root / f"bench-s3-{r}.json", env))
+            print(f"round {r}: bench s3: {benches_s3[-1]['heading']}\n  {benches_s3[-1]['code']}", flush=True)
+            if not settings:
+                settings = _settings(benches_s3[0], args)
+                hand = {name: [] for name in settings}
             for name, kwargs in settings.items():
                 with tempfile.TemporaryDirectory(dir=tmp) as cache:
                     run = hand_loop(remote, kwargs, args, storage_options={"config": config}, cache_dir=cache)
                 hand[name].append(run)
                 print(f"  round {r}: hand s3 {name}: {run['samples_per_s']:,.0f} samples/s", flush=True)
-            run = hand_loop(local, on_disk["kwargs"], args)
+            benches_local.append(bench(pattern, args, root / f"bench-local-{r}.json", env))
+            print(f"round {r}: bench local: {benches_local[-1]['code']}", flush=True)
+            run = hand_loop(local, benches_local[0]["kwargs"], args)
             hand_local.append(run)
-            print(f"  round {r}: hand local {on_disk['recommended']}: {run['samples_per_s']:,.0f}", flush=True)
+            print(f"  round {r}: hand local {benches_local[0]['recommended']}: {run['samples_per_s']:,.0f}", flush=True)
 
     def median(runs: list[dict[str, Any]]) -> float:
         return statistics.median(r["samples_per_s"] for r in runs)
 
+    def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        """The first round's bench, its samples/s per setting the median over the rounds."""
+        labels = {k for b in runs for k in b["points"]}
+        points = {k: statistics.median(b["points"][k] for b in runs if k in b["points"]) for k in labels}
+        said = [b["recommended"] for b in runs]
+        # the setting recommended most often over the rounds (the first of equals)
+        return runs[0] | {"points": points, "recommended_by_round": said, "recommended": max(said, key=said.count)}
+
+    on_s3, on_disk = pooled(benches_s3), pooled(benches_local)
     rows = []
     for name in settings:
         said = on_s3["points"].get(name)
@@ -191,12 +204,14 @@ def main() -> None:
                 "bench_samples_per_s": said,
                 "hand_samples_per_s": done,
                 "bench_over_hand": said / done if said else None,
+                "bench_rounds": [b["points"].get(name) for b in benches_s3],
                 "hand_rounds": [r["samples_per_s"] for r in hand[name]],
             }
         )
     fastest = max(rows, key=lambda r: r["hand_samples_per_s"])
     rec_row = next(r for r in rows if r["recommended"])
-    said_local = on_disk["points"].get(on_disk["recommended"])
+    local_label = benches_local[0]["recommended"]  # the setting the local hand loop ran
+    said_local = on_disk["points"].get(local_label)
     out = {
         "benchmark": "advice_s3",
         "corpus": {"shards": len(local), "samples": len(local) * args.samples, "stored_bytes": stored},
@@ -204,11 +219,13 @@ def main() -> None:
         "s3": {"bench": on_s3, "hand": rows},
         "local": {
             "bench": on_disk,
-            "hand_recommended_samples_per_s": median(hand_local),
+            "hand_setting": local_label,
+            "hand_samples_per_s": median(hand_local),
             "bench_over_hand": said_local / median(hand_local) if said_local else None,
         },
         "summary": {
             "fetched_over_stored": on_s3["measured"]["fetched_bytes"] / stored,
+            "fetched_over_stored_by_round": [b["measured"]["fetched_bytes"] / stored for b in benches_s3],
             "recommended_over_fastest_by_hand": rec_row["hand_samples_per_s"] / fastest["hand_samples_per_s"],
         },
         # other programs' load moves every figure here: said with them
@@ -238,7 +255,8 @@ def main() -> None:
         f"measured by hand ({fastest['setting']})"
     )
     print(
-        f"local: bench recommends {on_disk['recommended']} at {said_local or 0:,.0f} samples/s; by hand "
+        f"local: bench says {said_local or 0:,.0f} samples/s at {local_label} (recommended: "
+        f"{', '.join(on_disk['recommended_by_round'])}); by hand "
         f"{median(hand_local):,.0f}"
     )
     if args.json:
@@ -248,22 +266,23 @@ def main() -> None:
 
 
 def _settings(on_s3: dict[str, Any], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """The hand loop's settings: the recommended one, and each worker count swept at the bench's other
-    defaults (the DataLoader keyword arguments of the bench's points)."""
+    """The hand loop's settings: each worker count swept, with and without persistent workers (the bench
+    measures the persistent variant where start-up costs), at the recommendation's other settings."""
     from fastdata.bench import Config
 
     rec = on_s3["kwargs"]
-    out = {on_s3["recommended"]: rec}
+    out: dict[str, dict[str, Any]] = {}
     for w in (int(x) for x in args.workers.split(",")):
-        config = Config(
-            w,
-            rec.get("prefetch_factor") or 2 if w else None,
-            bool(rec.get("pin_memory")),
-            False,
-            None,
-            transport=rec.get("transport", "slots") if w else "stock",
-        )
-        out.setdefault(config.label(), config.loader_kwargs())
+        for persist in (False, True) if w else (False,):
+            config = Config(
+                w,
+                rec.get("prefetch_factor") or 2 if w else None,
+                bool(rec.get("pin_memory")),
+                persist,
+                None,
+                transport=rec.get("transport", "slots") if w else "stock",
+            )
+            out[config.label()] = config.loader_kwargs()
     return out
 
 

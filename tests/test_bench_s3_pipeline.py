@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,10 +19,11 @@ from fastdata.bench import backends
 from fastdata.cli import main
 from fastdata.core.errors import ConfigError
 from fastdata.storage.s3 import S3Config
-from tests.datagen import make_shards
+from tests.datagen import jpeg_bytes, make_shards
 from tests.s3_server import MotoServer, upload_files
 
 SHARDS, PER_SHARD = 2, 12
+OBJECTS = 6
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,8 @@ def shards(s3_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> t
     client.create_bucket(Bucket="bench-s3-pipeline")
     paths = make_shards(tmp_path_factory.mktemp("shards"), shards=SHARDS, per_shard=PER_SHARD, jpeg=True, seed=5)
     upload_files(client, "bench-s3-pipeline", {f"train/{os.path.basename(p)}": p for p in paths})
+    rng = np.random.default_rng(6)
+    upload_files(client, "bench-s3-pipeline", {f"img/{i:02d}.jpg": jpeg_bytes(rng, (40, 30)) for i in range(OBJECTS)})
     return "s3://bench-s3-pipeline/train/", sum(os.path.getsize(p) for p in paths), paths[0]
 
 
@@ -69,6 +73,24 @@ def test_s3_shards_take_the_tar_backends_options_and_give_decoded_batches_of_the
         s3.prepare(prefix, {"config": config, "decode": "pil"})
     with pytest.raises(ConfigError, match="-o decode=pil gives PIL images, which do not batch"):
         backends.get("tar").prepare(local, {"decode": "pil"})
+
+
+def test_objects_under_a_prefix_are_decoded_and_their_batch_size_goes_to_the_dataloader(
+    shards: tuple[str, int, str], s3_options: dict[str, Any], tmp_path: Path
+) -> None:
+    s3 = backends.get("s3")
+    prefix = "s3://bench-s3-pipeline/img/"
+    asked = {"config": S3Config(**s3_options), "batch_size": 4, "cache_dir": str(tmp_path)}
+    assert not s3.batches_in_dataset(prefix, asked)  # one sample per object: the DataLoader batches
+    swept, note, facts = s3.prepare(prefix, asked)
+    assert note == "decode='torch'" and facts["loader_batch_size"] == 4  # not lost: the DataLoader's batch size
+    assert facts["source"] == "s3 objects (one sample per object)" and facts["stored_bytes"] > 0
+    ds = s3.open(prefix, **swept)
+    try:
+        assert isinstance(ds, fd.S3Dataset) and len(ds) == OBJECTS
+        assert tuple(ds[0]["jpg"].shape) == (3, 30, 40)  # decoded to a CHW tensor, as training reads it
+    finally:
+        ds.close()
 
 
 @pytest.mark.slow
