@@ -6,6 +6,7 @@ Heavy imports (torch, rich, matplotlib) happen inside :func:`run`, so ``fastdata
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -140,10 +141,11 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--transport",
         type=_transports,
-        default=["stock"],
+        default=None,
         metavar="KIND,...",
         help="how worker processes hand batches over: stock (the DataLoader's own way), slots (fastdata's "
-        "reused shared-memory slots, fd.Loader's default), or stock,slots to measure both (default stock)",
+        "reused shared-memory slots, fd.Loader's default), or stock,slots to measure both (default: "
+        "fd.Loader's, slots: the sweep predicts the loader the recommendation prints)",
     )
     p.add_argument("--batch-size", type=int, default=None, metavar="N", help="samples per batch (default 64)")
     p.add_argument("--prefetch", type=_ints, default=[2], metavar="N,N,...", help="prefetch_factor values (default 2)")
@@ -384,11 +386,29 @@ def _batches_itself(ds: Any) -> bool:
 def run_spec(args: argparse.Namespace) -> int:
     from fastdata.bench._options import skips_said_once
 
-    with skips_said_once():
-        return _run_spec(args)
+    with skips_said_once(), contextlib.ExitStack() as run_scope:
+        return _run_spec(args, run_scope)
 
 
-def _run_spec(args: argparse.Namespace) -> int:
+def fetch_cache(options: dict[str, Any], run_scope: contextlib.ExitStack) -> str:
+    """Give a remote source's sweep its fetch cache, and say which in words: every point of the sweep builds
+    its own dataset, so without one each point fetched the data again (54x the stored bytes in one default
+    run). The user's ``-o cache_dir=DIR`` is used as given (and kept), ``-o cache_dir=false`` measures
+    uncached reads; else a temporary folder, removed when the run ends (also after an error)."""
+    given = options.get("cache_dir")
+    if given is False:
+        return "none (-o cache_dir=false: uncached reads, as asked)"
+    if given is not None:
+        return f"{given} (-o cache_dir)"
+    folder = run_scope.enter_context(tempfile.TemporaryDirectory(prefix="fastdata-bench-fetch-"))
+    options["cache_dir"] = folder
+    return (
+        "a temporary folder, removed after the run; the points read its copies, as training with cache_dir= does "
+        "after its first epoch; -o cache_dir=false reads from the store"
+    )
+
+
+def _run_spec(args: argparse.Namespace, run_scope: contextlib.ExitStack) -> int:
     from rich.console import Console
 
     import fastdata.bench as fb
@@ -396,6 +416,7 @@ def _run_spec(args: argparse.Namespace) -> int:
     from fastdata.bench import backends
     from fastdata.bench._options import as_options, bench_error, grid_size, progress_bar, sweep_args
     from fastdata.bench.backends import public_options
+    from fastdata.bench.backends._shards import fetched_bytes
     from fastdata.formats import missing_local
     from fastdata.loading import as_is
 
@@ -405,6 +426,7 @@ def _run_spec(args: argparse.Namespace) -> int:
         kwargs.setdefault("warmup", 0.25)
     options = dict(args.option)
     factory: Any
+    fetched_before = 0  # bytes fetched from a remote store before the sweep (a peek, the probe's build)
     if FACTORY.match(args.spec) and not args.fmt:
         if options:
             raise ConfigError("-o options go to a backend's dataset; a package.module:function SPEC takes none")
@@ -412,7 +434,7 @@ def _run_spec(args: argparse.Namespace) -> int:
         factory, name = made, args.spec
         kwargs.update({k: v for k, v in made.kwargs.items() if k != "batch_size" or not args.batch_size})
         probe_ds = made()
-        settings: dict[str, Any] = {"spec": args.spec, "format": "factory", "options": {}}
+        settings: dict[str, Any] = {"spec": args.spec, "format": "factory", "options": {}, "source": args.spec}
         if made.ignored:
             settings["ignored_kwargs"] = made.ignored
     else:
@@ -420,10 +442,13 @@ def _run_spec(args: argparse.Namespace) -> int:
         if missing is not None:
             raise missing
         backend = backends.get(args.fmt) if args.fmt else backends.detect(args.spec)
-        if backend.dataset_batches and "batch_size" not in options:
+        if "batch_size" not in options and backend.batches_in_dataset(args.spec, options):
             options["batch_size"] = args.batch_size or 64  # the dataset-batched path, as the README advises
+        cache_words = fetch_cache(options, run_scope) if backend.fetch_cache else None
         # the decode measured (images of different sizes resized, so that batches batch), chosen once
-        swept, decode_note = backend.prepare(args.spec, options)
+        swept, decode_note, facts = backend.prepare(args.spec, options)
+        if facts.get("loader_batch_size") is not None:
+            kwargs["batch_size"] = facts["loader_batch_size"]  # one sample per item: the DataLoader batches
         # open once here, so a bad SPEC or option fails before any worker starts
         try:
             probe_ds = backend.open(args.spec, **swept)
@@ -434,6 +459,12 @@ def _run_spec(args: argparse.Namespace) -> int:
             raise error from e
         factory, name = (lambda: backend.open(args.spec, **swept)), backend.name
         settings = {"spec": args.spec, "format": backend.name, "options": public_options(swept)}
+        settings["source"] = facts.get("source") or f"{backend.name} ({args.spec})"
+        if cache_words is not None:
+            settings["fetch_cache"] = cache_words
+        if "stored_bytes" in facts:
+            settings["stored_bytes"] = facts["stored_bytes"]
+        fetched_before += int(facts.get("fetched_bytes") or 0)
         decoded = swept.get("decode", backend.default_decode)
         if decoded is not None:
             settings["decoded"] = decoded != "raw"
@@ -443,6 +474,7 @@ def _run_spec(args: argparse.Namespace) -> int:
         kwargs["batch_size"] = None  # the dataset yields whole batches
         kwargs.setdefault("collate_fn", as_is)
         settings["dataset_batch_size"] = probe_ds.batch_size
+    fetched_before += fetched_bytes(probe_ds)
     close = getattr(probe_ds, "close", None)
     if callable(close):
         close()
@@ -459,6 +491,7 @@ def _run_spec(args: argparse.Namespace) -> int:
     for point in result.points:  # the datasets' advice, as this command takes it
         if point.error:
             point.error = as_options(point.error)
+    settings["fetched_bytes"] = fetched_before + int(result.settings.get("fetched_bytes") or 0)
     result.settings.update(settings)
     rec = fb.recommend(result, procs_per_node=args.procs_per_node)
     report.print_report(

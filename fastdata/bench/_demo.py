@@ -87,7 +87,7 @@ def run_demo(args: argparse.Namespace) -> int:
                             bar.update(task, completed=base + 1 + min(done_here, n))  # confirmations: extra
 
                         options = dict(data.options)
-                        if b.dataset_batches and "batch_size" not in options:
+                        if "batch_size" not in options and b.batches_in_dataset(data.spec, options):
                             # the dataset-batched path: whole batches made in the worker
                             options["batch_size"] = kw["batch_size"]
                             kw = {**kw, "batch_size": None, "collate_fn": as_is}

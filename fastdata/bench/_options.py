@@ -19,6 +19,13 @@ def _pins(choice: str) -> list[bool] | None:
     return {"auto": None, "on": [True], "off": [False], "both": [False, True]}[choice]
 
 
+def default_transport() -> str:
+    """The transport ``fd.Loader`` hands batches over with unless told (``fastdata.loading.DEFAULT_TRANSPORT``)."""
+    from fastdata.loading import DEFAULT_TRANSPORT
+
+    return DEFAULT_TRANSPORT
+
+
 def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> dict[str, Any]:
     """Keyword arguments of :func:`fastdata.bench.sweep` from the command line."""
     if args.step_ms < 0:
@@ -35,7 +42,8 @@ def sweep_args(args: argparse.Namespace, *, batch_size: int, seconds: float) -> 
         "modes": getattr(args, "modes", None) or ["processes"],
         "threads": getattr(args, "threads", None),
         "threads_per_worker": getattr(args, "threads_per_worker", None) or 2,
-        "transport": getattr(args, "transport", None) or ["stock"],
+        # the transport fd.Loader uses unless told, so the prediction is for the loader the user will run
+        "transport": getattr(args, "transport", None) or [default_transport()],
         "batch_size": args.batch_size or batch_size,
         "prefetch_factor": args.prefetch,
         "pin_memory": _pins(args.pin),

@@ -205,6 +205,52 @@ def _console_for(console: Console | None, width: int) -> Console:
     return out
 
 
+def _bytes(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.1f} kB"
+
+
+def fetched_words(settings: dict[str, Any]) -> str | None:
+    """The bytes the run fetched from a remote store against the bytes stored, and the fetch cache, in
+    words (None for local data): "fetched 3.2 MB = 1.00x the 3.2 MB stored (fetch cache: ...)"."""
+    fetched, stored, cache = settings.get("fetched_bytes"), settings.get("stored_bytes"), settings.get("fetch_cache")
+    if cache is None and not fetched:
+        return None
+    text = f"fetched {_bytes(fetched or 0)}"
+    if stored:
+        text += f" = {(fetched or 0) / stored:.2f}x the {_bytes(stored)} stored"
+    return text + (f" (fetch cache: {cache})" if cache else "")
+
+
+def measured_words(settings: dict[str, Any]) -> str:
+    """What the sweep measured, in words, for the report's heading: the source, decoded or raw (and how),
+    batched in the dataset or by the DataLoader, the transport, and for remote data the bytes fetched."""
+    from fastdata.loading import DEFAULT_TRANSPORT
+
+    parts = [str(settings["source"])] if settings.get("source") else []
+    decoded = settings.get("decoded")
+    if decoded is False:
+        parts.append("raw bytes, not decoded (as asked)")
+    elif settings.get("decode"):
+        parts.append(f"decoded, {settings['decode']}")
+    elif decoded:
+        parts.append("decoded")
+    in_dataset = settings.get("dataset_batch_size")
+    if in_dataset:
+        parts.append(f"batched in the dataset ({in_dataset} per batch)")
+    elif settings.get("batch_size"):
+        parts.append(f"batched by the DataLoader ({settings['batch_size']} per batch)")
+    else:
+        parts.append("not batched")
+    transport = list(settings.get("transport") or ["stock"])
+    kinds = " and ".join(transport)
+    default = " (fd.Loader's default)" if transport == [DEFAULT_TRANSPORT] else ""
+    parts.append(f"transport {kinds}{default}" + (", each labelled" if len(transport) > 1 else ""))
+    fetched = fetched_words(settings)
+    if fetched:
+        parts.append(fetched)
+    return "; ".join(parts)
+
+
 def print_report(
     result: SweepResult, rec: Recommendation, console: Console | None = None, *, title: str | None = None
 ) -> None:
@@ -219,13 +265,12 @@ def print_report(
     what = "" if decoded is None else (" (decoded)" if decoded else " (raw bytes, not decoded: as asked)")
     phys = machine.get("physical_cores")
     sub = (
-        f"{result.dataset}{what}\n{machine.get('usable_cores', '?')} usable cores"
+        f"{result.dataset}{what}\nmeasured: {measured_words(result.settings)}\n"
+        f"{machine.get('usable_cores', '?')} usable cores"
         + (f" ({phys} physical)" if phys and phys != machine.get("usable_cores") else "")
-        + f", batch_size={result.settings.get('batch_size')}, start method "
-        f"{result.settings.get('multiprocessing_context') or '?'}, "
+        + f", start method {result.settings.get('multiprocessing_context') or '?'}, "
         f"{step_words(result.settings)}, {result.settings.get('seconds')} s per point, "
-        f"modes {'+'.join(result.settings.get('modes') or ['processes'])}, "
-        f"transport {'+'.join(result.settings.get('transport') or ['stock'])}"
+        f"modes {'+'.join(result.settings.get('modes') or ['processes'])}"
     )
     table = point_table(result, rec, title=f"{head}\n{sub}")
     width = Console(width=10_000).measure(table).maximum
@@ -340,6 +385,18 @@ def summary_table(rows: Sequence[tuple[str, SweepResult | None, Recommendation |
 def to_json(result: SweepResult, rec: Recommendation | None = None) -> dict[str, Any]:
     """The whole result (points, exact settings, machine, versions) and the recommendation."""
     out: dict[str, Any] = {"fastdata_bench": JSON_VERSION, "result": result.to_dict()}
+    settings = result.settings
+    out["measured"] = {
+        "words": measured_words(settings),
+        "source": settings.get("source"),
+        "decoded": settings.get("decoded"),
+        "dataset_batch_size": settings.get("dataset_batch_size"),
+        "batch_size": settings.get("batch_size"),
+        "transport": settings.get("transport"),
+        "fetched_bytes": settings.get("fetched_bytes"),
+        "stored_bytes": settings.get("stored_bytes"),
+        "fetch_cache": settings.get("fetch_cache"),
+    }
     if rec is not None:
         out["recommendation"] = rec.to_dict()
     return out

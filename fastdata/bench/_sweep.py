@@ -23,6 +23,7 @@ from fastdata.bench._loop import StepFn, Timing, measure
 from fastdata.bench._result import MODES, Config, Mode, Point, SweepResult
 from fastdata.bench._step import CPUStep
 from fastdata.bench._wider import wider
+from fastdata.bench.backends._shards import fetched_bytes
 from fastdata.core.errors import ConfigError, check_choice, check_positive
 from fastdata.core.system import usable_cores
 from fastdata.loading import Dataset as FastdataDataset
@@ -258,6 +259,7 @@ def sweep(
         "collate_fn": _name(collate_fn) if collate_fn else None,
         "multiprocessing_context": _context_name(multiprocessing_context),
         "memory": memory,
+        "fetched_bytes": 0,  # from a remote store (S3), by every process of every point
     }
     if callable(step_time):
         settings["step_time_callable"] = True
@@ -269,6 +271,7 @@ def sweep(
     total, done = len(configs) * rounds, 0
     description, epoch_samples = "", None
     threads_read = False  # a fastdata dataset: fd.Loader(workers="threads") can read it
+    given: list[Any] = []  # the dataset passed as it is (not a factory)
 
     def run(config: Config) -> None:
         nonlocal done, description, epoch_samples, threads_read
@@ -293,6 +296,12 @@ def sweep(
                 cores=cores,
             )
         finally:
+            # bytes from a remote store, counted per dataset built (the counters die with it): a dataset
+            # given as it is counts over the whole sweep, read once at the end
+            if owned:
+                settings["fetched_bytes"] += fetched_bytes(ds)
+            elif not given:
+                given.append(ds)
             if owned and callable(getattr(ds, "close", None)):
                 ds.close()
         per_config[config].append(point)
@@ -349,6 +358,8 @@ def sweep(
                 run(config)
     finally:
         torch.set_num_threads(threads_before)
+    if given:
+        settings["fetched_bytes"] = fetched_bytes(given[0])
     final = result()
     final.machine = describe()
     return final

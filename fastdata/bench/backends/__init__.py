@@ -9,17 +9,25 @@ The module provides::
     DEMO_BATCH_SIZE: int       # optional; the batch size of the demo sweep. Defaults to 64.
     DATASET_BATCHES: bool      # optional; open() takes batch_size= and the dataset batches itself (the
                                # command passes --batch-size to it). Defaults to False.
+    def batches_in_dataset(spec: str, options: dict) -> bool:
+        '''Optional: DATASET_BATCHES for this SPEC, where it depends on what SPEC holds (S3 shards batch
+        in the dataset, S3 objects do not).'''
     DEFAULT_DECODE: str        # optional; what decode= defaults to ("raw": bytes), for the report.
+    FETCH_CACHE: bool          # optional; the data is remote and open() takes cache_dir=: unless the user
+                               # gives -o cache_dir=DIR (or false), the command gives the sweep a temporary
+                               # fetch cache, so that each remote byte is fetched once per run. Defaults to False.
 
     def detect(spec: str) -> bool:
         '''True when SPEC is data of this format: a shard pattern, an HDF5 file, a folder of videos,
         an s3:// prefix ... Cheap (look at the name, or a file's first bytes), and specific: a backend
         that is not sure says False.'''
 
-    def prepare(spec: str, options: dict) -> tuple[dict, str]:
+    def prepare(spec: str, options: dict) -> tuple[dict, str] | tuple[dict, str, dict]:
         '''Optional. Before the sweep, once: the options every open() of the sweep gets (a decode chosen
         so that batches batch: images of different sizes resized, say), and which decode that measures,
-        in words, for the report. Raise ConfigError for options that cannot work on this data.'''
+        in words, for the report; optionally facts for the report: ``source`` (what is read, in words),
+        ``stored_bytes``, ``fetched_bytes`` (fetched by the preparation itself), ``loader_batch_size``
+        (a ``-o batch_size`` the DataLoader applies). Raise ConfigError for options that cannot work.'''
 
     def open(spec: str, **options) -> torch.utils.data.Dataset:
         '''The dataset to benchmark. ``options`` come from ``fastdata bench -o KEY=VALUE`` (values parsed
@@ -152,15 +160,20 @@ class Backend:
     def open(self, spec: str, **options: Any) -> Any:
         return self._require().open(spec, **options)
 
-    def prepare(self, spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-        """The options to sweep and which decode they measure (the backend's ``prepare``, where it has one;
-        else the options as they are and None)."""
+    def prepare(self, spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+        """The options to sweep, which decode they measure and facts for the report (the backend's
+        ``prepare``, where it has one; else the options as they are, None and no facts)."""
         mod = self._require()
         prepare = getattr(mod, "prepare", None)
         if not callable(prepare):
-            return dict(options), None
-        out, note = prepare(spec, dict(options))
-        return dict(out), note
+            return dict(options), None, {}
+        out, note, *facts = prepare(spec, dict(options))
+        return dict(out), note, dict(facts[0]) if facts else {}
+
+    @property
+    def fetch_cache(self) -> bool:
+        """The data is remote and the sweep reads it through a fetch cache (``cache_dir=``)."""
+        return bool(getattr(self._mod, "FETCH_CACHE", False))
 
     @contextlib.contextmanager
     def demo(self, folder: Path, scale: float = 1.0) -> Iterator[DemoData]:
@@ -188,6 +201,11 @@ class Backend:
         """The backend's dataset batches itself by default (``-o batch_size=N``; ``batch_size=null``
         reads sample by sample, batched by the DataLoader)."""
         return bool(getattr(self._mod, "DATASET_BATCHES", False))
+
+    def batches_in_dataset(self, spec: str, options: dict[str, Any]) -> bool:
+        """Whether the dataset of ``spec`` batches itself (``-o batch_size=N``), as the backend says for it."""
+        decide = getattr(self._mod, "batches_in_dataset", None)
+        return bool(decide(spec, dict(options))) if callable(decide) else self.dataset_batches
 
     @property
     def default_decode(self) -> str | None:

@@ -39,26 +39,13 @@ PRIORITY = 10  # ".tar" is specific: ask before the backends that take any s3://
 EXTRA = None
 DEMO_BATCH_SIZE = 64
 DATASET_BATCHES = True  # TarShardDataset(batch_size=...): whole batches made in the worker
-DEFAULT_DECODE = "torch"
+DEFAULT_DECODE = "torch"  # as every shard source: fastdata.bench.backends._shards
 # decode to tensors (the usual training input); a shuffle window of 512 samples, as the demo's epochs
 # are short
 DEMO_OPTIONS: dict[str, Any] = {"decode": "torch", "shuffle_window": 512}
 DEMO_SHARDS = 4
 DEMO_PER_SHARD = 1000
 DEMO_SIZE = (128, 128)
-
-_OPTIONS = {
-    "decode",
-    "size",
-    "fields",
-    "indexed",
-    "shuffle",
-    "shuffle_window",
-    "on_error",
-    "max_open",
-    "seed",
-    "batch_size",
-}
 
 
 def _first(spec: str) -> str:
@@ -83,64 +70,39 @@ def _urls(spec: str) -> list[str]:
 
 
 def _check(options: dict[str, Any]) -> None:
-    unknown = set(options) - _OPTIONS
+    from fastdata.bench.backends._shards import OPTIONS
+
+    unknown = set(options) - OPTIONS
     if unknown:
         raise ConfigError(
-            f"tar backend: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_OPTIONS))}"
+            f"tar backend: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(OPTIONS))}"
         )
 
 
 def _peek(urls: list[str]) -> list[Any]:
-    """A few raw samples spread over the shards (read through their indexes), or the first few of a
-    stream where the shards cannot be read at random (compressed ones)."""
-    import fastdata as fd
+    from fastdata.bench.backends._shards import peek
     from fastdata.bench.backends._sizing import PEEK
-    from fastdata.core.errors import FastdataError
 
-    try:
-        ds = fd.IndexedTarDataset(urls)
-        try:
-            picks: Any = np.unique(np.linspace(0, len(ds) - 1, min(PEEK, len(ds))).astype(int)) if len(ds) else []
-            return [ds[int(i)] for i in picks]
-        finally:
-            ds.close()
-    except FastdataError:
-        stream = fd.TarShardDataset(urls, on_error="skip")
-        try:
-            return [s for _, s in zip(range(PEEK), stream)]
-        finally:
-            stream.close()
+    return peek(urls, PEEK)[0]
 
 
-def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The options to sweep, ``decode`` chosen so that batches batch (see the module doc), and which
-    decode that is, in words, for the report."""
+def prepare(spec: str, options: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The options to sweep, ``decode`` chosen so that batches batch (see the module doc), which decode
+    that is, in words, and what is read, for the report."""
     from fastdata.bench.backends._sizing import plan_decode
 
     _check(options)
     urls = _urls(spec)
-    return plan_decode(options, DEFAULT_DECODE, lambda: _peek(urls), batches=True)
+    out, note = plan_decode(options, DEFAULT_DECODE, lambda: _peek(urls), batches=True)
+    return out, note, {"source": f"local tar shards ({len(urls)})"}
 
 
 def open(spec: str, **options: Any) -> Any:
     """A :class:`~fastdata.TarShardDataset` (or, with ``indexed=True``, an :class:`~fastdata.IndexedTarDataset`)."""
-    import fastdata as fd
-    from fastdata.bench.backends._sizing import parse_size
+    from fastdata.bench.backends._shards import open_shards
 
     _check(options)
-    indexed = bool(options.pop("indexed", False))
-    options.setdefault("decode", DEFAULT_DECODE)
-    size = options.pop("size", None)
-    if size is not None:
-        options["decode"] = fd.Decoder(options["decode"], size=parse_size(size))
-    urls = _urls(spec)
-    if indexed:
-        options.pop("shuffle", None)  # map-style: the sweep's sampler shuffles
-        options.pop("shuffle_window", None)
-        options.pop("batch_size", None)  # map-style: the DataLoader batches
-        return fd.IndexedTarDataset(urls, **options)
-    options.setdefault("shuffle", True)
-    return fd.TarShardDataset(urls, **options)
+    return open_shards(_urls(spec), options)
 
 
 class DemoImages:
