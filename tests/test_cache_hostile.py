@@ -54,7 +54,11 @@ CHILD = textwrap.dedent(
             out["digest"] = hashlib.sha256(b"".join(k.encode() + got[k] for k in sorted(got))).hexdigest()
         except Exception as e:
             out["error"] = [type(e).__name__, str(e)]
-    gc.collect()  # the loader's iterator (in reference cycles): its workers stop before the folder is listed
+            # the error's traceback holds the loader's iterator in a reference cycle: left to the garbage
+            # collector, torch's queues were closed before its workers were told to stop, and each worker was
+            # killed after torch's 5 s wait (10 s a run); let go of here, the workers stop at once
+            e.__traceback__ = None
+    gc.collect()  # anything else in a reference cycle: the workers stop before the folder is listed
     from fastdata.storage.cache import CacheWarning
     out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
     if cache_dir and os.path.isdir(cache_dir):

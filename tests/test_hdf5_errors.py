@@ -16,6 +16,7 @@ import fastdata as fd
 from fastdata.core.errors import BadSampleWarning, ConfigError, DecodeFailed, SourceNotFound, TooManyBadSamples
 from fastdata.formats.hdf5._reader import BadLayout, CorruptHDF5, FileChanged
 from tests.hdf5_datagen import make_h5, overwrite_in_place
+from tests.stop_workers import stop_workers
 
 FIELDS = ("image", "label", "key")
 
@@ -240,8 +241,10 @@ def test_file_overwritten_in_place_under_persistent_workers(tmp_path: Path) -> N
     assert sorted(k for b in loader for k in b["key"].tolist()) == list(range(12))
     rewrite_with_other_rows(path, seed=9)
     ds.set_epoch(1)
+    batches = iter(loader)  # the same persistent workers, for epoch 1
     with pytest.raises(FileChanged, match=r"a\.h5: the file changed after the dataset was built"):
-        list(loader)
+        list(batches)
+    stop_workers(batches)  # (a 10 s wait in a later test otherwise: see tests/stop_workers.py)
 
 
 def test_file_overwritten_in_place_is_skipped_and_counted_under_skip(tmp_path: Path) -> None:

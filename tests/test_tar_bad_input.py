@@ -23,6 +23,7 @@ from fastdata.convert import convert
 from fastdata.core.errors import BadSampleWarning
 from fastdata.inspection._tar import inspect_tar
 from tests.datagen import jpeg_bytes, make_image_folder, write_tar
+from tests.stop_workers import stop_workers
 from tests.tar_datagen import END, headers, member, patch, pax_header, samples, tar_bytes, within
 
 N = 10  # samples per shard
@@ -84,19 +85,13 @@ def loader(ds: object, num_workers: int = 2, context: str = "fork") -> DataLoade
 
 
 def keys(samples: Iterable[dict]) -> list[str]:
-    """The keys of every sample; a DataLoader's workers are shut down even when a sample raises.
-
-    Without the explicit shutdown, the raised error's traceback keeps the iterator alive in a reference
-    cycle; the cyclic GC later finalizes its queues before calling its ``__del__``, so torch's shutdown
-    message never reaches the workers and it waits 5 s per worker before killing them.
-    """
+    """The keys of every sample; a DataLoader's workers are shut down even when a sample raises (see
+    tests/stop_workers.py)."""
     it = iter(samples)
     try:
         return [s["__key__"] for s in it]
     finally:
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        stop_workers(it)
 
 
 @pytest.mark.parametrize(

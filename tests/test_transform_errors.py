@@ -17,6 +17,7 @@ from fastdata.core.errors import TransformFailed
 from tests.datagen import make_shards
 from tests.hdf5_datagen import make_h5
 from tests.s3_server import MotoServer, upload_files
+from tests.stop_workers import stop_workers
 from tests.videogen import make_videos
 
 
@@ -76,8 +77,10 @@ def test_hdf5_names_the_file_row_and_index(tmp_path: Path) -> None:
     make_h5(tmp_path / "a.h5", 5, first_key=0)
     make_h5(tmp_path / "b.h5", 5, first_key=5, seed=1)
     ds = fd.HDF5Dataset([tmp_path / "a.h5", tmp_path / "b.h5"], ("image", "label"), transform=lambda s: s["img"])
+    batches = iter(DataLoader(ds, batch_size=2, sampler=[7, 1], collate_fn=ds.collate, num_workers=1))
     with pytest.raises(TransformFailed, match=r"b\.h5: row 2 \(dataset index 7\): transform .* KeyError: 'img'"):
-        next(iter(DataLoader(ds, batch_size=2, sampler=[7, 1], collate_fn=ds.collate, num_workers=1)))
+        next(batches)
+    stop_workers(batches)  # (a 5 s wait in a later test otherwise: see tests/stop_workers.py)
     skipping = fd.HDF5Dataset(tmp_path / "a.h5", ("image", "label"), transform=every_third, on_error="skip")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
