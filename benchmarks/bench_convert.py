@@ -351,13 +351,15 @@ def readme_rows(result: dict[str, Any]) -> list[dict[str, str]]:
     if cli in s:
         corpus = result["cli_corpus"]
         fsync = s.get("cli_corpus_fastdata_cli_workers2_fsync_vs_tar_cf")
+        inner = s.get("cli_corpus_fastdata_workers2_vs_tar_cf")  # the same corpus, in this process: no start-up
         rows.append(
             readme.row(
                 "tar",
                 f"conversion from the command line, `--workers 2 --no-fsync`, vs `tar cf` (MB/s), "
                 f"{corpus['files']:,} files, {corpus['bytes'] / 1e9:.2f} GB, page cache hot, sync before each run",
                 f"{s[cli]:.2f} median ({s[cli + '_best_repeats']:.2f} best repeats)"
-                + (f"; {fsync:.2f} with fsync, the default" if fsync else ""),
+                + (f"; {fsync:.2f} with fsync, the default" if fsync else "")
+                + (f"; `convert(workers=2)` from Python {inner:.2f}" if inner else ""),
                 ">= 0.8",
             )
         )

@@ -70,3 +70,14 @@ def test_where_a_report_says_where_it_ran_and_the_load_the_row_shows_it(tmp_path
         .splitlines()[2]
         .endswith("| x86_64, 2 cores, load 1.0 at start, 2.0 at end, 2026-12-06 |")
     )
+
+
+def test_every_figure_table_of_the_benchmarks_section_is_generated() -> None:
+    figures = tool()
+    readme = (ROOT / "README.md").read_text()
+    lo, hi = figures.block(readme)
+    rest = readme[:lo] + readme[hi:]  # the README without the generated table
+    start = rest.index("\n## Benchmarks")
+    section = rest[start : rest.index("\n## ", start + 1)]
+    typed = [line for line in section.splitlines() if line.startswith("|")]
+    assert typed == [], "a table typed by hand in README.md's Benchmarks section: make its benchmark write readme_rows"
