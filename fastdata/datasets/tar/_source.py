@@ -615,8 +615,6 @@ class TarSource:
     def close(self) -> None:
         """Close every reader this process opened, and the pooled connections of its S3 client; drop
         the cache's read-ahead not yet started."""
-        if self._cached is not None:
-            self._cached.close()
         self._own_held()
         held, self._held, self._holding = self._held, {}, frozenset()
         open_now = set(self._readers.open_keys())
@@ -624,6 +622,11 @@ class TarSource:
         for url, reader in held.items():
             if url not in open_now:
                 reader.close()
+        # after this process's readers let go of their shared locks: a download under way, which close() waits
+        # for, may need the exclusive lock of a shard one of them held (closing it first hung CI: a worker's
+        # close() waited on its own read-ahead, blocked on the worker's own pin, for ever)
+        if self._cached is not None:
+            self._cached.close()
         if self._clients:
             from fastdata.storage.s3 import release
 
